@@ -1,0 +1,50 @@
+//! `agentmesh`: the command line. Each subcommand lives in `commands/` with an `execute()`;
+//! the work itself is done by the `agentmesh-*` library crates.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A host for Common Agent Specification agents, with tools as sandboxed Wasm components.
+#[derive(Parser)]
+#[command(name = "agentmesh", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load and check every manifest, expression and component of a config dir.
+    Validate(commands::validate::Args),
+    /// Print the JSON Schema of a manifest kind.
+    Schema(commands::schema::Args),
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => commands::validate::execute(&args),
+        Command::Schema(args) => commands::schema::execute(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `AGENTMESH_LOG` (tracing env-filter syntax; default `warn`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTMESH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,39 @@
+//! The expression layer of agentmesh: CEL expressions and `{…}` templates.
+//!
+//! Manifests carry two kinds of expressions (see the spec's CEL reference):
+//! - **expression fields** (`assert`, `transform`, `condition`, `bindings` values, `exposes`,
+//!   `receive.filter`, a `cel` tool's `expression`): the whole value is CEL, compiled once into
+//!   an [`Expression`];
+//! - **templates** (prompts, messages, `error_message`, runtime strings such as URLs): text with
+//!   `{…}` holes, each holding a CEL expression, parsed once into a [`Template`].
+//!
+//! Both are compiled at load time. Compilation does no type checking, so every expression also
+//! lists the root names it references ([`Expression::roots`]); [`Scope`] says which roots a
+//! place in a manifest may use, and [`Scope::check`] reports the others — an unknown root is an
+//! error at `validate`, never at run time.
+//!
+//! The host's extensions to CEL (CONTRACT §5) live in [`env`]: `has(event)` (true exactly in event
+//! activations), `map.put(key, value)`, and the string helpers `lowerAscii`, `split`, `join`,
+//! `trim`, `replace`. Evaluation ([`Activation`], [`Expression::evaluate`]) converts JSON in and
+//! out, so callers never see the `cel` crate's types.
+//!
+//! ```
+//! use agentmesh_expr::{Activation, Expression};
+//! use serde_json::json;
+//!
+//! let expr = Expression::compile("!has(event) || event.payload.user != 'bot'").unwrap();
+//! let mut act = Activation::new();
+//! act.set("event", json!({"payload": {"user": "alice"}}));
+//! assert_eq!(expr.evaluate(&act).unwrap(), json!(true));
+//! ```
+
+mod env;
+mod eval;
+mod expression;
+mod scope;
+mod template;
+
+pub use eval::{Activation, EvalError};
+pub use expression::{CompileError, Expression, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef};
+pub use scope::{Scope, ScopeError};
+pub use template::{Segment, Template};

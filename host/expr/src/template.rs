@@ -1,0 +1,191 @@
+//! `{…}` templates: text with holes, each hole a CEL expression.
+//!
+//! `{{` and `}}` stand for literal braces. Inside a hole, braces nest and string literals may
+//! hold any character, so `{ {'a': 1}.a }` and `{ '}' }` are single holes.
+
+use serde_json::Value as Json;
+
+use crate::expression::Lexed;
+use crate::{Activation, CompileError, EvalError, Expression};
+
+/// A parsed template.
+#[derive(Debug)]
+pub struct Template {
+    source: String,
+    segments: Vec<Segment>,
+}
+
+/// One piece of a template.
+#[derive(Debug)]
+pub enum Segment {
+    /// Text copied as it is (escapes already resolved).
+    Text(String),
+    /// A hole: the compiled expression and the offset of its first character in the
+    /// template's source, in characters.
+    Expr(usize, Expression),
+}
+
+impl Template {
+    /// Parses and compiles every hole of `source`. The error's offset is in characters from the
+    /// start of the template.
+    pub fn parse(source: &str) -> Result<Template, CompileError> {
+        let chars: Vec<char> = source.chars().collect();
+        let mut segments = Vec::new();
+        let mut text = String::new();
+        let mut i = 0;
+        while i < chars.len() {
+            match chars[i] {
+                '{' if chars.get(i + 1) == Some(&'{') => {
+                    text.push('{');
+                    i += 2;
+                }
+                '}' if chars.get(i + 1) == Some(&'}') => {
+                    text.push('}');
+                    i += 2;
+                }
+                '}' => {
+                    return Err(CompileError {
+                        offset: i,
+                        message: "unmatched `}` (write `}}` for a literal brace)".into(),
+                    });
+                }
+                '{' => {
+                    let start = i + 1;
+                    let end = hole_end(&chars[start..])
+                        .map(|n| start + n)
+                        .ok_or(CompileError {
+                            offset: i,
+                            message: "unclosed `{` (write `{{` for a literal brace)".into(),
+                        })?;
+                    let inner: String = chars[start..end].iter().collect();
+                    if inner.trim().is_empty() {
+                        return Err(CompileError {
+                            offset: i,
+                            message: "empty `{}` in template".into(),
+                        });
+                    }
+                    let expr = Expression::compile(&inner).map_err(|e| CompileError {
+                        offset: start + e.offset,
+                        message: e.message,
+                    })?;
+                    if !text.is_empty() {
+                        segments.push(Segment::Text(std::mem::take(&mut text)));
+                    }
+                    segments.push(Segment::Expr(start, expr));
+                    i = end + 1;
+                }
+                c => {
+                    text.push(c);
+                    i += 1;
+                }
+            }
+        }
+        if !text.is_empty() {
+            segments.push(Segment::Text(text));
+        }
+        Ok(Template {
+            source: source.to_owned(),
+            segments,
+        })
+    }
+
+    /// The source as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The pieces of the template, in order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Every hole with the offset of its expression in the template's source.
+    pub fn expressions(&self) -> impl Iterator<Item = (usize, &Expression)> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Expr(offset, e) => Some((*offset, e)),
+            Segment::Text(_) => None,
+        })
+    }
+
+    /// Whether the template has no holes.
+    pub fn is_literal(&self) -> bool {
+        self.expressions().next().is_none()
+    }
+
+    /// Renders the template: strings are inserted as they are, other values as JSON.
+    pub fn render(&self, activation: &Activation) -> Result<String, EvalError> {
+        let mut out = String::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(t) => out.push_str(t),
+                Segment::Expr(_, e) => match e.evaluate(activation)? {
+                    Json::String(s) => out.push_str(&s),
+                    other => out.push_str(&other.to_string()),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    /// Renders a template that is exactly one hole to the hole's value, keeping its type
+    /// (`"{parameters.count}"` gives a number); any other template renders to a string.
+    pub fn render_value(&self, activation: &Activation) -> Result<Json, EvalError> {
+        match self.segments.as_slice() {
+            [Segment::Expr(_, e)] => e.evaluate(activation),
+            _ => self.render(activation).map(Json::String),
+        }
+    }
+}
+
+/// The index (relative to `chars`) of the `}` closing a hole that starts at `chars[0]`.
+fn hole_end(chars: &[char]) -> Option<usize> {
+    let text: String = chars.iter().collect();
+    let mut depth = 0usize;
+    for (offset, c) in Lexed::new(&text) {
+        match c {
+            Some('{') => depth += 1,
+            Some('}') if depth == 0 => return Some(offset),
+            Some('}') => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_text_and_holes() {
+        let t = Template::parse("PR #{event.payload.number} by {event.payload.user}").unwrap();
+        let mut act = Activation::new();
+        act.set("event", json!({"payload": {"number": 7, "user": "alice"}}));
+        assert_eq!(t.render(&act).unwrap(), "PR #7 by alice");
+    }
+
+    #[test]
+    fn braces_nest_and_strings_hide_braces() {
+        let t = Template::parse("{ {'a': '}'}.a }{{x}}").unwrap();
+        assert_eq!(t.render(&Activation::new()).unwrap(), "}{x}");
+    }
+
+    #[test]
+    fn single_hole_keeps_its_type() {
+        let t = Template::parse("{1 + 2}").unwrap();
+        assert_eq!(t.render_value(&Activation::new()).unwrap(), json!(3));
+    }
+
+    #[test]
+    fn errors_point_into_the_template() {
+        let err = Template::parse("ab {c +} d").unwrap_err();
+        assert!(err.offset >= 4, "{err:?}");
+        let err = Template::parse("ab {c").unwrap_err();
+        assert_eq!(err.offset, 3);
+        assert!(err.message.contains("unclosed"));
+        let err = Template::parse("a } b").unwrap_err();
+        assert_eq!(err.offset, 2);
+    }
+}

@@ -1,0 +1,340 @@
+//! Semantic validation: what the shape check cannot see — references between documents,
+//! expressions, exactly-one rules, durations compared, files that must exist.
+
+mod agent;
+mod host;
+pub mod scopes;
+mod steps;
+mod tool;
+mod triggers;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use agentmesh_expr::{Expression, Scope, Template};
+
+use crate::diag::Diagnostic;
+use crate::load::{Config, Source};
+use crate::yaml::{Node, NodeValue, Pos};
+
+/// What `validate` counts in its `ok:` line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Agents loaded.
+    pub agents: usize,
+    /// Tools loaded.
+    pub tools: usize,
+    /// Triggers loaded.
+    pub triggers: usize,
+    /// Schedules loaded.
+    pub schedules: usize,
+    /// Distinct Wasm components referenced.
+    pub components: usize,
+}
+
+/// Checks a loaded config. `env` reads environment variables (injected so tests control it).
+pub fn validate(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (Summary, Vec<Diagnostic>) {
+    let mut c = Checker {
+        config,
+        env,
+        diags: Vec::new(),
+        components: BTreeSet::new(),
+    };
+    c.duplicates();
+    host::check(&mut c);
+    for tool in &config.tools {
+        tool::check(&mut c, tool);
+    }
+    for agent in &config.agents {
+        agent::check(&mut c, agent);
+    }
+    for trigger in &config.triggers {
+        triggers::check_trigger(&mut c, trigger);
+    }
+    for schedule in &config.schedules {
+        triggers::check_schedule(&mut c, schedule);
+    }
+    let summary = Summary {
+        agents: config.agents.len(),
+        tools: config.tools.len(),
+        triggers: config.triggers.len(),
+        schedules: config.schedules.len(),
+        components: c.components.len(),
+    };
+    (summary, c.diags)
+}
+
+/// A document's identity: namespace, name, and where it is.
+type Identity<'a> = (&'a str, &'a str, &'a Source);
+
+/// One step of a path into a document.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Seg<'a> {
+    /// A map key.
+    K(&'a str),
+    /// A sequence index.
+    I(usize),
+}
+
+pub(crate) use Seg::{I, K};
+
+pub(crate) struct Checker<'a> {
+    pub config: &'a Config,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    pub diags: Vec<Diagnostic>,
+    components: BTreeSet<PathBuf>,
+}
+
+/// The node at `path`, or `None` where the path leaves the tree.
+pub(crate) fn node_at<'n>(node: &'n Node, path: &[Seg]) -> Option<&'n Node> {
+    let mut n = node;
+    for seg in path {
+        n = match seg {
+            K(k) => n.get(k)?,
+            I(i) => n.index(*i)?,
+        };
+    }
+    Some(n)
+}
+
+/// The position of the node at `path`, or of the deepest node on the way to it.
+pub(crate) fn pos_at(node: &Node, path: &[Seg]) -> Pos {
+    let mut n = node;
+    for seg in path {
+        let next = match seg {
+            K(k) => n.get(k),
+            I(i) => n.index(*i),
+        };
+        match next {
+            Some(x) => n = x,
+            None => break,
+        }
+    }
+    n.pos
+}
+
+/// The position of the key at the end of `path` (the value's position if it is an index).
+pub(crate) fn key_pos(node: &Node, path: &[Seg]) -> Pos {
+    let Some((K(last), parent)) = path.split_last() else {
+        return pos_at(node, path);
+    };
+    node_at(node, parent)
+        .and_then(|p| p.entry(last))
+        .map_or_else(|| pos_at(node, path), |(k, _)| k.pos)
+}
+
+impl Checker<'_> {
+    pub fn error(&mut self, source: &Source, pos: Pos, message: impl Into<String>) {
+        self.diags
+            .push(Diagnostic::error(&source.file, pos, message));
+    }
+
+    pub fn warning(&mut self, source: &Source, pos: Pos, message: impl Into<String>) {
+        self.diags
+            .push(Diagnostic::warning(&source.file, pos, message));
+    }
+
+    pub fn env_var(&self, name: &str) -> Option<String> {
+        (self.env)(name)
+    }
+
+    /// Compiles the CEL at `path` and checks its references against `scope`; returns it when
+    /// it compiled. `hint` is appended to every message (e.g. the quoted-literal suggestion).
+    pub fn expr(
+        &mut self,
+        source: &Source,
+        path: &[Seg],
+        scope: &Scope,
+        hint: &str,
+    ) -> Option<Expression> {
+        let node = node_at(&source.node, path)?;
+        let text = node.as_str()?;
+        match Expression::compile(text) {
+            Ok(expr) => {
+                for e in scope.check(&expr) {
+                    self.error(
+                        source,
+                        node.pos_at(e.offset),
+                        format!("{}{hint}", e.message),
+                    );
+                }
+                Some(expr)
+            }
+            Err(e) => {
+                self.error(
+                    source,
+                    node.pos_at(e.offset),
+                    format!("invalid CEL: {}{hint}", e.message),
+                );
+                None
+            }
+        }
+    }
+
+    /// Parses the `{…}` template at `path` and checks each hole against `scope`.
+    pub fn template(&mut self, source: &Source, path: &[Seg], scope: &Scope) -> Option<Template> {
+        let node = node_at(&source.node, path)?;
+        let text = node.as_str()?;
+        match Template::parse(text) {
+            Ok(t) => {
+                for e in scope.check_template(&t) {
+                    self.error(source, node.pos_at(e.offset), e.message);
+                }
+                Some(t)
+            }
+            Err(e) => {
+                self.error(
+                    source,
+                    node.pos_at(e.offset),
+                    format!("invalid template: {}", e.message),
+                );
+                None
+            }
+        }
+    }
+
+    /// Checks every string leaf of the JSON-ish value at `path` as a template.
+    pub fn templates_in(&mut self, source: &Source, path: &[Seg], scope: &Scope) {
+        let Some(node) = node_at(&source.node, path) else {
+            return;
+        };
+        let mut leaves = Vec::new();
+        string_leaves(node, &mut leaves);
+        for leaf in leaves {
+            let Some(text) = leaf.as_str() else { continue };
+            if let Err(e) = Template::parse(text) {
+                self.error(
+                    source,
+                    leaf.pos_at(e.offset),
+                    format!("invalid template: {}", e.message),
+                );
+            } else if let Ok(t) = Template::parse(text) {
+                for e in scope.check_template(&t) {
+                    self.error(source, leaf.pos_at(e.offset), e.message);
+                }
+            }
+        }
+    }
+
+    /// Checks that the component at `path` (relative to the manifest) exists and is a Wasm
+    /// component, and counts it.
+    pub fn component(&mut self, source: &Source, path: &[Seg]) {
+        let Some(node) = node_at(&source.node, path) else {
+            return;
+        };
+        let Some(rel) = node.as_str() else { return };
+        let full = source.base_dir.join(rel);
+        match component_problem(&full) {
+            Some(problem) => self.error(source, node.pos, format!("component `{rel}` {problem}")),
+            None => {
+                let key = full.canonicalize().unwrap_or(full);
+                self.components.insert(key);
+            }
+        }
+    }
+
+    /// Reports documents of one kind that share `namespace/name`, naming both files.
+    fn duplicates(&mut self) {
+        let config = self.config;
+        let mut groups: Vec<(&str, Vec<Identity>)> = vec![
+            (
+                "agent",
+                config
+                    .agents
+                    .iter()
+                    .map(|d| (d.value.namespace.as_str(), d.value.name.as_str(), &d.source))
+                    .collect(),
+            ),
+            (
+                "tool",
+                config
+                    .tools
+                    .iter()
+                    .map(|d| (d.value.namespace.as_str(), d.value.name.as_str(), &d.source))
+                    .collect(),
+            ),
+            (
+                "trigger",
+                config
+                    .triggers
+                    .iter()
+                    .map(|d| (d.value.namespace.as_str(), d.value.name.as_str(), &d.source))
+                    .collect(),
+            ),
+            (
+                "schedule",
+                config
+                    .schedules
+                    .iter()
+                    .map(|d| (d.value.namespace.as_str(), d.value.name.as_str(), &d.source))
+                    .collect(),
+            ),
+        ];
+        for (kind, docs) in &mut groups {
+            let mut first: HashMap<(&str, &str), &Source> = HashMap::new();
+            for (ns, name, source) in docs.iter() {
+                match first.get(&(*ns, *name)) {
+                    Some(earlier) => {
+                        let at = key_pos(&earlier.node, &[K("name")]);
+                        let message = format!(
+                            "duplicate {kind} `{ns}/{name}`: also defined in {}:{}:{}",
+                            earlier.file.display(),
+                            at.line,
+                            at.col
+                        );
+                        let pos = pos_at(&source.node, &[K("name")]);
+                        self.error(source, pos, message);
+                    }
+                    None => {
+                        first.insert((*ns, *name), source);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn string_leaves<'n>(node: &'n Node, out: &mut Vec<&'n Node>) {
+    match &node.value {
+        NodeValue::Str(..) => out.push(node),
+        NodeValue::Seq(items) => items.iter().for_each(|n| string_leaves(n, out)),
+        NodeValue::Map(entries) => entries.iter().for_each(|(_, v)| string_leaves(v, out)),
+        _ => {}
+    }
+}
+
+/// Why `path` is not a usable component, or `None` when it is one.
+fn component_problem(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut header = [0u8; 8];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut header));
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Some("is not a Wasm component (the file is too short)".into())
+        }
+        Err(e) => Some(format!("cannot be read: {e}")),
+        Ok(()) if &header[..4] != b"\0asm" => Some("is not a Wasm component (no `\\0asm` header)".into()),
+        Ok(()) if header[4..] == [1, 0, 0, 0] => Some(
+            "is a core Wasm module, not a component (build for wasm32-wasip2, or wrap it with `wasm-tools component new`)".into(),
+        ),
+        Ok(()) if header[6..] == [1, 0] => None,
+        Ok(()) => Some("is not a Wasm component (unknown binary version)".into()),
+    }
+}
+
+/// `github-pr` → `github_pr`: the CEL-safe function name of a reference.
+pub(crate) fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,106 @@
+//! The variables each place in a manifest may read (the spec's scope tables, CONTRACT §5).
+
+use agentmesh_expr::Scope;
+
+const fn scope(place: &'static str, roots: &'static [&'static str], review: bool) -> Scope {
+    Scope {
+        place,
+        roots,
+        review,
+    }
+}
+
+/// Capability `before` and `before_first` steps (`event` is null outside event activations).
+pub const MIDDLEWARE_BEFORE: Scope = scope(
+    "a middleware `before` step",
+    &["context", "c", "input", "i", "now", "event"],
+    true,
+);
+/// Capability `after` steps.
+pub const MIDDLEWARE_AFTER: Scope = scope(
+    "a middleware `after` step",
+    &["context", "c", "input", "i", "output", "o", "now", "event"],
+    true,
+);
+/// Guardrail `before` steps.
+pub const GUARDRAIL_BEFORE: Scope = scope(
+    "a guardrail `before` step",
+    &["context", "c", "input", "i", "now"],
+    false,
+);
+/// Guardrail `after` steps.
+pub const GUARDRAIL_AFTER: Scope = scope(
+    "a guardrail `after` step",
+    &["context", "c", "output", "o", "now"],
+    false,
+);
+/// Capability bindings.
+pub const BINDING: Scope = scope("a binding", &["context", "c", "runtime", "now"], false);
+/// The agent prompt.
+pub const PROMPT: Scope = scope("the prompt", &["context", "c", "runtime", "now"], false);
+/// Agent `exposes`.
+pub const EXPOSES: Scope = scope(
+    "`exposes`",
+    &[
+        "context", "c", "input", "i", "output", "o", "now", "runtime",
+    ],
+    false,
+);
+/// A `cel` action's expression.
+pub const CEL_TOOL: Scope = scope(
+    "a `cel` expression",
+    &["context", "c", "input", "i", "now", "runtime", "mount"],
+    true,
+);
+/// A tool event's `message`.
+pub const EVENT_MESSAGE: Scope = scope("an event `message`", &["event"], false);
+/// A `receive.*.filter`.
+pub const FILTER: Scope = scope("an event filter", &["event", "parameters"], false);
+/// A webhook `secret`.
+pub const SECRET: Scope = scope("a webhook `secret`", &["settings"], false);
+/// Request templates of `stateless_http` and `stateful_session`.
+pub const HTTP: Scope = scope(
+    "a request template",
+    &[
+        "parameters",
+        "settings",
+        "session",
+        "runtime",
+        "agent",
+        "mount",
+        "auth",
+        "context",
+    ],
+    false,
+);
+/// `receive.subscription.subscribe`.
+pub const SUBSCRIBE: Scope = scope(
+    "a subscription request",
+    &["parameters", "settings", "auth", "runtime", "subscription"],
+    false,
+);
+/// `receive.subscription.unsubscribe`.
+pub const UNSUBSCRIBE: Scope = scope(
+    "an unsubscribe request",
+    &[
+        "parameters",
+        "settings",
+        "auth",
+        "runtime",
+        "subscription",
+        "subscribe",
+    ],
+    false,
+);
+/// `receive.poll` request templates.
+pub const POLL_REQUEST: Scope = scope(
+    "a poll request",
+    &["parameters", "settings", "auth", "runtime", "poll"],
+    false,
+);
+/// `receive.poll.detect`.
+pub const POLL_DETECT: Scope = scope("`detect`", &["response", "poll", "parameters"], false);
+/// Trigger `source.before` steps.
+pub const TRIGGER_BEFORE: Scope = scope("a trigger `source.before` step", &["event", "now"], false);
+/// Trigger `message`.
+pub const TRIGGER_MESSAGE: Scope = scope("a trigger `message`", &["event", "now"], false);

@@ -1,0 +1,218 @@
+//! Middleware, guardrail and trigger `source.before` steps.
+
+use agentmesh_expr::Scope;
+
+use super::scopes;
+use super::{Checker, K, Seg, key_pos, node_at, pos_at};
+use crate::load::Source;
+use crate::model::Tool;
+use crate::model::common::{MiddlewareStep, OnFail};
+use crate::suggest::did_you_mean;
+
+/// Where a list of steps stands; decides scopes, defaults and what is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layer {
+    /// Capability `before_first`.
+    BeforeFirst,
+    /// Capability `before`.
+    Before,
+    /// Capability `after`.
+    After,
+    /// `guardrails.before`.
+    GuardBefore,
+    /// `guardrails.after`.
+    GuardAfter,
+    /// A trigger's `source.before`.
+    TriggerBefore,
+}
+
+impl Layer {
+    fn scope(self) -> Scope {
+        match self {
+            Layer::BeforeFirst | Layer::Before => scopes::MIDDLEWARE_BEFORE,
+            Layer::After => scopes::MIDDLEWARE_AFTER,
+            Layer::GuardBefore => scopes::GUARDRAIL_BEFORE,
+            Layer::GuardAfter => scopes::GUARDRAIL_AFTER,
+            Layer::TriggerBefore => scopes::TRIGGER_BEFORE,
+        }
+    }
+
+    fn is_guardrail(self) -> bool {
+        matches!(self, Layer::GuardBefore | Layer::GuardAfter)
+    }
+}
+
+/// What the steps of a capability apply to (for `match` and `invoke`).
+pub(crate) struct Around<'a> {
+    /// The agent's namespace, for resolving `invoke` tools.
+    pub namespace: &'a str,
+    /// The tool of the capability, when it is one.
+    pub tool: Option<&'a Tool>,
+}
+
+/// Checks the steps at `path` (a list of [`MiddlewareStep`]).
+pub(crate) fn check(
+    c: &mut Checker,
+    source: &Source,
+    path: &[Seg],
+    steps: &[MiddlewareStep],
+    layer: Layer,
+    around: &Around,
+) {
+    for (i, step) in steps.iter().enumerate() {
+        let mut p = path.to_vec();
+        p.push(Seg::I(i));
+        check_step(c, source, &p, step, layer, around);
+    }
+}
+
+fn check_step(
+    c: &mut Checker,
+    source: &Source,
+    path: &[Seg],
+    step: &MiddlewareStep,
+    layer: Layer,
+    around: &Around,
+) {
+    let at = |key: &'static str| -> Vec<Seg> {
+        let mut p = path.to_vec();
+        p.push(K(key));
+        p
+    };
+    let actions: Vec<&str> = [
+        ("assert", step.assert_expr.is_some()),
+        ("invoke", step.invoke.is_some()),
+        ("transform", step.transform.is_some()),
+        ("wasm", step.wasm.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, set)| set.then_some(n))
+    .collect();
+    match actions.as_slice() {
+        [] => c.error(
+            source,
+            pos_at(&source.node, path),
+            "a step needs exactly one of `assert`, `invoke`, `transform`, `wasm`; it has none",
+        ),
+        [_] => {}
+        several => c.error(
+            source,
+            key_pos(&source.node, &at(several[1])),
+            format!(
+                "a step needs exactly one of `assert`, `invoke`, `transform`, `wasm`; it has {}",
+                several
+                    .iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        ),
+    }
+    if layer == Layer::TriggerBefore
+        && (step.invoke.is_some() || step.transform.is_some() || step.wasm.is_some())
+    {
+        c.error(
+            source,
+            pos_at(&source.node, path),
+            "a trigger's `source.before` takes `assert` steps only",
+        );
+    }
+    if step.bindings.is_some() && step.invoke.is_none() {
+        c.error(
+            source,
+            key_pos(&source.node, &at("bindings")),
+            "`bindings` are only allowed on `invoke` steps",
+        );
+    }
+    if layer.is_guardrail() && step.on_fail == Some(OnFail::Block) {
+        c.error(
+            source,
+            pos_at(&source.node, &at("on_fail")),
+            "`on_fail: block` is not allowed on a guardrail (use `lock_task`, the default, or `continue`)",
+        );
+    }
+    let scope = layer.scope();
+    c.expr(source, &at("assert"), &scope, "");
+    c.expr(source, &at("transform"), &scope, "");
+    c.expr(source, &at("condition"), &scope, "");
+    let message_scope = scope;
+    c.template(source, &at("error_message"), &message_scope);
+    if step.wasm.is_some() {
+        let mut p = at("wasm");
+        p.push(K("component"));
+        c.component(source, &p);
+    }
+    if let (Some(name), Some(tool)) = (&step.match_action, around.tool) {
+        let names: Vec<&str> = tool
+            .actions
+            .iter()
+            .map(|a| a.name.as_str())
+            .chain(tool.events.iter().map(|e| e.name.as_str()))
+            .collect();
+        if !names.contains(&name.as_str()) {
+            let hint = did_you_mean(name, names.iter().copied())
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_default();
+            c.error(
+                source,
+                pos_at(&source.node, &at("match")),
+                format!(
+                    "`match` names `{name}`, which tool `{}/{}` does not have{hint}",
+                    tool.namespace, tool.name
+                ),
+            );
+        }
+    }
+    if let Some(target) = &step.invoke {
+        check_invoke(c, source, &at("invoke"), target, around);
+    }
+    if let Some(bindings) = &step.bindings {
+        let invoke_scope = Scope {
+            review: false,
+            ..scope
+        };
+        for key in bindings.keys() {
+            let mut p = at("bindings");
+            p.push(K(key));
+            c.expr(source, &p, &invoke_scope, "");
+        }
+    }
+}
+
+/// `invoke: "<tool>:<action>"` must name an existing tool and action.
+fn check_invoke(c: &mut Checker, source: &Source, path: &[Seg], target: &str, around: &Around) {
+    let pos = pos_at(&source.node, path);
+    let Some((tool_ref, action)) = target.split_once(':') else {
+        c.error(
+            source,
+            pos,
+            format!("`invoke` must be `<tool>:<action>`, found `{target}`"),
+        );
+        return;
+    };
+    let (ns, name) = tool_ref
+        .split_once('/')
+        .unwrap_or((around.namespace, tool_ref));
+    let Some(tool) = c.config.tool(ns, name) else {
+        c.error(
+            source,
+            pos,
+            format!("`invoke` names tool `{ns}/{name}`, which does not exist"),
+        );
+        return;
+    };
+    if !tool.value.actions.iter().any(|a| a.name == action) {
+        let names: Vec<&str> = tool.value.actions.iter().map(|a| a.name.as_str()).collect();
+        let hint = did_you_mean(action, names.iter().copied())
+            .map(|s| format!("; did you mean `{s}`?"))
+            .unwrap_or_default();
+        c.error(
+            source,
+            pos,
+            format!(
+                "`invoke` names action `{action}`, which tool `{ns}/{name}` does not have{hint}"
+            ),
+        );
+    }
+    let _ = node_at(&source.node, path);
+}

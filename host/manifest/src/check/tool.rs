@@ -1,0 +1,247 @@
+//! Tools: one backend per action, one receive type per event, timeouts, expressions and
+//! templates of every runtime, components.
+
+use std::collections::HashMap;
+
+use super::{Checker, I, K, Seg, key_pos, pos_at, scopes};
+use crate::load::{Loaded, Source};
+use crate::model::Tool;
+use crate::model::tool::HttpRequest;
+
+const BACKENDS: &str = "cel, stateless_http, stateful_session, openapi, mcp, kubernetes_job, wasm";
+
+pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
+    let tool = &doc.value;
+    let src = &doc.source;
+    unique_names(
+        c,
+        src,
+        "action",
+        tool.actions.iter().map(|a| a.name.as_str()),
+        "actions",
+    );
+    unique_names(
+        c,
+        src,
+        "event",
+        tool.events.iter().map(|e| e.name.as_str()),
+        "events",
+    );
+    if tool.wasm.is_some() {
+        c.component(src, &[K("wasm"), K("component")]);
+    }
+    if let Some(shared) = &tool.stateless_http {
+        http(c, src, &[K("stateless_http")], shared, &scopes::HTTP);
+    }
+    for (i, action) in tool.actions.iter().enumerate() {
+        let path = [K("actions"), I(i)];
+        let backends = action
+            .execute
+            .as_ref()
+            .map(|e| e.backends())
+            .unwrap_or_default();
+        match backends.as_slice() {
+            [] if tool.wasm.is_some() => {}
+            [] => c.error(
+                src,
+                action.execute.as_ref().map_or_else(
+                    || pos_at(&src.node, &path),
+                    |_| pos_at(&src.node, &[K("actions"), I(i), K("execute")]),
+                ),
+                format!(
+                    "action `{}` has no `execute` backend; it needs exactly one of: {BACKENDS}",
+                    action.name
+                ),
+            ),
+            [_] => {}
+            several => c.error(
+                src,
+                key_pos(
+                    &src.node,
+                    &[K("actions"), I(i), K("execute"), K(several[1])],
+                ),
+                format!(
+                    "action `{}` has {} backends ({}); it needs exactly one",
+                    action.name,
+                    several.len(),
+                    several.join(", ")
+                ),
+            ),
+        }
+        let Some(execute) = &action.execute else {
+            continue;
+        };
+        let exec = |key: &'static str| [K("actions"), I(i), K("execute"), K(key)];
+        if execute.cel.is_some() {
+            let mut p = exec("cel").to_vec();
+            p.push(K("expression"));
+            c.expr(src, &p, &scopes::CEL_TOOL, "");
+        }
+        if let Some(req) = &execute.stateless_http {
+            http(c, src, &exec("stateless_http"), req, &scopes::HTTP);
+            if req.url.is_none() && tool.stateless_http.as_ref().is_none_or(|s| s.url.is_none()) {
+                c.error(
+                    src,
+                    pos_at(&src.node, &exec("stateless_http")),
+                    format!("action `{}`: `stateless_http` needs a `url` (here or in the tool's shared block)", action.name),
+                );
+            }
+        }
+        if let Some(session) = &execute.stateful_session {
+            let parts = [
+                ("create", &session.create),
+                ("initialize", &session.initialize),
+                ("execute", &session.execute),
+                ("destroy", &session.destroy),
+                ("teardown", &session.teardown),
+            ];
+            for (name, req) in parts {
+                if let Some(req) = req {
+                    let mut p = exec("stateful_session").to_vec();
+                    p.push(K(name));
+                    http(c, src, &p, req, &scopes::HTTP);
+                }
+            }
+        }
+        if execute.wasm.is_some() {
+            let mut p = exec("wasm").to_vec();
+            p.push(K("component"));
+            c.component(src, &p);
+        }
+    }
+    for (i, event) in tool.events.iter().enumerate() {
+        let path = |key: &'static str| [K("events"), I(i), K(key)];
+        c.template(src, &path("message"), &scopes::EVENT_MESSAGE);
+        if let (Some(t), Some(max)) = (event.timeout, event.max_timeout)
+            && max < t
+        {
+            c.error(
+                src,
+                pos_at(&src.node, &path("max_timeout")),
+                format!(
+                    "`max_timeout` ({max}) is shorter than `timeout` ({t}) of event `{}`",
+                    event.name
+                ),
+            );
+        }
+        let kinds = event.receive.kinds();
+        match kinds.as_slice() {
+            [_] => {}
+            [] => c.error(
+                src,
+                pos_at(&src.node, &path("receive")),
+                format!("event `{}` needs exactly one receive type (webhook, subscription or poll); it has none", event.name),
+            ),
+            several => c.error(
+                src,
+                key_pos(&src.node, &[K("events"), I(i), K("receive"), K(several[1])]),
+                format!(
+                    "event `{}` needs exactly one receive type; it has {}",
+                    event.name,
+                    several.join(" and ")
+                ),
+            ),
+        }
+        let recv = |kind: &'static str, key: &'static str| {
+            vec![K("events"), I(i), K("receive"), K(kind), K(key)]
+        };
+        if let Some(hook) = &event.receive.webhook {
+            c.expr(src, &recv("webhook", "filter"), &scopes::FILTER, "");
+            c.template(src, &recv("webhook", "secret"), &scopes::SECRET);
+            if hook.filter_component.is_some() {
+                c.component(src, &recv("webhook", "filter_component"));
+            }
+        }
+        if let Some(sub) = &event.receive.subscription {
+            c.expr(src, &recv("subscription", "filter"), &scopes::FILTER, "");
+            http(
+                c,
+                src,
+                &recv("subscription", "subscribe"),
+                &sub.subscribe,
+                &scopes::SUBSCRIBE,
+            );
+            http(
+                c,
+                src,
+                &recv("subscription", "unsubscribe"),
+                &sub.unsubscribe,
+                &scopes::UNSUBSCRIBE,
+            );
+        }
+        if event.receive.poll.is_some() {
+            c.expr(src, &recv("poll", "filter"), &scopes::FILTER, "");
+            c.expr(src, &recv("poll", "detect"), &scopes::POLL_DETECT, "");
+            c.template(src, &recv("poll", "url"), &scopes::POLL_REQUEST);
+            c.templates_in(src, &recv("poll", "headers"), &scopes::POLL_REQUEST);
+        }
+    }
+    settings_configured(c, src, tool);
+}
+
+/// Templates of one HTTP request.
+fn http(
+    c: &mut Checker,
+    src: &Source,
+    path: &[Seg],
+    req: &HttpRequest,
+    scope: &agentmesh_expr::Scope,
+) {
+    let sub = |key: &'static str| {
+        let mut p = path.to_vec();
+        p.push(K(key));
+        p
+    };
+    if req.url.is_some() {
+        c.template(src, &sub("url"), scope);
+    }
+    if req.headers.is_some() {
+        c.templates_in(src, &sub("headers"), scope);
+    }
+    if req.body.is_some() {
+        c.templates_in(src, &sub("body"), scope);
+    }
+}
+
+fn unique_names<'a>(
+    c: &mut Checker,
+    src: &Source,
+    what: &str,
+    names: impl Iterator<Item = &'a str>,
+    list: &'static str,
+) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        if let Some(first) = seen.get(name) {
+            let message = format!("duplicate {what} name `{name}` (also {list}[{first}])");
+            c.error(src, pos_at(&src.node, &[K(list), I(i), K("name")]), message);
+        } else {
+            seen.insert(name, i);
+        }
+    }
+}
+
+/// A setting without a default that the host config does not provide: a warning, since a
+/// bundle's tool may be loaded before its operator configures it.
+fn settings_configured(c: &mut Checker, src: &Source, tool: &Tool) {
+    let Some(settings) = &tool.settings else {
+        return;
+    };
+    let host = c.config.host_config();
+    let configured = host
+        .settings
+        .get(&tool.namespace)
+        .and_then(|ns| ns.get(&tool.name));
+    for (name, prop) in &settings.properties {
+        if prop.default.is_none() && !configured.is_some_and(|s| s.contains_key(name)) {
+            c.warning(
+                src,
+                key_pos(&src.node, &[K("settings"), K("properties"), K(name)]),
+                format!(
+                    "setting `{name}` has no default and the host config does not set `settings.{}.{}.{name}`",
+                    tool.namespace, tool.name
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Manifests of agentmesh: typed models of every kind, the config-dir loader and the validator.
+//!
+//! - [`model`]: strict serde models of the agent, tool, trigger, schedule, bundle-descriptor
+//!   and host-config kinds, each with a JSON Schema ([`model::Kind::schema`]);
+//! - [`load`]: reads a config dir (every `*.yaml`/`*.yml`, several documents per file) into a
+//!   [`Config`], checking each document's shape against its schema first so that every problem
+//!   is reported with its line and column ([`yaml`] keeps the positions);
+//! - [`check`]: everything the shape cannot show — references between documents, CEL and
+//!   templates compiled and scope-checked, exactly-one rules, files that must exist;
+//! - [`validate`]: both, as `agentmesh validate` runs them.
+//!
+//! ```no_run
+//! let report = agentmesh_manifest::validate(std::path::Path::new("examples/quickstart"));
+//! for d in &report.diagnostics {
+//!     eprintln!("{d}");
+//! }
+//! ```
+
+pub mod check;
+mod diag;
+pub mod load;
+pub mod model;
+mod shape;
+mod suggest;
+pub mod yaml;
+
+use std::path::Path;
+
+pub use check::Summary;
+pub use diag::{Diagnostic, Severity};
+pub use load::{Config, Loaded, Source};
+
+/// The outcome of validating a config dir.
+#[derive(Debug)]
+pub struct Report {
+    /// What loaded cleanly.
+    pub config: Config,
+    /// Counts for the `ok:` line.
+    pub summary: Summary,
+    /// Every problem, sorted by file and position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Report {
+    /// Whether any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Loads and checks `path` (a config dir or one file), reading environment variables from the
+/// process.
+pub fn validate(path: &Path) -> Report {
+    validate_with_env(path, &|name| std::env::var(name).ok())
+}
+
+/// [`validate`] with an injected environment.
+pub fn validate_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
+    let (config, mut diagnostics) = load::load(path);
+    let (summary, more) = check::validate(&config, env);
+    diagnostics.extend(more);
+    diagnostics.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
+    diagnostics.dedup();
+    Report {
+        config,
+        summary,
+        diagnostics,
+    }
+}

@@ -1,0 +1,29 @@
+//! `kind: commonagents.info/v1/bundledescription`: the optional first document of a bundle.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Describes the multi-document file it heads.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BundleDescriptor {
+    /// `commonagents.info/v1/bundledescription`.
+    pub kind: String,
+    /// Display name.
+    pub name: String,
+    /// Markdown description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Who maintains it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// Semantic version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Home page or repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Tool `settings` keys to collect before import.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_settings: Vec<String>,
+}

@@ -1,0 +1,357 @@
+//! Pieces shared by several kinds: durations, JSON-Schema parameters, middleware steps,
+//! component references and values read from the environment.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use indexmap::IndexMap;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// A duration written as whole numbers with units, e.g. `30s`, `15m`, `2h`, `1h30m`, `7d`,
+/// `500ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(into = "String")]
+pub struct Duration(pub std::time::Duration);
+
+impl Duration {
+    /// Parses `30s`, `2h`, `1h30m`, `500ms`, `7d`.
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        let bad = || format!("`{text}` is not a duration (write e.g. 30s, 15m, 2h, 1h30m, 7d)");
+        let mut total: u64 = 0;
+        let mut rest = text.trim();
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        while !rest.is_empty() {
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            if digits == 0 {
+                return Err(bad());
+            }
+            let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+            rest = &rest[digits..];
+            let unit_len = rest.chars().take_while(char::is_ascii_alphabetic).count();
+            let millis: u64 = match &rest[..unit_len] {
+                "ms" => 1,
+                "s" => 1_000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                _ => return Err(bad()),
+            };
+            rest = &rest[unit_len..];
+            total = n
+                .checked_mul(millis)
+                .and_then(|v| total.checked_add(v))
+                .ok_or_else(bad)?;
+        }
+        Ok(Duration(std::time::Duration::from_millis(total)))
+    }
+}
+
+impl fmt::Display for Duration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        match ms {
+            0 => f.write_str("0s"),
+            _ if ms.is_multiple_of(86_400_000) => write!(f, "{}d", ms / 86_400_000),
+            _ if ms.is_multiple_of(3_600_000) => write!(f, "{}h", ms / 3_600_000),
+            _ if ms.is_multiple_of(60_000) => write!(f, "{}m", ms / 60_000),
+            _ if ms.is_multiple_of(1_000) => write!(f, "{}s", ms / 1_000),
+            _ => write!(f, "{ms}ms"),
+        }
+    }
+}
+
+impl From<Duration> for String {
+    fn from(d: Duration) -> String {
+        d.to_string()
+    }
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Duration::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Duration {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "format": "duration",
+            "description": "A duration: whole numbers with units ms, s, m, h, d, e.g. `30s`, `2h`, `1h30m`.",
+            "pattern": "^([0-9]+(ms|s|m|h|d))+$"
+        })
+    }
+}
+
+/// A byte size: a whole number of bytes, or a number with a unit (`64MiB`, `512KiB`, `1GiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "u64")]
+pub struct ByteSize(pub u64);
+
+impl From<ByteSize> for u64 {
+    fn from(b: ByteSize) -> u64 {
+        b.0
+    }
+}
+
+impl ByteSize {
+    /// Parses `64MiB`, `512KiB`, `1GiB`, `1000`, `10MB`.
+    pub fn parse(text: &str) -> Result<ByteSize, String> {
+        let t = text.trim();
+        let digits = t.chars().take_while(char::is_ascii_digit).count();
+        let n: u64 = t[..digits]
+            .parse()
+            .map_err(|_| format!("`{text}` is not a size (write e.g. 64MiB)"))?;
+        let mult: u64 = match t[digits..].trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "KB" | "kB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            _ => return Err(format!("`{text}` is not a size (write e.g. 64MiB)")),
+        };
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Number(n) => n
+                .as_u64()
+                .map(ByteSize)
+                .ok_or_else(|| serde::de::Error::custom("a size is a whole number of bytes")),
+            Value::String(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+            _ => Err(serde::de::Error::custom(
+                "a size is a number or a string like 64MiB",
+            )),
+        }
+    }
+}
+
+impl JsonSchema for ByteSize {
+    fn schema_name() -> Cow<'static, str> {
+        "ByteSize".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": ["integer", "string"],
+            "format": "byte-size",
+            "description": "A size in bytes, or with a unit: `64MiB`, `512KiB`, `1GiB`."
+        })
+    }
+}
+
+/// A JSON Schema describing parameters or settings:
+/// ```yaml
+/// parameters:
+///   type: object
+///   properties:
+///     owner: {type: string, require_binding: true}
+///     branch: {type: string, default: main}
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParameterSchema {
+    /// Always `object` when present.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub schema_type: Option<String>,
+    /// Shown in UIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The parameters, in order.
+    #[serde(default)]
+    pub properties: IndexMap<String, Property>,
+    /// JSON Schema's own list of required names; a property without a `default` is required
+    /// anyway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<String>,
+}
+
+/// One parameter or setting. A property without `default` is required.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Property {
+    /// `string`, `number`, `integer`, `boolean`, `object` or `array`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub schema_type: Option<PropertyType>,
+    /// What the parameter means; the LLM sees it for action parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A label for UIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The value used when none is given; its presence makes the property optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    /// Every agent using the tool must bind this parameter.
+    #[serde(default, rename = "require_binding")]
+    pub require_binding: bool,
+    /// `password` (masked in UIs), `uri`, `date-time`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// The allowed values.
+    #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<Vec<Value>>,
+    /// The only allowed value.
+    #[serde(default, rename = "const", skip_serializing_if = "Option::is_none")]
+    pub constant: Option<Value>,
+    /// Element schema, for arrays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Box<Property>>,
+    /// Member schemas, for objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<IndexMap<String, Property>>,
+    /// Required member names, for objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<Vec<String>>,
+    /// Whether objects may carry other members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_properties: Option<Value>,
+    /// Numeric bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<f64>,
+    /// Numeric bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<f64>,
+    /// String length bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_length: Option<u64>,
+    /// String length bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+    /// Array length bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_items: Option<u64>,
+    /// Array length bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<u64>,
+    /// A regular expression strings must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// Example values, for documentation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examples: Option<Vec<Value>>,
+}
+
+/// A JSON Schema type name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PropertyType {
+    /// Text.
+    String,
+    /// Any number.
+    Number,
+    /// A whole number.
+    Integer,
+    /// true or false.
+    Boolean,
+    /// A map.
+    Object,
+    /// A list.
+    Array,
+    /// null.
+    Null,
+}
+
+impl ParameterSchema {
+    /// Whether `name` is one of the properties.
+    pub fn has(&self, name: &str) -> bool {
+        self.properties.contains_key(name)
+    }
+}
+
+/// One middleware or guardrail step: exactly one of `assert`, `invoke`, `transform`, `wasm`.
+/// ```yaml
+/// - assert: "context.capabilities['github_pr'].count_successful < 20"
+///   error_message: "Action limit reached for this session."
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MiddlewareStep {
+    /// CEL that must be true.
+    #[serde(default, rename = "assert", skip_serializing_if = "Option::is_none")]
+    pub assert_expr: Option<String>,
+    /// `"<tool>:<action>"`: call another tool's action (no middleware runs on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invoke: Option<String>,
+    /// CEL whose value replaces what the LLM sees (or the event's input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
+    /// A custom middleware component (this host's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmStep>,
+    /// Only run for this action name.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub match_action: Option<String>,
+    /// CEL: skip the step unless true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// `{…}` template returned to the LLM when the step fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// What a failure does; defaults to `block` for capability middleware and `lock_task` for
+    /// guardrails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_fail: Option<OnFail>,
+    /// Parameters of an `invoke` step: name → CEL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bindings: Option<IndexMap<String, String>>,
+}
+
+/// A custom middleware step run by a component of the `middleware-plugin` world.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WasmStep {
+    /// Path of the component, relative to the manifest.
+    pub component: String,
+    /// Passed to the component as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+    /// Memory limit for the component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<ByteSize>,
+    /// Wall-clock limit per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+}
+
+/// The failure policy of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFail {
+    /// Return the error to the LLM; the call does not run.
+    Block,
+    /// Ignore the failure and go on.
+    Continue,
+    /// Terminate the task.
+    LockTask,
+}
+
+/// A value given literally or read from an environment variable at start:
+/// `secret: {env: GITHUB_WEBHOOK_SECRET}`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum EnvValue {
+    /// Read from this environment variable.
+    Env {
+        /// The variable's name.
+        env: String,
+    },
+    /// The value itself.
+    Literal(Value),
+}

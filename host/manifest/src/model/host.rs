@@ -1,0 +1,190 @@
+//! `kind: agentmesh/v1/host`: the host's own configuration. Every field is optional.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ByteSize, Duration, EnvValue};
+
+/// The host configuration (at most one per config dir).
+/// ```yaml
+/// kind: agentmesh/v1/host
+/// listen: 127.0.0.1:8080
+/// data_dir: .agentmesh
+/// sources:
+///   github: {signature: github, secret: {env: GITHUB_TRIGGER_SECRET}}
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// `agentmesh/v1/host`.
+    pub kind: String,
+    /// Address `serve` binds; a non-loopback address requires `api_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// The store, mounts and compiled-component cache (relative to the config dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
+    /// The model of agents that name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_model: Option<String>,
+    /// Bearer tokens for the task API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_tokens: Vec<ApiToken>,
+    /// Tool settings: namespace → tool → key → value.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub settings: IndexMap<String, IndexMap<String, IndexMap<String, EnvValue>>>,
+    /// Receive runtimes named by trigger `source.type`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub sources: IndexMap<String, SourceConfig>,
+    /// LLM provider endpoints by provider name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub models: IndexMap<String, ModelProvider>,
+    /// The workspace mount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<MountConfig>,
+    /// Bounds on triggers, wakeups and webhooks.
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+/// A bearer token of the task API.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// Who the token authenticates, e.g. `user:ops@example.com`.
+    pub subject: String,
+    /// What it may do.
+    pub role: Role,
+    /// The environment variable holding the token.
+    pub env: String,
+}
+
+/// An API role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Own tasks only.
+    AgentUser,
+    /// Read everything, change nothing.
+    ReadOnly,
+}
+
+/// A server-side receive runtime for triggers.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// How deliveries are authenticated.
+    pub signature: SignatureScheme,
+    /// The HMAC secret, for `github` and `standard-webhooks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<EnvValue>,
+    /// Accepted bearer tokens, for `bearer`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<SourceToken>,
+}
+
+/// A signature scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SignatureScheme {
+    /// `X-Hub-Signature-256: sha256=<hex HMAC>`.
+    Github,
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC>`.
+    StandardWebhooks,
+    /// `Authorization: Bearer <token>`.
+    Bearer,
+}
+
+/// A bearer token of a source.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceToken {
+    /// Recorded as the fire's `auth_subject`.
+    pub subject: String,
+    /// The environment variable holding the token.
+    pub env: String,
+}
+
+/// An LLM provider endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelProvider {
+    /// The API root, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<EnvValue>,
+    /// Per-request timeout (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// Retries on 429 and 5xx (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+}
+
+/// The workspace mount.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    /// Only `file` in this host.
+    pub backend: MountBackend,
+    /// Where files are stored (relative to the config dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// Prefix templates with `{namespace}`, `{agent}`, `{task}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefixes: Option<PathPrefixes>,
+}
+
+/// A mount backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MountBackend {
+    /// Files under `root`.
+    File,
+}
+
+/// The spec's prefix templates.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathPrefixes {
+    /// e.g. `/{namespace}/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// e.g. `/{namespace}/{agent}/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// e.g. `/{namespace}/{agent}/{task}/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+}
+
+/// Bounds from the triggers spec; each overridable.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Lifetime of self-schedules and API-created schedules (default 168h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_ttl: Option<Duration>,
+    /// How far ahead a wakeup may be (default 168h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wakeup_horizon: Option<Duration>,
+    /// Pending wakeups per task (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wakeups_per_task: Option<u32>,
+    /// Fires per trigger per hour (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_max_per_hour: Option<u32>,
+    /// Trigger-fired turns per user per day (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggered_turns_per_user_per_day: Option<u32>,
+    /// How long delivery ids are remembered (default 720h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_window: Option<Duration>,
+    /// Largest webhook body (default 25 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<ByteSize>,
+}

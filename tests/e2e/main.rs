@@ -1,0 +1,6 @@
+//! End-to-end tests: the real `agentmesh` binary, driven as a user would.
+
+// Test code may panic: a panic is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cli;
