@@ -20,7 +20,11 @@ fn main() {
     let manifests = generate(&dir);
 
     let report = agentmesh_manifest::validate(&dir);
-    assert!(!report.has_errors(), "generated config is invalid: {:?}", report.diagnostics.first());
+    assert!(
+        !report.has_errors(),
+        "generated config is invalid: {:?}",
+        report.diagnostics.first()
+    );
     let s = &report.summary;
     assert_eq!(s.agents + s.tools + s.triggers + s.schedules, manifests);
 
@@ -37,8 +41,16 @@ fn main() {
         assert!(out.status.success());
     });
     println!("validate: {manifests} manifests in {FILES} files");
-    println!("  in process        median {:>8.1} ms   min {:>8.1} ms", ms(in_process.0), ms(in_process.1));
-    println!("  agentmesh command median {:>8.1} ms   min {:>8.1} ms", ms(command.0), ms(command.1));
+    println!(
+        "  in process        median {:>8.1} ms   min {:>8.1} ms",
+        ms(in_process.0),
+        ms(in_process.1)
+    );
+    println!(
+        "  agentmesh command median {:>8.1} ms   min {:>8.1} ms",
+        ms(command.0),
+        ms(command.1)
+    );
     println!(
         "  per manifest      {:.1} µs (in process, median)",
         in_process.0.as_secs_f64() * 1e6 / manifests as f64

@@ -54,6 +54,22 @@ pub fn validate(path: &Path) -> Report {
     validate_with_env(path, &|name| std::env::var(name).ok())
 }
 
+/// Loads and checks the text of one manifest file, as [`validate`] does for each file of a
+/// config dir (no file is read; relative paths resolve against the current directory). For
+/// editors, fuzzing and property tests.
+pub fn validate_text(
+    text: &str,
+    file: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Diagnostic> {
+    let mut config = Config::default();
+    let mut diagnostics = Vec::new();
+    load::load_text(text, file, Path::new("."), &mut config, &mut diagnostics);
+    let (_, more) = check::validate(&config, env);
+    diagnostics.extend(more);
+    diagnostics
+}
+
 /// [`validate`] with an injected environment.
 pub fn validate_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
     let (config, mut diagnostics) = load::load(path);

@@ -175,7 +175,7 @@ impl<'a> Walker<'a> {
         // All branches are string constants: an enum (e.g. unit variants with docs).
         let consts: Option<Vec<String>> = resolved
             .iter()
-            .map(|b| allowed_strings(b))
+            .map(|b| self.string_consts(b))
             .collect::<Option<Vec<_>>>()
             .map(|v| v.concat());
         if let Some(allowed) = consts {
@@ -185,7 +185,7 @@ impl<'a> Walker<'a> {
         let compatible: Vec<&Value> = resolved
             .iter()
             .copied()
-            .filter(|b| b.get("type").is_none_or(|t| type_matches(node, t)))
+            .filter(|b| self.accepts_type(node, b, 0))
             .collect();
         let mut first_errors = None;
         for branch in &compatible {
@@ -201,7 +201,7 @@ impl<'a> Walker<'a> {
             None => {
                 let expected: Vec<String> = resolved
                     .iter()
-                    .map(|b| match allowed_strings(b) {
+                    .map(|b| match self.string_consts(b) {
                         Some(v) => v
                             .iter()
                             .map(|s| format!("`{s}`"))
@@ -221,6 +221,42 @@ impl<'a> Walker<'a> {
                 });
             }
         }
+    }
+
+    /// The strings a schema allows when it is a constant, an enum, or alternatives of those.
+    fn string_consts(&self, schema: &Value) -> Option<Vec<String>> {
+        if let Some(v) = allowed_strings(schema) {
+            return Some(v);
+        }
+        let branches = schema
+            .get("oneOf")
+            .or_else(|| schema.get("anyOf"))?
+            .as_array()?;
+        branches
+            .iter()
+            .map(|b| allowed_strings(self.resolve(b)))
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
+    }
+
+    /// Whether `schema` could accept a node of this type (nested alternatives included).
+    fn accepts_type(&self, node: &Node, schema: &Value, depth: usize) -> bool {
+        let schema = self.resolve(schema);
+        if let Some(t) = schema.get("type") {
+            return type_matches(node, t);
+        }
+        if let Some(branches) = schema
+            .get("anyOf")
+            .or_else(|| schema.get("oneOf"))
+            .and_then(Value::as_array)
+        {
+            return depth > 4
+                || branches
+                    .iter()
+                    .any(|b| self.accepts_type(node, b, depth + 1));
+        }
+        // An untyped enum of strings only ever accepts a string.
+        allowed_strings(schema).is_none() || node.as_str().is_some()
     }
 
     fn enum_check(&self, node: &Node, allowed: &[String], path: &[String], out: &mut Vec<Problem>) {

@@ -55,7 +55,6 @@ impl fmt::Display for Duration {
         let ms = self.0.as_millis();
         match ms {
             0 => f.write_str("0s"),
-            _ if ms.is_multiple_of(86_400_000) => write!(f, "{}d", ms / 86_400_000),
             _ if ms.is_multiple_of(3_600_000) => write!(f, "{}h", ms / 3_600_000),
             _ if ms.is_multiple_of(60_000) => write!(f, "{}m", ms / 60_000),
             _ if ms.is_multiple_of(1_000) => write!(f, "{}s", ms / 1_000),

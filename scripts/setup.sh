@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds everything on a fresh machine — the wasm32-wasip2 target, the host in release, the
+# guest components — then runs the main job on the quickstart example.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rustup target add wasm32-wasip2
+cargo build --release --workspace
+if [ -f guests/Cargo.toml ]; then
+  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml
+fi
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+"$target_dir/release/agentmesh" validate examples/quickstart
