@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything on a fresh machine — the wasm32-wasip2 target, the host in release, the
-# guest components — then runs the main job on the quickstart example.
+# guest components — then runs the main job on the quickstart example: a task of
+# `demo/assistant`, offline, with the scripted model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,3 +13,5 @@ fi
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 "$target_dir/release/agentmesh" validate examples/quickstart
+"$target_dir/release/agentmesh" run examples/quickstart --agent demo/assistant \
+  -m "What is 6 × 7?" --data "$(mktemp -d)"

@@ -19,6 +19,10 @@ struct Cli {
 enum Command {
     /// Load and check every manifest, expression and component of a config dir.
     Validate(commands::validate::Args),
+    /// Run one task in-process to idle or termination and print its answer.
+    Run(commands::run::Args),
+    /// Print a task's event log, one JSON object a line.
+    Events(commands::events::Args),
     /// Print the JSON Schema of a manifest kind.
     Schema(commands::schema::Args),
 }
@@ -28,6 +32,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => commands::validate::execute(&args),
+        Command::Run(args) => commands::run::execute(&args),
+        Command::Events(args) => commands::events::execute(&args),
         Command::Schema(args) => commands::schema::execute(&args),
     };
     match result {

@@ -6,14 +6,44 @@ use std::fmt;
 use cel::Value;
 use serde_json::Value as Json;
 
+use std::sync::Arc;
+
+use cel::common::ast::Expr;
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
+
 use crate::Expression;
-use crate::env::ROOT;
+use crate::env::{Hooks, MountIo, host_context, with_hooks};
 
 /// The variables one evaluation sees (`context`, `input`, `event`, …), converted to CEL once so
 /// that every step and filter of an activation runs against the same values.
 #[derive(Default, Clone)]
 pub struct Activation {
-    vars: BTreeMap<String, Value>,
+    vars: BTreeMap<String, Bound>,
+    hooks: Hooks,
+}
+
+/// A JSON value converted to CEL once, to bind in several activations (the task context is
+/// large; converting it is the expensive part of an evaluation).
+#[derive(Clone, Debug)]
+pub struct Bound(Arc<dyn Val>);
+
+impl Bound {
+    /// Converts `value`.
+    pub fn new(value: Json) -> Bound {
+        let value = cel::to_value(value).unwrap_or(Value::Null);
+        let val: Box<dyn Val> = match Box::<dyn Val>::try_from(value) {
+            Ok(v) => v,
+            Err(_) => Box::new(cel::common::types::CelNull),
+        };
+        Bound(Arc::from(val))
+    }
+}
+
+impl VariableResolver for Activation {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        self.vars.get(variable).map(|v| CowVal::Borrowed(&*v.0))
+    }
 }
 
 /// Why an evaluation failed. A missing map key is such an error: callers that gate access
@@ -40,17 +70,33 @@ impl Activation {
 
     /// Binds `name` to a JSON value, replacing any earlier binding.
     pub fn set(&mut self, name: &str, value: Json) -> &mut Self {
-        let value = cel::to_value(value).unwrap_or(Value::Null);
-        self.vars.insert(name.to_owned(), value);
+        self.vars.insert(name.to_owned(), Bound::new(value));
         self
     }
 
     /// Binds `name` and its alias (`context` and `c`, `input` and `i`, …) to one value.
     pub fn set_aliased(&mut self, name: &str, alias: &str, value: Json) -> &mut Self {
-        self.set(name, value);
-        if let Some(v) = self.vars.get(name).cloned() {
-            self.vars.insert(alias.to_owned(), v);
-        }
+        self.set_bound(name, alias, &Bound::new(value))
+    }
+
+    /// Binds `name` and `alias` to an already converted value.
+    pub fn set_bound(&mut self, name: &str, alias: &str, value: &Bound) -> &mut Self {
+        self.vars.insert(name.to_owned(), value.clone());
+        self.vars.insert(alias.to_owned(), value.clone());
+        self
+    }
+}
+
+impl Activation {
+    /// Gives `mount.read`/`mount.write` the agent's mount.
+    pub fn set_mount(&mut self, mount: Arc<dyn MountIo>) -> &mut Self {
+        self.hooks.mount = Some(mount);
+        self
+    }
+
+    /// Records the decision of `review(reviewer)` for the evaluations that follow.
+    pub fn set_review(&mut self, reviewer: &str, approve: bool) -> &mut Self {
+        self.hooks.reviews.insert(reviewer.to_owned(), approve);
         self
     }
 }
@@ -58,14 +104,49 @@ impl Activation {
 impl Expression {
     /// Evaluates the expression and converts the result to JSON.
     pub fn evaluate(&self, activation: &Activation) -> Result<Json, EvalError> {
-        let mut ctx = ROOT.new_inner_scope();
-        for (name, value) in &activation.vars {
-            ctx.add_variable_from_value(name.as_str(), value.clone());
-        }
-        let value = self.program().execute(&ctx).map_err(|e| EvalError {
-            message: e.to_string(),
-        })?;
+        let mut ctx = host_context();
+        ctx.set_variable_resolver(activation);
+        let value =
+            with_hooks(&activation.hooks, || self.program().execute(&ctx)).map_err(|e| {
+                EvalError {
+                    message: e.to_string(),
+                }
+            })?;
         to_json(&value)
+    }
+
+    /// Whether the expression reads the root variable `name`.
+    pub fn uses(&self, name: &str) -> bool {
+        self.roots().iter().any(|r| r.name == name)
+    }
+
+    /// Whether the expression calls `review(…)`.
+    pub fn calls_review(&self) -> bool {
+        self.calls().iter().any(|c| c.name == "review")
+    }
+
+    /// The reviewers the expression's `review(user)` calls name, evaluated in `activation`:
+    /// the engine obtains their decisions (suspending the task) before evaluating the whole.
+    pub fn reviewers(&self, activation: &Activation) -> Result<Vec<String>, EvalError> {
+        let mut ctx = host_context();
+        ctx.set_variable_resolver(activation);
+        let mut args = Vec::new();
+        review_args(self.program().expression(), &mut args);
+        let mut out = Vec::new();
+        for arg in args {
+            match ctx.resolve(arg).map_err(|e| EvalError {
+                message: e.to_string(),
+            })? {
+                Value::String(s) => out.push(s.to_string()),
+                other => {
+                    return Err(EvalError {
+                        message: format!("review() takes a user id string, got {other:?}"),
+                    });
+                }
+            }
+        }
+        out.dedup();
+        Ok(out)
     }
 
     /// Evaluates the expression as a condition: true only for the boolean `true`.
@@ -76,6 +157,31 @@ impl Expression {
                 message: format!("expected a boolean, got {}", kind_of(&other)),
             }),
         }
+    }
+}
+
+/// The argument of every `review(x)` call in the tree.
+fn review_args<'a>(expr: &'a cel::IdedExpr, out: &mut Vec<&'a cel::IdedExpr>) {
+    match &expr.expr {
+        Expr::Call(call) => {
+            if call.func_name == "review" && call.target.is_none() && call.args.len() == 1 {
+                out.extend(call.args.first());
+            }
+            if let Some(t) = &call.target {
+                review_args(t, out);
+            }
+            for a in &call.args {
+                review_args(a, out);
+            }
+        }
+        Expr::Select(s) => review_args(&s.operand, out),
+        Expr::List(l) => l.elements.iter().for_each(|e| review_args(e, out)),
+        Expr::Comprehension(c) => {
+            review_args(&c.iter_range, out);
+            review_args(&c.loop_step, out);
+            review_args(&c.result, out);
+        }
+        _ => {}
     }
 }
 
@@ -156,6 +262,56 @@ mod tests {
             eval("c.user.id == context.user.id", &act).unwrap(),
             json!(true)
         );
+    }
+
+    #[test]
+    fn review_uses_the_decision_obtained_for_its_reviewer() {
+        let e = Expression::compile("input.amount < 10 || review(context.owner)").unwrap();
+        let mut act = Activation::new();
+        act.set("input", json!({"amount": 50}));
+        act.set("context", json!({"owner": "alice"}));
+        assert_eq!(e.reviewers(&act).unwrap(), ["alice"]);
+        assert!(e.evaluate(&act).is_err(), "no decision yet");
+        act.set_review("alice", false);
+        assert_eq!(e.evaluate(&act).unwrap(), json!(false));
+        act.set_review("alice", true);
+        assert_eq!(e.evaluate(&act).unwrap(), json!(true));
+    }
+
+    struct Files(std::sync::Mutex<BTreeMap<String, String>>);
+
+    impl MountIo for Files {
+        fn read(&self, path: &str) -> Result<String, String> {
+            self.0
+                .lock()
+                .unwrap()
+                .get(path)
+                .cloned()
+                .ok_or_else(|| format!("{path}: not found"))
+        }
+        fn write(&self, path: &str, content: &str) -> Result<String, String> {
+            self.0
+                .lock()
+                .unwrap()
+                .insert(path.to_owned(), content.to_owned());
+            Ok(content.to_owned())
+        }
+    }
+
+    #[test]
+    fn mount_functions_reach_the_hook() {
+        let mut act = Activation::new();
+        act.set(
+            "mount",
+            json!({"prefix": "/ns/agent/", "bucket": "", "backend": "file"}),
+        );
+        act.set_mount(Arc::new(Files(Default::default())));
+        let w = Expression::compile("mount.write('a.txt', 'hi')").unwrap();
+        assert_eq!(w.evaluate(&act).unwrap(), json!("hi"));
+        let r = Expression::compile("mount.read('a.txt') + '!'").unwrap();
+        assert_eq!(r.evaluate(&act).unwrap(), json!("hi!"));
+        let without = Activation::new();
+        assert!(r.evaluate(&without).is_err());
     }
 
     #[test]

@@ -30,10 +30,13 @@
 mod env;
 mod eval;
 mod expression;
+mod needs;
 mod scope;
 mod template;
 
-pub use eval::{Activation, EvalError};
+pub use env::MountIo;
+pub use eval::{Activation, Bound, EvalError};
 pub use expression::{CompileError, Expression, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef};
+pub use needs::Needs;
 pub use scope::{Scope, ScopeError};
 pub use template::{Segment, Template};

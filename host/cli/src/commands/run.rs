@@ -1,0 +1,139 @@
+//! `agentmesh run DIR --agent NS/NAME [-m TEXT] [--param K=V]... [--data DIR] [--user ID] [--json]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, Status, UserRef};
+use agentmesh_store::Store;
+use anyhow::{Context, bail};
+use serde_json::{Map, Value};
+
+/// Arguments of `run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The config dir.
+    dir: PathBuf,
+    /// The agent, `namespace/name`.
+    #[arg(long)]
+    agent: String,
+    /// The message.
+    #[arg(short = 'm', long = "message")]
+    message: Option<String>,
+    /// A parameter value, `KEY=VALUE` (VALUE is parsed as JSON when it is JSON).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// The data dir (default: the host config's `data_dir`, else `DIR/.agentmesh`).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The user the task runs for.
+    #[arg(long, default_value = "user:local")]
+    user: String,
+    /// Continue this task (from the same data dir) instead of starting a new one.
+    #[arg(long)]
+    task: Option<String>,
+    /// Print the task object instead of the answer.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs one task in-process to idle or termination: exit 0 idle, 2 terminated, 1 bad
+/// usage or config.
+pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+    let report = agentmesh_manifest::validate(&args.dir);
+    if report.has_errors() {
+        for d in &report.diagnostics {
+            eprintln!("{d}");
+        }
+        return Ok(ExitCode::from(1));
+    }
+    let env = |n: &str| std::env::var(n).ok();
+    let plan = Plan::build(&report.config, &env)?;
+    let data = super::data_dir(args.data.as_deref(), &report.config.base_dir(), &plan.host);
+    let store = Arc::new(
+        Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
+    );
+    let mount_root = data.join("mounts");
+    let options = EngineOptions {
+        mount_root,
+        // Nobody can answer a review during `run`: a review is denied at once.
+        review_timeout: Some(Duration::ZERO),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::new(plan, store, options);
+    let input = input(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let record = runtime.block_on(async {
+        let id = match &args.task {
+            Some(id) => {
+                engine.task(id)?;
+                if let Some(input) = &input {
+                    engine.submit(id, input, None)?;
+                }
+                id.clone()
+            }
+            None => {
+                let new = NewTask {
+                    agent: args.agent.clone(),
+                    input,
+                    user: UserRef {
+                        id: args.user.clone(),
+                        email: args
+                            .user
+                            .strip_prefix("user:")
+                            .filter(|u| u.contains('@'))
+                            .map(str::to_owned),
+                    },
+                };
+                engine.create_task(new).await?.id
+            }
+        };
+        anyhow::Ok(engine.run_until_idle(&id).await?)
+    })?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&engine.task_object(&record.id)?)?
+        );
+    } else {
+        match record.status() {
+            Status::Terminated => eprintln!(
+                "task {} terminated: {}",
+                record.id,
+                record
+                    .limit
+                    .clone()
+                    .or_else(|| record.reason.map(|r| format!("{r:?}")))
+                    .unwrap_or_default()
+            ),
+            _ => println!("{}", record.last_output_text().unwrap_or_default()),
+        }
+        eprintln!("task: {}", record.id);
+    }
+    Ok(if record.status() == Status::Terminated {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn input(args: &Args) -> anyhow::Result<Option<Value>> {
+    if args.message.is_none() && args.params.is_empty() {
+        return Ok(None);
+    }
+    let mut m = Map::new();
+    if let Some(text) = &args.message {
+        m.insert("message".into(), Value::String(text.clone()));
+    }
+    for p in &args.params {
+        let Some((k, v)) = p.split_once('=') else {
+            bail!("--param takes KEY=VALUE, got `{p}`");
+        };
+        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()));
+        m.insert(k.to_owned(), value);
+    }
+    Ok(Some(Value::Object(m)))
+}

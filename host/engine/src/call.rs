@@ -1,0 +1,303 @@
+//! One function call of the LLM: bindings → `before_first` → `before` → runtime → `after`,
+//! then statistics and allow lists.
+
+use agentmesh_expr::{Activation, Needs};
+use agentmesh_store::event::ToolCall;
+use agentmesh_store::now_rfc3339;
+use serde_json::{Map, Value, json};
+
+use crate::plan::{AgentPlan, CapabilityPlan, Target};
+use crate::runtime::{self, ActionResult};
+use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::task::{Outcome, TaskRecord};
+use crate::{Engine, Result};
+
+/// How a call ended, for the event log and the task.
+pub(crate) enum CallEnd {
+    /// The result the LLM sees.
+    Observation(Value),
+    /// Middleware refused the call: the reason the LLM sees.
+    Rejected(String),
+    /// The call failed; the LLM is told.
+    Error(String),
+    /// The task must end (`reason: error`).
+    Fatal(String),
+    /// A step said `lock_task`.
+    Locked(String),
+}
+
+/// An allow-list value: strings as they are, anything else as JSON text.
+pub(crate) fn allow_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs one call. The record's statistics, counters and allow lists are updated; the caller
+/// logs the outcome and commits.
+pub(crate) async fn run(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    call: &ToolCall,
+) -> Result<CallEnd> {
+    let Some(function) = agent.function(&call.name) else {
+        return Ok(CallEnd::Error(format!(
+            "there is no function `{}`",
+            call.name
+        )));
+    };
+    let cap = &agent.capabilities[function.capability];
+    let args = match &call.arguments {
+        Value::Object(m) => m.clone(),
+        Value::Null => Map::new(),
+        _ => return Ok(CallEnd::Error("arguments must be a JSON object".into())),
+    };
+    let input = match resolve_input(engine, agent, record, cap, function.action, args) {
+        Ok(i) => i,
+        Err(message) => {
+            record
+                .capabilities
+                .entry(call.name.clone())
+                .or_default()
+                .record(
+                    Outcome::Errored,
+                    call.arguments.clone(),
+                    json!({"error": message}),
+                    None,
+                );
+            return Ok(CallEnd::Error(message));
+        }
+    };
+    let action_name = match (&cap.target, function.action) {
+        (Target::Tool(t), Some(a)) => t.actions[a].name.clone(),
+        _ => call.name.clone(),
+    };
+    let mut vars = StepVars {
+        input: input.clone(),
+        output: None,
+        event: Value::Null,
+        guardrail: false,
+    };
+    let mut verdict = Verdict::Pass;
+    if !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty() {
+        record.before_first_done.insert(cap.key.clone());
+        verdict = steps::run(
+            engine,
+            agent,
+            record,
+            &cap.before_first,
+            Some(&action_name),
+            Phase::Before,
+            &mut vars,
+        )
+        .await?;
+    }
+    if matches!(verdict, Verdict::Pass) {
+        verdict = steps::run(
+            engine,
+            agent,
+            record,
+            &cap.before,
+            Some(&action_name),
+            Phase::Before,
+            &mut vars,
+        )
+        .await?;
+    }
+    record.invocations.push(call.name.clone());
+    record.history.push("capability".into());
+    match verdict {
+        Verdict::Pass => {}
+        Verdict::Block(reason) => {
+            restricted(record, &call.name, vars.input, &reason);
+            return Ok(CallEnd::Rejected(reason));
+        }
+        Verdict::Lock(reason) => {
+            restricted(record, &call.name, vars.input, &reason);
+            return Ok(CallEnd::Locked(reason));
+        }
+    }
+    let input = vars.input.clone();
+    let (result, child) = match (&cap.target, function.action) {
+        (Target::Tool(tool), Some(action)) => (
+            runtime::run_action(engine, agent, record, tool, action, &input).await,
+            None,
+        ),
+        (Target::Agent(child), _) => {
+            record.delegation_count += 1;
+            runtime::delegate(engine, record, child, input.clone()).await
+        }
+        (Target::Tool(tool), None) => (
+            ActionResult::Fatal(format!("tool `{}` has no such action", tool.id())),
+            None,
+        ),
+    };
+    grow_allow_list(record, cap, &input);
+    let output = match result {
+        ActionResult::Ok(v) => v,
+        ActionResult::Recoverable(e) => {
+            stats(
+                record,
+                &call.name,
+                Outcome::Errored,
+                input,
+                json!({"error": e}),
+                child.as_deref(),
+            );
+            return Ok(CallEnd::Error(e));
+        }
+        ActionResult::Fatal(e) => {
+            stats(
+                record,
+                &call.name,
+                Outcome::Errored,
+                input,
+                json!({"error": e}),
+                child.as_deref(),
+            );
+            return Ok(CallEnd::Fatal(e));
+        }
+    };
+    vars.output = Some(output.clone());
+    let verdict = steps::run(
+        engine,
+        agent,
+        record,
+        &cap.after,
+        Some(&action_name),
+        Phase::After,
+        &mut vars,
+    )
+    .await?;
+    match verdict {
+        Verdict::Pass => {
+            stats(
+                record,
+                &call.name,
+                Outcome::Successful,
+                input,
+                output.clone(),
+                child.as_deref(),
+            );
+            Ok(CallEnd::Observation(vars.output.unwrap_or(output)))
+        }
+        Verdict::Block(reason) => {
+            stats(
+                record,
+                &call.name,
+                Outcome::Restricted,
+                input,
+                output,
+                child.as_deref(),
+            );
+            Ok(CallEnd::Rejected(reason))
+        }
+        Verdict::Lock(reason) => {
+            stats(
+                record,
+                &call.name,
+                Outcome::Restricted,
+                input,
+                output,
+                child.as_deref(),
+            );
+            Ok(CallEnd::Locked(reason))
+        }
+    }
+}
+
+fn stats(
+    record: &mut TaskRecord,
+    name: &str,
+    outcome: Outcome,
+    input: Value,
+    output: Value,
+    child: Option<&str>,
+) {
+    record
+        .capabilities
+        .entry(name.to_owned())
+        .or_default()
+        .record(outcome, input, output, child);
+}
+
+fn restricted(record: &mut TaskRecord, name: &str, input: Value, reason: &str) {
+    stats(
+        record,
+        name,
+        Outcome::Restricted,
+        input,
+        json!({"error": reason}),
+        None,
+    );
+}
+
+/// The action's input: the LLM's arguments, defaults filled, bindings merged over them
+/// (bindings always win); required parameters must be present.
+fn resolve_input(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &TaskRecord,
+    cap: &CapabilityPlan,
+    action: Option<usize>,
+    mut args: Map<String, Value>,
+) -> std::result::Result<Value, String> {
+    let mut act = Activation::new();
+    if !cap.bindings.is_empty() {
+        let mut needs = Needs::default();
+        cap.bindings
+            .iter()
+            .for_each(|(_, e)| needs.add(e, &["context", "c"]));
+        act.set_aliased("context", "c", record.context_for(agent, &needs))
+            .set("runtime", engine.inner.options.runtime.clone())
+            .set("now", json!(now_rfc3339()));
+    }
+    for (name, expr) in &cap.bindings {
+        let value = expr
+            .evaluate(&act)
+            .map_err(|e| format!("binding `{name}` could not be evaluated: {e}"))?;
+        args.insert(name.clone(), value);
+    }
+    if let (Target::Tool(tool), Some(a)) = (&cap.target, action) {
+        let params = &tool.actions[a].parameters;
+        for (name, prop) in params {
+            if args.contains_key(name) {
+                continue;
+            }
+            match &prop.default {
+                Some(d) => {
+                    args.insert(name.clone(), d.clone());
+                }
+                None => return Err(format!("missing required argument `{name}`")),
+            }
+        }
+    }
+    Ok(Value::Object(args))
+}
+
+/// Adds every resolved parameter value to the tool's allow list, except sealed names.
+fn grow_allow_list(record: &mut TaskRecord, cap: &CapabilityPlan, input: &Value) {
+    let Target::Tool(tool) = &cap.target else {
+        return;
+    };
+    let Value::Object(values) = input else { return };
+    let id = tool.id();
+    let sealed = record.sealed.get(&id).cloned().unwrap_or_default();
+    let declared: Vec<&String> = tool
+        .actions
+        .iter()
+        .flat_map(|a| a.parameters.keys())
+        .collect();
+    let lists = record.allow_lists.entry(id).or_default();
+    for (name, value) in values {
+        if sealed.contains(name) || !declared.contains(&name) {
+            continue;
+        }
+        lists
+            .entry(name.clone())
+            .or_default()
+            .insert(allow_value(value));
+    }
+}

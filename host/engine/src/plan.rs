@@ -1,0 +1,655 @@
+//! The plan: a validated config compiled for running. Every expression and template is
+//! compiled here once; tasks only evaluate.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_expr::{Expression, Template};
+use agentmesh_manifest::Config;
+use agentmesh_manifest::model::agent::{CapabilityDecl, Limits, MountScope};
+use agentmesh_manifest::model::common::{
+    EnvValue, MiddlewareStep, OnFail, ParameterSchema, Property,
+};
+use agentmesh_manifest::model::host::HostConfig;
+use agentmesh_manifest::model::script::Script;
+use agentmesh_manifest::model::tool::{HttpMethod, HttpRequest, Tool};
+use agentmesh_store::event::ToolSchema;
+use indexmap::IndexMap;
+use serde_json::{Map, Value, json};
+
+use crate::EngineError;
+
+/// `github-pr` → `github_pr`.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Everything the engine runs, compiled.
+pub struct Plan {
+    /// Agents by `namespace/name`.
+    pub agents: HashMap<String, Arc<AgentPlan>>,
+    /// Tools by `namespace/name`.
+    pub tools: HashMap<String, Arc<ToolPlan>>,
+    /// The host config.
+    pub host: HostConfig,
+    /// The config dir.
+    pub base_dir: PathBuf,
+    /// Model scripts by path.
+    pub scripts: HashMap<String, Script>,
+}
+
+/// An agent, compiled.
+pub struct AgentPlan {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// `<provider>/<name>`.
+    pub model: String,
+    /// The system prompt.
+    pub prompt: Template,
+    /// Limits of each task.
+    pub limits: Limits,
+    /// The mount scope.
+    pub mount: MountScope,
+    /// The structured input.
+    pub parameters: Option<ParameterSchema>,
+    /// The capabilities, in manifest order.
+    pub capabilities: Vec<CapabilityPlan>,
+    /// The functions the LLM sees, in order.
+    pub functions: Vec<Function>,
+    /// Aggregate context entries for tools with several actions: key → function names.
+    pub aggregates: Vec<(String, Vec<String>)>,
+    /// `guardrails.before`.
+    pub guard_before: Vec<Step>,
+    /// `guardrails.after`.
+    pub guard_after: Vec<Step>,
+    /// `exposes`.
+    pub exposes: Vec<(String, Expression)>,
+}
+
+impl AgentPlan {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The function the LLM calls `name`.
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+}
+
+/// What a capability key refers to.
+pub enum Target {
+    /// A tool.
+    Tool(Arc<ToolPlan>),
+    /// An agent, by `namespace/name`.
+    Agent(String),
+}
+
+/// One capability of an agent.
+pub struct CapabilityPlan {
+    /// The key as written.
+    pub key: String,
+    /// The tool or agent.
+    pub target: Target,
+    /// Active action and event names (`None`: all).
+    pub include: Option<Vec<String>>,
+    /// Bound parameters: name → CEL.
+    pub bindings: Vec<(String, Expression)>,
+    /// Steps before the first invocation in a task.
+    pub before_first: Vec<Step>,
+    /// Steps before every invocation.
+    pub before: Vec<Step>,
+    /// Steps after every invocation.
+    pub after: Vec<Step>,
+}
+
+impl CapabilityPlan {
+    /// Whether action or event `name` is active.
+    pub fn includes(&self, name: &str) -> bool {
+        self.include
+            .as_ref()
+            .is_none_or(|inc| inc.iter().any(|i| i == name || i == "*"))
+    }
+
+    /// The names of bound parameters.
+    pub fn bound(&self) -> impl Iterator<Item = &str> {
+        self.bindings.iter().map(|(n, _)| n.as_str())
+    }
+}
+
+/// A function the LLM may call.
+pub struct Function {
+    /// The function name.
+    pub name: String,
+    /// Index into the agent's capabilities.
+    pub capability: usize,
+    /// For a tool: the action's index.
+    pub action: Option<usize>,
+    /// The LLM-facing schema (bound parameters removed).
+    pub schema: ToolSchema,
+}
+
+/// A middleware, guardrail or trigger step, compiled.
+pub struct Step {
+    /// What the step does.
+    pub kind: StepKind,
+    /// Only for this action name.
+    pub match_action: Option<String>,
+    /// Skip unless true.
+    pub condition: Option<Expression>,
+    /// Told to the LLM on failure.
+    pub error_message: Option<Template>,
+    /// The failure policy (defaults applied).
+    pub on_fail: OnFail,
+}
+
+/// The action of a step.
+pub enum StepKind {
+    /// Must be true.
+    Assert(Expression),
+    /// Calls another tool's action, without middleware.
+    Invoke {
+        /// The tool.
+        tool: Arc<ToolPlan>,
+        /// The action's index.
+        action: usize,
+        /// The step's parameter bindings.
+        bindings: Vec<(String, Expression)>,
+    },
+    /// Replaces the input (before) or output (after).
+    Transform(Expression),
+    /// A middleware component (not yet runnable in this host).
+    Wasm(String),
+}
+
+/// A tool, compiled.
+pub struct ToolPlan {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// Its actions.
+    pub actions: Vec<ActionPlan>,
+    /// The manifest (events are routed by the server).
+    pub manifest: Tool,
+    /// Settings: declared defaults overlaid with the host config's values.
+    pub settings: Map<String, Value>,
+}
+
+impl ToolPlan {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An action, compiled.
+pub struct ActionPlan {
+    /// The action's name.
+    pub name: String,
+    /// What the LLM is told.
+    pub description: String,
+    /// Root and action parameters, merged.
+    pub parameters: IndexMap<String, Property>,
+    /// How it runs.
+    pub runtime: Runtime,
+}
+
+/// An action's backend.
+pub enum Runtime {
+    /// A CEL expression.
+    Cel(Expression),
+    /// One HTTP request.
+    Http(HttpPlan),
+    /// A backend this host does not run yet.
+    Unsupported(&'static str),
+}
+
+/// A `stateless_http` request, compiled.
+pub struct HttpPlan {
+    /// The method.
+    pub method: HttpMethod,
+    /// The URL template.
+    pub url: Template,
+    /// Header templates.
+    pub headers: Vec<(String, Template)>,
+    /// The body, string leaves compiled.
+    pub body: Option<BodyTemplate>,
+    /// Selects the result from the response.
+    pub response_path: Option<String>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Whether any template reads `context` (it is only built then).
+    pub uses_context: bool,
+}
+
+impl BodyTemplate {
+    fn templates<'a>(&'a self, out: &mut Vec<&'a Template>) {
+        match self {
+            BodyTemplate::Text(t) => out.push(t),
+            BodyTemplate::List(items) => items.iter().for_each(|i| i.templates(out)),
+            BodyTemplate::Map(entries) => entries.iter().for_each(|(_, v)| v.templates(out)),
+            BodyTemplate::Literal(_) => {}
+        }
+    }
+}
+
+/// A JSON body whose string leaves are templates.
+pub enum BodyTemplate {
+    /// A templated string.
+    Text(Template),
+    /// A list.
+    List(Vec<BodyTemplate>),
+    /// A map.
+    Map(Vec<(String, BodyTemplate)>),
+    /// Any other literal.
+    Literal(Value),
+}
+
+fn compile(src: &str) -> Result<Expression, EngineError> {
+    Expression::compile(src).map_err(|e| EngineError::Config(format!("`{src}`: {e}")))
+}
+
+fn template(src: &str) -> Result<Template, EngineError> {
+    Template::parse(src).map_err(|e| EngineError::Config(format!("`{src}`: {e}")))
+}
+
+impl Plan {
+    /// Compiles a validated config. `env` reads `{env: X}` values.
+    pub fn build(
+        config: &Config,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Plan, EngineError> {
+        let host = config.host_config();
+        let mut tools = HashMap::new();
+        for t in &config.tools {
+            let plan = tool_plan(&t.value, &host, env)?;
+            tools.insert(plan.id(), Arc::new(plan));
+        }
+        let mut agents = HashMap::new();
+        for a in &config.agents {
+            let plan = agent_plan(&a.value, &host, config, &tools)?;
+            agents.insert(plan.id(), Arc::new(plan));
+        }
+        Ok(Plan {
+            agents,
+            tools,
+            host,
+            base_dir: config.base_dir(),
+            scripts: config
+                .scripts
+                .iter()
+                .map(|(p, s)| (p.clone(), s.value.clone()))
+                .collect(),
+        })
+    }
+}
+
+/// Resolves a literal or `{env: X}` value.
+pub fn resolve_env(
+    value: &EnvValue,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Value, EngineError> {
+    match value {
+        EnvValue::Literal(v) => Ok(v.clone()),
+        EnvValue::Env { env: name } => env(name).map(Value::String).ok_or_else(|| {
+            EngineError::Config(format!("environment variable `{name}` is not set"))
+        }),
+    }
+}
+
+fn tool_plan(
+    tool: &Tool,
+    host: &HostConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ToolPlan, EngineError> {
+    let mut settings = Map::new();
+    if let Some(schema) = &tool.settings {
+        for (k, p) in &schema.properties {
+            if let Some(d) = &p.default {
+                settings.insert(k.clone(), d.clone());
+            }
+        }
+    }
+    if let Some(values) = host
+        .settings
+        .get(&tool.namespace)
+        .and_then(|ns| ns.get(&tool.name))
+    {
+        for (k, v) in values {
+            settings.insert(k.clone(), resolve_env(v, env)?);
+        }
+    }
+    let mut actions = Vec::new();
+    for action in &tool.actions {
+        let mut parameters = IndexMap::new();
+        for schema in tool.parameters.iter().chain(action.parameters.iter()) {
+            for (k, p) in &schema.properties {
+                parameters.insert(k.clone(), p.clone());
+            }
+        }
+        let runtime = match action.execute.as_ref() {
+            Some(e) if e.cel.is_some() => match &e.cel {
+                Some(cel) => Runtime::Cel(compile(&cel.expression)?),
+                None => Runtime::Unsupported("cel"),
+            },
+            Some(e) if e.stateless_http.is_some() => {
+                let own = e.stateless_http.clone().unwrap_or_default();
+                Runtime::Http(http_plan(&own, tool.stateless_http.as_ref())?)
+            }
+            Some(e) if e.stateful_session.is_some() => Runtime::Unsupported("stateful_session"),
+            Some(e) if e.openapi.is_some() => Runtime::Unsupported("openapi"),
+            Some(e) if e.mcp.is_some() => Runtime::Unsupported("mcp"),
+            Some(e) if e.kubernetes_job.is_some() => Runtime::Unsupported("kubernetes_job"),
+            _ => Runtime::Unsupported("wasm"),
+        };
+        actions.push(ActionPlan {
+            name: action.name.clone(),
+            description: action.description.clone(),
+            parameters,
+            runtime,
+        });
+    }
+    Ok(ToolPlan {
+        namespace: tool.namespace.clone(),
+        name: tool.name.clone(),
+        actions,
+        manifest: tool.clone(),
+        settings,
+    })
+}
+
+fn http_plan(own: &HttpRequest, shared: Option<&HttpRequest>) -> Result<HttpPlan, EngineError> {
+    let pick = |f: fn(&HttpRequest) -> Option<String>| f(own).or_else(|| shared.and_then(f));
+    let url = pick(|r| r.url.clone())
+        .ok_or_else(|| EngineError::Config("stateless_http without a url".into()))?;
+    let mut headers = Vec::new();
+    for source in [shared, Some(own)].into_iter().flatten() {
+        for (k, v) in source.headers.iter().flatten() {
+            headers.retain(|(name, _): &(String, Template)| !name.eq_ignore_ascii_case(k));
+            headers.push((k.clone(), template(v)?));
+        }
+    }
+    let body = match own
+        .body
+        .as_ref()
+        .or_else(|| shared.and_then(|s| s.body.as_ref()))
+    {
+        Some(b) => Some(body_template(b)?),
+        None => None,
+    };
+    let url = template(&url)?;
+    let mut all = vec![&url];
+    all.extend(headers.iter().map(|(_, t)| t));
+    if let Some(b) = &body {
+        b.templates(&mut all);
+    }
+    let uses_context = all
+        .iter()
+        .flat_map(|t| t.expressions())
+        .any(|(_, e)| e.uses("context") || e.uses("c"));
+    Ok(HttpPlan {
+        method: own
+            .method
+            .or_else(|| shared.and_then(|s| s.method))
+            .unwrap_or(HttpMethod::Get),
+        url,
+        uses_context,
+        headers,
+        body,
+        response_path: pick(|r| r.response_path.clone()),
+        timeout: own
+            .timeout
+            .or_else(|| shared.and_then(|s| s.timeout))
+            .map_or(Duration::from_secs(30), |d| d.0),
+    })
+}
+
+fn body_template(v: &Value) -> Result<BodyTemplate, EngineError> {
+    Ok(match v {
+        Value::String(s) => BodyTemplate::Text(template(s)?),
+        Value::Array(items) => {
+            BodyTemplate::List(items.iter().map(body_template).collect::<Result<_, _>>()?)
+        }
+        Value::Object(m) => BodyTemplate::Map(
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), body_template(v)?)))
+                .collect::<Result<_, EngineError>>()?,
+        ),
+        other => BodyTemplate::Literal(other.clone()),
+    })
+}
+
+fn agent_plan(
+    agent: &agentmesh_manifest::model::Agent,
+    host: &HostConfig,
+    config: &Config,
+    tools: &HashMap<String, Arc<ToolPlan>>,
+) -> Result<AgentPlan, EngineError> {
+    let model = agent
+        .model
+        .clone()
+        .or_else(|| host.default_model.clone())
+        .ok_or_else(|| {
+            EngineError::Config(format!(
+                "agent `{}/{}` names no model and the host has no default_model",
+                agent.namespace, agent.name
+            ))
+        })?;
+    let mut capabilities = Vec::new();
+    let mut functions = Vec::new();
+    let mut aggregates = Vec::new();
+    for (key, decl) in &agent.capabilities {
+        let (ns, name) = key.split_once('/').unwrap_or((&agent.namespace, key));
+        let id = format!("{ns}/{name}");
+        let cap = match decl {
+            CapabilityDecl::All(_) => None,
+            CapabilityDecl::Config(c) => Some(c),
+        };
+        let steps = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
+            list.map(|l| {
+                l.iter()
+                    .map(|s| step(s, OnFail::Block, &agent.namespace, tools))
+                    .collect()
+            })
+            .unwrap_or(Ok(Vec::new()))
+        };
+        let target = match tools.get(&id) {
+            Some(t) => Target::Tool(Arc::clone(t)),
+            None if config.agent(ns, name).is_some() => Target::Agent(id.clone()),
+            None => {
+                return Err(EngineError::Config(format!(
+                    "capability `{key}` names no tool or agent"
+                )));
+            }
+        };
+        let plan = CapabilityPlan {
+            key: key.clone(),
+            include: cap.and_then(|c| c.include.clone()),
+            bindings: cap
+                .and_then(|c| c.bindings.as_ref())
+                .map(|b| {
+                    b.iter()
+                        .map(|(k, v)| Ok((k.clone(), compile(v)?)))
+                        .collect::<Result<_, EngineError>>()
+                })
+                .transpose()?
+                .unwrap_or_default(),
+            before_first: steps(cap.and_then(|c| c.before_first.as_ref()))?,
+            before: steps(cap.and_then(|c| c.before.as_ref()))?,
+            after: steps(cap.and_then(|c| c.after.as_ref()))?,
+            target,
+        };
+        let index = capabilities.len();
+        match &plan.target {
+            Target::Tool(tool) => {
+                let single = tool.actions.len() == 1;
+                let mut names = Vec::new();
+                for (ai, action) in tool.actions.iter().enumerate() {
+                    if !plan.includes(&action.name) {
+                        continue;
+                    }
+                    let fname = if single {
+                        sanitize(key)
+                    } else {
+                        format!("{}_{}", sanitize(key), sanitize(&action.name))
+                    };
+                    let bound: Vec<&str> = plan.bound().collect();
+                    names.push(fname.clone());
+                    functions.push(Function {
+                        schema: ToolSchema {
+                            name: fname.clone(),
+                            description: action.description.clone(),
+                            parameters: llm_schema(&action.parameters, &bound),
+                        },
+                        name: fname,
+                        capability: index,
+                        action: Some(ai),
+                    });
+                }
+                if !single {
+                    aggregates.push((sanitize(key), names));
+                }
+            }
+            Target::Agent(child) => {
+                let description = config
+                    .agents
+                    .iter()
+                    .find(|a| format!("{}/{}", a.value.namespace, a.value.name) == *child)
+                    .map(|a| a.value.description.clone())
+                    .unwrap_or_default();
+                functions.push(Function {
+                    name: sanitize(name),
+                    capability: index,
+                    action: None,
+                    schema: ToolSchema {
+                        name: sanitize(name),
+                        description,
+                        parameters: json!({
+                            "type": "object",
+                            "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
+                            "required": ["message"]
+                        }),
+                    },
+                });
+            }
+        }
+        capabilities.push(plan);
+    }
+    let guard = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
+        list.map(|l| {
+            l.iter()
+                .map(|s| step(s, OnFail::LockTask, &agent.namespace, tools))
+                .collect()
+        })
+        .unwrap_or(Ok(Vec::new()))
+    };
+    let guardrails = agent.guardrails.clone().unwrap_or_default();
+    Ok(AgentPlan {
+        namespace: agent.namespace.clone(),
+        name: agent.name.clone(),
+        model,
+        prompt: template(&agent.prompt)?,
+        limits: agent.limits.clone().unwrap_or_default(),
+        mount: agent.mount,
+        parameters: agent.parameters.clone(),
+        capabilities,
+        functions,
+        aggregates,
+        guard_before: guard(guardrails.before.as_ref())?,
+        guard_after: guard(guardrails.after.as_ref())?,
+        exposes: agent
+            .exposes
+            .iter()
+            .flatten()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .map(|(k, v)| Ok((k.clone(), compile(v)?)))
+            .collect::<Result<_, EngineError>>()?,
+    })
+}
+
+/// The JSON Schema the LLM sees: the action's parameters without the bound ones.
+fn llm_schema(params: &IndexMap<String, Property>, bound: &[&str]) -> Value {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for (name, p) in params {
+        if bound.contains(&name.as_str()) {
+            continue;
+        }
+        let mut prop = serde_json::to_value(p).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut prop {
+            m.remove("require_binding");
+        }
+        properties.insert(name.clone(), prop);
+        if p.default.is_none() {
+            required.push(Value::String(name.clone()));
+        }
+    }
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+fn step(
+    s: &MiddlewareStep,
+    default_on_fail: OnFail,
+    namespace: &str,
+    tools: &HashMap<String, Arc<ToolPlan>>,
+) -> Result<Step, EngineError> {
+    let kind = if let Some(a) = &s.assert_expr {
+        StepKind::Assert(compile(a)?)
+    } else if let Some(t) = &s.transform {
+        StepKind::Transform(compile(t)?)
+    } else if let Some(target) = &s.invoke {
+        let (tool_ref, action) = target
+            .split_once(':')
+            .ok_or_else(|| EngineError::Config(format!("bad invoke `{target}`")))?;
+        let id = if tool_ref.contains('/') {
+            tool_ref.to_owned()
+        } else {
+            format!("{namespace}/{tool_ref}")
+        };
+        let tool = tools
+            .get(&id)
+            .ok_or_else(|| EngineError::Config(format!("invoke names unknown tool `{id}`")))?;
+        let action = tool
+            .actions
+            .iter()
+            .position(|a| a.name == action)
+            .ok_or_else(|| {
+                EngineError::Config(format!("invoke names unknown action `{target}`"))
+            })?;
+        StepKind::Invoke {
+            tool: Arc::clone(tool),
+            action,
+            bindings: s
+                .bindings
+                .iter()
+                .flatten()
+                .map(|(k, v)| Ok((k.clone(), compile(v)?)))
+                .collect::<Result<_, EngineError>>()?,
+        }
+    } else if let Some(w) = &s.wasm {
+        StepKind::Wasm(w.component.clone())
+    } else {
+        return Err(EngineError::Config("a step without an action".into()));
+    };
+    Ok(Step {
+        kind,
+        match_action: s.match_action.clone(),
+        condition: s.condition.as_deref().map(compile).transpose()?,
+        error_message: s.error_message.as_deref().map(template).transpose()?,
+        on_fail: s.on_fail.unwrap_or(default_on_fail),
+    })
+}

@@ -1,0 +1,276 @@
+//! Action backends: `cel`, `stateless_http`, and sub-agent delegation.
+
+use std::sync::Arc;
+
+use agentmesh_expr::{Activation, MountIo, Needs};
+use agentmesh_manifest::model::tool::HttpMethod;
+use agentmesh_store::now_rfc3339;
+use serde_json::{Map, Value, json};
+
+use crate::mount::FileMount;
+use crate::plan::{AgentPlan, BodyTemplate, HttpPlan, Runtime, ToolPlan};
+use crate::task::{Status, TaskRecord};
+use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask};
+
+/// Largest response body a `stateless_http` call reads: it becomes part of the LLM's context
+/// and the event log, so an endpoint that streams gigabytes cannot exhaust memory.
+pub const MAX_HTTP_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// How an action ended.
+pub(crate) enum ActionResult {
+    /// The result.
+    Ok(Value),
+    /// A tool-level failure: told to the LLM, the task goes on.
+    Recoverable(String),
+    /// Invalid configuration or an unreachable endpoint: the task terminates.
+    Fatal(String),
+}
+
+/// The agent's mount for this task.
+pub(crate) fn mount_of(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &TaskRecord,
+) -> Option<FileMount> {
+    let plan = engine.plan();
+    FileMount::new(
+        plan.host.mount.as_ref(),
+        &engine.inner.options.mount_root,
+        agent.mount,
+        &agent.namespace,
+        &agent.name,
+        &record.id,
+    )
+}
+
+/// Runs action `action` of `tool` with resolved `input`.
+pub(crate) async fn run_action(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &TaskRecord,
+    tool: &ToolPlan,
+    action: usize,
+    input: &Value,
+) -> ActionResult {
+    let Some(plan) = tool.actions.get(action) else {
+        return ActionResult::Fatal(format!("tool `{}` has no action #{action}", tool.id()));
+    };
+    match &plan.runtime {
+        Runtime::Cel(expr) => {
+            let mut act = Activation::new();
+            let mut needs = Needs::default();
+            needs.add(expr, &["context", "c"]);
+            if !needs.is_empty() {
+                act.set_aliased("context", "c", record.context_for(agent, &needs));
+            }
+            act.set_aliased("input", "i", input.clone())
+                .set("now", json!(now_rfc3339()))
+                .set("runtime", engine.inner.options.runtime.clone());
+            if let Some(mount) = mount_of(engine, agent, record) {
+                act.set("mount", mount.variable());
+                act.set_mount(Arc::new(mount) as Arc<dyn MountIo>);
+            }
+            match expr.evaluate(&act) {
+                Ok(v) => ActionResult::Ok(v),
+                Err(e) => ActionResult::Recoverable(e.message),
+            }
+        }
+        Runtime::Http(http) => {
+            let mut act = Activation::new();
+            act.set("parameters", input.clone())
+                .set("settings", Value::Object(tool.settings.clone()))
+                .set("session", json!({}))
+                .set("runtime", engine.inner.options.runtime.clone())
+                .set(
+                    "agent",
+                    json!({"name": agent.name, "namespace": agent.namespace}),
+                );
+            if http.uses_context {
+                act.set_aliased("context", "c", record.context(agent));
+            }
+            if let Some(mount) = mount_of(engine, agent, record) {
+                act.set("mount", mount.variable());
+            }
+            http_call(engine, http, &act).await
+        }
+        Runtime::Unsupported(kind) => ActionResult::Recoverable(format!(
+            "action `{}` uses the `{kind}` runtime, which this host does not run yet",
+            plan.name
+        )),
+    }
+}
+
+async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> ActionResult {
+    let url = match http.url.render(act) {
+        Ok(u) => u,
+        Err(e) => return ActionResult::Recoverable(format!("url: {e}")),
+    };
+    let method = match http.method {
+        HttpMethod::Get => reqwest::Method::GET,
+        HttpMethod::Post => reqwest::Method::POST,
+        HttpMethod::Put => reqwest::Method::PUT,
+        HttpMethod::Patch => reqwest::Method::PATCH,
+        HttpMethod::Delete => reqwest::Method::DELETE,
+    };
+    let mut req = engine
+        .inner
+        .http
+        .request(method, &url)
+        .timeout(http.timeout);
+    for (name, value) in &http.headers {
+        match value.render(act) {
+            Ok(v) => req = req.header(name.as_str(), v),
+            Err(e) => return ActionResult::Recoverable(format!("header `{name}`: {e}")),
+        }
+    }
+    if let Some(body) = &http.body {
+        match render_body(body, act) {
+            Ok(b) => {
+                req = req
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(b.to_string());
+            }
+            Err(e) => return ActionResult::Recoverable(format!("body: {e}")),
+        }
+    }
+    let response = match req.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_builder() => {
+            return ActionResult::Fatal(format!("invalid request to `{url}`: {e}"));
+        }
+        Err(e) if e.is_timeout() => return ActionResult::Recoverable(format!("`{url}` timed out")),
+        Err(e) => return ActionResult::Fatal(format!("`{url}` is unreachable: {e}")),
+    };
+    let status = response.status();
+    let bytes = match read_limited(response).await {
+        Ok(b) => b,
+        Err(e) => return ActionResult::Recoverable(e),
+    };
+    let body: Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    if !status.is_success() {
+        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+    }
+    match &http.response_path {
+        Some(path) => match select(&body, path) {
+            Some(v) => ActionResult::Ok(v.clone()),
+            None => ActionResult::Recoverable(format!("`{path}` selects nothing in the response")),
+        },
+        None => ActionResult::Ok(body),
+    }
+}
+
+async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the response: {e}"))?
+    {
+        if out.len() + chunk.len() > MAX_HTTP_RESPONSE {
+            return Err(format!(
+                "the response is larger than {MAX_HTTP_RESPONSE} bytes"
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn snippet(v: &Value) -> String {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    text.chars().take(500).collect()
+}
+
+fn render_body(body: &BodyTemplate, act: &Activation) -> Result<Value, String> {
+    Ok(match body {
+        BodyTemplate::Text(t) => t.render_value(act).map_err(|e| e.message)?,
+        BodyTemplate::List(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| render_body(i, act))
+                .collect::<Result<_, _>>()?,
+        ),
+        BodyTemplate::Map(entries) => {
+            let mut m = Map::new();
+            for (k, v) in entries {
+                m.insert(k.clone(), render_body(v, act)?);
+            }
+            Value::Object(m)
+        }
+        BodyTemplate::Literal(v) => v.clone(),
+    })
+}
+
+/// A small JSONPath: `$`, `.name`, `['name']`, `[index]`.
+pub(crate) fn select<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut rest = path.trim().strip_prefix('$').unwrap_or(path.trim());
+    let mut current = value;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            current = current.get(&r[..end])?;
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let key = r[..end].trim_matches(|c| c == '\'' || c == '"');
+            current = match key.parse::<usize>() {
+                Ok(i) => current.get(i)?,
+                Err(_) => current.get(key)?,
+            };
+            rest = &r[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(current)
+}
+
+/// Runs a child task for `child` with `input`, to idle; its output (or error) is the result.
+pub(crate) async fn delegate(
+    engine: &Engine,
+    record: &TaskRecord,
+    child: &str,
+    input: Value,
+) -> (ActionResult, Option<String>) {
+    if record.depth >= MAX_DELEGATION_DEPTH {
+        return (
+            ActionResult::Recoverable(format!(
+                "delegation deeper than {MAX_DELEGATION_DEPTH} levels is not allowed"
+            )),
+            None,
+        );
+    }
+    let new = NewTask {
+        agent: child.to_owned(),
+        input: Some(input),
+        user: record.user.clone(),
+    };
+    let created = Box::pin(engine.create(new, Some(&record.id), record.depth + 1)).await;
+    let child_record = match created {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                ActionResult::Recoverable(format!("cannot start `{child}`: {e}")),
+                None,
+            );
+        }
+    };
+    let id = child_record.id.clone();
+    let done = Box::pin(engine.run_until_idle(&id)).await;
+    let result = match done {
+        Ok(r) if r.status() == Status::Terminated => ActionResult::Recoverable(format!(
+            "agent `{child}` ended its task ({})",
+            r.limit
+                .clone()
+                .or_else(|| r.reason.map(|x| format!("{x:?}")))
+                .unwrap_or_default()
+        )),
+        Ok(r) => ActionResult::Ok(Value::String(r.last_output_text().unwrap_or_default())),
+        Err(e) => ActionResult::Recoverable(format!("agent `{child}` failed: {e}")),
+    };
+    (result, Some(id))
+}

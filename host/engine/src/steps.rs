@@ -1,0 +1,309 @@
+//! Running middleware and guardrail steps: `match`, `condition`, assert / invoke / transform,
+//! `review()`, and the failure policy.
+
+use agentmesh_expr::{Activation, Bound, Expression, Needs};
+use agentmesh_manifest::model::common::OnFail;
+use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_store::now_rfc3339;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::plan::{AgentPlan, Step, StepKind, sanitize};
+use crate::task::{Outcome, PendingReview, Status, TaskRecord};
+use crate::{Engine, Result, lock, runtime};
+
+/// What a list of steps decided.
+pub(crate) enum Verdict {
+    /// Every step passed (or failed with `continue`).
+    Pass,
+    /// A step failed with `block`: the message for the LLM.
+    Block(String),
+    /// A step failed with `lock_task`: the task ends.
+    Lock(String),
+}
+
+/// Where steps run: what they may change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Before the call: transforms replace `input`.
+    Before,
+    /// After the call: transforms replace `output`.
+    After,
+}
+
+/// Runs `steps` for function `name`. `input` and `output` are the activation's values, and
+/// the targets of transforms (by phase).
+pub(crate) async fn run(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    steps: &[Step],
+    name: Option<&str>,
+    phase: Phase,
+    vars: &mut StepVars,
+) -> Result<Verdict> {
+    if steps.is_empty() {
+        return Ok(Verdict::Pass);
+    }
+    // The context is converted once for the list (only the parts its steps read); only an
+    // invoke step changes it.
+    let needs = needs_of(steps);
+    let mut context = Bound::new(record.context_for(agent, &needs));
+    for step in steps {
+        if let (Some(m), Some(name)) = (&step.match_action, name)
+            && m != name
+        {
+            continue;
+        }
+        let act = vars.activation(&context, engine);
+        if let Some(cond) = &step.condition
+            && !matches!(cond.evaluate_bool(&act), Ok(true))
+        {
+            continue;
+        }
+        let failure = match &step.kind {
+            StepKind::Assert(expr) => match decide(engine, record, expr, &act, vars).await? {
+                Ok(true) => None,
+                Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
+                Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
+            },
+            StepKind::Transform(expr) => {
+                let act = with_reviews(engine, record, expr, act, vars).await?;
+                match expr.evaluate(&act) {
+                    Ok(v) => {
+                        match phase {
+                            Phase::Before => vars.replace_input(v),
+                            Phase::After => vars.output = Some(v),
+                        }
+                        None
+                    }
+                    Err(e) => Some(format!("transform `{}` failed: {e}", expr.source())),
+                }
+            }
+            StepKind::Invoke {
+                tool,
+                action,
+                bindings,
+            } => 'invoke: {
+                let mut params = serde_json::Map::new();
+                for (k, e) in bindings {
+                    match e.evaluate(&act) {
+                        Ok(v) => {
+                            params.insert(k.clone(), v);
+                        }
+                        Err(e) => break 'invoke Some(format!("binding `{k}` failed: {e}")),
+                    }
+                }
+                let fname = format!(
+                    "{}_{}",
+                    sanitize(&tool.name),
+                    sanitize(&tool.actions[*action].name)
+                );
+                let input = Value::Object(params);
+                let result =
+                    runtime::run_action(engine, agent, record, tool, *action, &input).await;
+                let (outcome, output, failure) = match result {
+                    runtime::ActionResult::Ok(v) => (Outcome::Successful, v, None),
+                    runtime::ActionResult::Recoverable(e) | runtime::ActionResult::Fatal(e) => (
+                        Outcome::Errored,
+                        json!({"error": e}),
+                        Some(format!("invoke `{fname}` failed: {e}")),
+                    ),
+                };
+                record
+                    .capabilities
+                    .entry(fname)
+                    .or_default()
+                    .record(outcome, input, output, None);
+                context = Bound::new(record.context_for(agent, &needs));
+                failure
+            }
+            StepKind::Wasm(component) => Some(format!(
+                "middleware component `{component}` cannot run: Wasm middleware is not available in this build"
+            )),
+        };
+        let Some(reason) = failure else { continue };
+        match fail(step, &vars.activation(&context, engine), reason) {
+            Verdict::Pass => continue,
+            other => return Ok(other),
+        }
+    }
+    Ok(Verdict::Pass)
+}
+
+/// The context the steps read.
+fn needs_of(steps: &[Step]) -> Needs {
+    const CONTEXT: [&str; 2] = ["context", "c"];
+    let mut needs = Needs::default();
+    for step in steps {
+        match &step.kind {
+            StepKind::Assert(e) | StepKind::Transform(e) => needs.add(e, &CONTEXT),
+            StepKind::Invoke { bindings, .. } => {
+                bindings.iter().for_each(|(_, e)| needs.add(e, &CONTEXT))
+            }
+            StepKind::Wasm(_) => {}
+        }
+        if let Some(c) = &step.condition {
+            needs.add(c, &CONTEXT);
+        }
+        if let Some(t) = &step.error_message {
+            needs.add_template(t, &CONTEXT);
+        }
+    }
+    needs
+}
+
+/// Applies a failed step's policy, rendering its `error_message`.
+fn fail(step: &Step, act: &Activation, reason: String) -> Verdict {
+    let message = step
+        .error_message
+        .as_ref()
+        .and_then(|t| t.render(act).ok())
+        .unwrap_or(reason);
+    match step.on_fail {
+        OnFail::Continue => Verdict::Pass,
+        OnFail::Block => Verdict::Block(message),
+        OnFail::LockTask => Verdict::Lock(message),
+    }
+}
+
+/// Evaluates an assert, obtaining `review()` decisions first.
+async fn decide(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    act: &Activation,
+    vars: &StepVars,
+) -> Result<std::result::Result<bool, String>> {
+    let act = with_reviews(engine, record, expr, act.clone(), vars).await?;
+    Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
+}
+
+/// For an expression that calls `review(user)`: suspends the task until each reviewer
+/// decides (or the review times out: a denial), and returns the activation with the decisions.
+async fn with_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    mut act: Activation,
+    vars: &StepVars,
+) -> Result<Activation> {
+    if !expr.calls_review() {
+        return Ok(act);
+    }
+    let reviewers = expr.reviewers(&act).unwrap_or_default();
+    for reviewer in reviewers {
+        let approve = review(engine, record, &reviewer, vars.subject()).await?;
+        act.set_review(&reviewer, approve);
+    }
+    Ok(act)
+}
+
+/// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision.
+async fn review(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    reviewer: &str,
+    subject: Value,
+) -> Result<bool> {
+    let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
+    let (tx, rx) = oneshot::channel();
+    lock(&engine.inner.reviews).insert(review_id.clone(), tx);
+    record.status = Some(Status::Waiting);
+    record.pending_review = Some(PendingReview {
+        review_id: review_id.clone(),
+        reviewer: reviewer.to_owned(),
+    });
+    engine.inner.store.commit(
+        &record.id,
+        record,
+        vec![
+            (
+                EventSource::Environment,
+                EventKind::ReviewRequestEvent {
+                    review_id: review_id.clone(),
+                    reviewer: reviewer.to_owned(),
+                    subject,
+                },
+            ),
+            status_event("waiting"),
+        ],
+    )?;
+    let decision = match engine.inner.options.review_timeout {
+        Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
+        None => rx.await.ok(),
+    };
+    lock(&engine.inner.reviews).remove(&review_id);
+    let (approve, decided_by) = decision.unwrap_or((false, "timeout".into()));
+    record.status = Some(Status::Running);
+    record.pending_review = None;
+    engine.inner.store.commit(
+        &record.id,
+        record,
+        vec![
+            (
+                EventSource::User,
+                EventKind::ReviewDecisionEvent {
+                    review_id,
+                    approve,
+                    decided_by,
+                },
+            ),
+            status_event("running"),
+        ],
+    )?;
+    Ok(approve)
+}
+
+/// A `status` state update.
+pub(crate) fn status_event(status: &str) -> (EventSource, EventKind) {
+    (
+        EventSource::Environment,
+        EventKind::ConversationStateUpdateEvent {
+            key: "status".into(),
+            value: json!(status),
+        },
+    )
+}
+
+/// The values steps see and change.
+pub(crate) struct StepVars {
+    /// `input` / `i`.
+    pub input: Value,
+    /// `output` / `o` (after steps).
+    pub output: Option<Value>,
+    /// `event` (null outside event activations).
+    pub event: Value,
+    /// Whether `input` is a guardrail's arriving input (no `event` in scope).
+    pub guardrail: bool,
+}
+
+impl StepVars {
+    fn activation(&self, context: &Bound, engine: &Engine) -> Activation {
+        let mut act = Activation::new();
+        act.set_bound("context", "c", context)
+            .set_aliased("input", "i", self.input.clone())
+            .set("now", json!(now_rfc3339()))
+            .set("runtime", engine.inner.options.runtime.clone());
+        if !self.guardrail {
+            act.set("event", self.event.clone());
+        }
+        if let Some(o) = &self.output {
+            act.set_aliased("output", "o", o.clone());
+        }
+        act
+    }
+
+    fn replace_input(&mut self, v: Value) {
+        if v.is_object() {
+            self.input = v;
+        }
+    }
+
+    fn subject(&self) -> Value {
+        match &self.output {
+            Some(o) => json!({"input": self.input, "output": o}),
+            None => json!({"input": self.input}),
+        }
+    }
+}

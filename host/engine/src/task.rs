@@ -1,0 +1,336 @@
+//! The task record the store keeps, and the context object built from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use agentmesh_expr::Needs;
+
+use crate::plan::AgentPlan;
+
+/// A task's run state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for input.
+    Idle,
+    /// A turn is in progress.
+    Running,
+    /// Suspended in `review()`.
+    Waiting,
+    /// Ended for good.
+    Terminated,
+}
+
+/// Why a task terminated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// A limit was exceeded.
+    LimitExceeded,
+    /// An unrecoverable error.
+    Error,
+    /// A middleware or guardrail `lock_task`.
+    Locked,
+    /// Deleted through the API.
+    Deleted,
+}
+
+/// Who a task runs for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRef {
+    /// Implementation-specific id, e.g. `user:alice@example.com`.
+    pub id: String,
+    /// Email, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+/// Per-function statistics, as `context.capabilities.<fn>` shows them. Lists are newest
+/// first, so `outputs[0]` is the latest output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapStats {
+    /// Calls that succeeded.
+    pub count_successful: u64,
+    /// Calls that failed.
+    pub count_errored: u64,
+    /// Calls middleware refused.
+    pub count_restricted: u64,
+    /// When each call happened.
+    pub timestamps: Vec<String>,
+    /// The resolved input of each call.
+    pub inputs: Vec<Value>,
+    /// The output of each call (before `after` transforms).
+    pub outputs: Vec<Value>,
+    /// Whether each call succeeded.
+    pub successful: Vec<bool>,
+    /// Whether each call failed.
+    pub errored: Vec<bool>,
+    /// Whether each call was refused.
+    pub restricted: Vec<bool>,
+    /// Child tasks, for delegations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_ids: Option<Vec<String>>,
+}
+
+/// How a call ended, for the statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It succeeded.
+    Successful,
+    /// It failed.
+    Errored,
+    /// Middleware refused it.
+    Restricted,
+}
+
+impl CapStats {
+    /// Records one call, newest first.
+    pub fn record(&mut self, outcome: Outcome, input: Value, output: Value, child: Option<&str>) {
+        match outcome {
+            Outcome::Successful => self.count_successful += 1,
+            Outcome::Errored => self.count_errored += 1,
+            Outcome::Restricted => self.count_restricted += 1,
+        }
+        self.timestamps.insert(0, agentmesh_store::now_rfc3339());
+        self.inputs.insert(0, input);
+        self.outputs.insert(0, output);
+        self.successful.insert(0, outcome == Outcome::Successful);
+        self.errored.insert(0, outcome == Outcome::Errored);
+        self.restricted.insert(0, outcome == Outcome::Restricted);
+        if let Some(id) = child {
+            self.task_ids
+                .get_or_insert_with(Vec::new)
+                .insert(0, id.to_owned());
+        }
+    }
+}
+
+/// A review `review(user)` is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingReview {
+    /// The id to answer with.
+    pub review_id: String,
+    /// Who must decide.
+    pub reviewer: String,
+}
+
+/// Everything the host keeps about a task besides its log and queue.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// `t_…`.
+    pub id: String,
+    /// `namespace/name`.
+    pub agent: String,
+    /// Who the task runs for.
+    pub user: UserRef,
+    /// The run state.
+    pub status: Option<Status>,
+    /// Why it terminated.
+    pub reason: Option<Reason>,
+    /// The limit that terminated it, for `limit_exceeded`.
+    pub limit: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Epoch ms.
+    pub created_ms: i64,
+    /// The delegating task, for child tasks.
+    pub parent: Option<String>,
+    /// Delegation depth (0 for top-level tasks).
+    pub depth: u32,
+    /// LLM calls made.
+    pub llm_calls: u64,
+    /// Prompt tokens used.
+    pub prompt_tokens: u64,
+    /// Completion tokens used.
+    pub completion_tokens: u64,
+    /// Capability invocations (delegations included).
+    pub tool_calls: u64,
+    /// Turn types in order: `input`, `llm`, `capability`.
+    pub history: Vec<String>,
+    /// Inputs (TaskIO), oldest first.
+    pub inputs: Vec<Value>,
+    /// Outputs (TaskIO), oldest first.
+    pub outputs: Vec<Value>,
+    /// Per-function statistics.
+    pub capabilities: IndexMap<String, CapStats>,
+    /// Function names, one per invocation, in order.
+    pub invocations: Vec<String>,
+    /// Delegations made.
+    pub delegation_count: u64,
+    /// Capability keys whose `before_first` ran.
+    pub before_first_done: BTreeSet<String>,
+    /// Allow lists: tool → parameter → values.
+    pub allow_lists: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Sealed parameter names per tool (bound at task start).
+    pub sealed: BTreeMap<String, BTreeSet<String>>,
+    /// The latest `exposes` values.
+    pub exposes: Map<String, Value>,
+    /// Whether the system prompt was logged.
+    pub prompt_logged: bool,
+    /// The review the task waits for.
+    pub pending_review: Option<PendingReview>,
+    /// Epoch ms of the last processing step.
+    pub last_activity_ms: i64,
+}
+
+impl TaskRecord {
+    /// The current status.
+    pub fn status(&self) -> Status {
+        self.status.unwrap_or(Status::Idle)
+    }
+
+    /// The text of the last output.
+    pub fn last_output_text(&self) -> Option<String> {
+        let last = self.outputs.last()?;
+        let parts = last.get("message")?.as_array()?;
+        Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    }
+
+    /// The context object (task-context seed) for CEL.
+    pub fn context(&self, agent: &AgentPlan) -> Value {
+        self.context_for(agent, &Needs::All)
+    }
+
+    /// The parts of the context object that `needs` names (the others are left out: the
+    /// context is converted for every evaluation that reads it, and most read a few fields).
+    pub fn context_for(&self, agent: &AgentPlan, needs: &Needs) -> Value {
+        let mut out = Map::new();
+        let wanted = |f: &str| needs.field(f).is_some();
+        if wanted("agent") {
+            out.insert(
+                "agent".into(),
+                json!({"name": agent.name, "namespace": agent.namespace, "started_at": self.created_at}),
+            );
+        }
+        if wanted("user") {
+            out.insert(
+                "user".into(),
+                json!({"id": self.user.id, "email": self.user.email}),
+            );
+        }
+        if wanted("llm") {
+            out.insert(
+                "llm".into(),
+                json!({
+                    "model": agent.model,
+                    "tokens": {
+                        "total": self.prompt_tokens + self.completion_tokens,
+                        "prompt": self.prompt_tokens,
+                        "completion": self.completion_tokens,
+                    },
+                }),
+            );
+        }
+        if wanted("_history") {
+            out.insert(
+                "_history".into(),
+                json!({"turns": self.history, "turn_count": self.history.len()}),
+            );
+        }
+        if wanted("input") {
+            out.insert("input".into(), json!(self.inputs));
+        }
+        if wanted("output") {
+            out.insert("output".into(), json!(self.outputs));
+        }
+        for key in ["capabilities", "cap"] {
+            if let Some(keys) = needs.field(key) {
+                out.insert(key.into(), self.capabilities_for(agent, keys));
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// `context.capabilities`: `_meta`, an entry per function (zero counts before its first
+    /// call) and an aggregate per multi-action tool; only `keys` when given.
+    fn capabilities_for(
+        &self,
+        agent: &AgentPlan,
+        keys: Option<&std::collections::BTreeSet<String>>,
+    ) -> Value {
+        let want = |k: &str| keys.is_none_or(|ks| ks.contains(k));
+        let mut caps = Map::new();
+        if want("_meta") {
+            caps.insert(
+                "_meta".into(),
+                json!({
+                    "invocations": self.invocations,
+                    "count": self.invocations.len(),
+                    "delegation_count": self.delegation_count,
+                }),
+            );
+        }
+        for f in agent.functions.iter().filter(|f| want(&f.name)) {
+            let stats = self.capabilities.get(&f.name).cloned().unwrap_or_default();
+            caps.insert(
+                f.name.clone(),
+                serde_json::to_value(stats).unwrap_or(Value::Null),
+            );
+        }
+        for (key, names) in agent.aggregates.iter().filter(|(k, _)| want(k)) {
+            caps.insert(
+                key.clone(),
+                aggregate(names.iter().filter_map(|n| self.capabilities.get(n))),
+            );
+        }
+        Value::Object(caps)
+    }
+
+    /// The task object of the HTTP API and `run --json` (CONTRACT §3).
+    pub fn object(&self, queue_depth: usize) -> Value {
+        json!({
+            "id": self.id,
+            "agent": self.agent,
+            "owner": self.user.id,
+            "status": self.status(),
+            "reason": self.reason,
+            "created_at": self.created_at,
+            "output": self.outputs,
+            "exposes": self.exposes,
+            "queue_depth": queue_depth,
+            "subscriptions": [],
+            "allow_list": self.allow_lists,
+        })
+    }
+}
+
+/// The aggregate entry of a tool with several actions: counts summed, lists merged newest
+/// first.
+fn aggregate<'a>(stats: impl Iterator<Item = &'a CapStats>) -> Value {
+    let mut calls: Vec<(String, Value, Value, bool, bool, bool)> = Vec::new();
+    let mut total = CapStats::default();
+    for s in stats {
+        total.count_successful += s.count_successful;
+        total.count_errored += s.count_errored;
+        total.count_restricted += s.count_restricted;
+        for i in 0..s.timestamps.len() {
+            calls.push((
+                s.timestamps[i].clone(),
+                s.inputs.get(i).cloned().unwrap_or(Value::Null),
+                s.outputs.get(i).cloned().unwrap_or(Value::Null),
+                s.successful.get(i).copied().unwrap_or(false),
+                s.errored.get(i).copied().unwrap_or(false),
+                s.restricted.get(i).copied().unwrap_or(false),
+            ));
+        }
+    }
+    calls.sort_by(|a, b| b.0.cmp(&a.0));
+    for (t, i, o, s, e, r) in calls {
+        total.timestamps.push(t);
+        total.inputs.push(i);
+        total.outputs.push(o);
+        total.successful.push(s);
+        total.errored.push(e);
+        total.restricted.push(r);
+    }
+    serde_json::to_value(total).unwrap_or(Value::Null)
+}

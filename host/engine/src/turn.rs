@@ -1,0 +1,456 @@
+//! One turn: an input through the guardrails, the LLM loop with its calls, the response
+//! through the guardrails, outputs and exposes. Limits are checked at every step.
+
+use agentmesh_expr::{Activation, Needs};
+use agentmesh_llm::ChatRequest;
+use agentmesh_store::event::{ContentPart, EventKind, EventSource, MessageMetadata};
+use agentmesh_store::{QueueKey, now_ms, now_rfc3339};
+use serde_json::{Value, json};
+
+use crate::call::{self, CallEnd};
+use crate::plan::AgentPlan;
+use crate::steps::{self, Phase, StepVars, Verdict, status_event};
+use crate::task::{Reason, Status, TaskRecord};
+use crate::{Engine, QueuedInput, Result};
+
+type Events = Vec<(EventSource, EventKind)>;
+
+/// Processes one queued input of `record`'s task.
+pub(crate) async fn run(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    key: QueueKey,
+    input: QueuedInput,
+) -> Result<()> {
+    let store = &engine.inner.store;
+    // Guardrails see the arriving input.
+    let mut vars = StepVars {
+        input: input.io.clone(),
+        output: None,
+        event: Value::Null,
+        guardrail: true,
+    };
+    let verdict = steps::run(
+        engine,
+        agent,
+        record,
+        &agent.guard_before,
+        None,
+        Phase::Before,
+        &mut vars,
+    )
+    .await?;
+    let mut events: Events = Vec::new();
+    if !record.prompt_logged {
+        record.prompt_logged = true;
+        events.push(system_prompt(engine, agent, record));
+    }
+    let content: Vec<ContentPart> = input
+        .io
+        .get("message")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default();
+    events.push((
+        EventSource::User,
+        EventKind::MessageEvent {
+            content,
+            metadata: Some(MessageMetadata {
+                queued_at: Some(input.queued_at),
+                trigger: input.trigger.clone(),
+            }),
+        },
+    ));
+    record.inputs.push(input.io.clone());
+    record.history.push("input".into());
+    record.last_activity_ms = now_ms();
+    if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
+        terminate(record, Reason::Locked, None, &reason, &mut events);
+        store.take_queued(&record.id.clone(), &key, record, events)?;
+        store.clear_queue(&record.id)?;
+        return Ok(());
+    }
+    record.status = Some(Status::Running);
+    events.push(status_event("running"));
+    if store
+        .take_queued(&record.id.clone(), &key, record, events)?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let ended = llm_loop(engine, agent, record).await?;
+    if ended {
+        store.clear_queue(&record.id)?;
+    }
+    Ok(())
+}
+
+/// The interpolated prompt and the function schemas.
+fn system_prompt(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &TaskRecord,
+) -> (EventSource, EventKind) {
+    let mut act = Activation::new();
+    act.set_aliased("context", "c", record.context(agent))
+        .set("runtime", engine.inner.options.runtime.clone())
+        .set("now", json!(now_rfc3339()));
+    let prompt = agent.prompt.render(&act).unwrap_or_else(|e| {
+        format!(
+            "{}\n\n(prompt interpolation failed: {e})",
+            agent.prompt.source()
+        )
+    });
+    (
+        EventSource::Agent,
+        EventKind::SystemPromptEvent {
+            prompt,
+            tools: agent.functions.iter().map(|f| f.schema.clone()).collect(),
+        },
+    )
+}
+
+/// Marks the record terminated and adds the events saying why.
+fn terminate(
+    record: &mut TaskRecord,
+    reason: Reason,
+    limit: Option<&str>,
+    message: &str,
+    events: &mut Events,
+) {
+    record.status = Some(Status::Terminated);
+    record.reason = Some(reason);
+    record.limit = limit.map(str::to_owned);
+    let (key, value) = match (reason, limit) {
+        (Reason::LimitExceeded, Some(l)) => {
+            ("limit_exceeded", json!({"limit": l, "message": message}))
+        }
+        (Reason::Locked, _) => ("locked", json!({"message": message})),
+        _ => ("error", json!({"message": message})),
+    };
+    events.push((
+        EventSource::Environment,
+        EventKind::ConversationStateUpdateEvent {
+            key: key.into(),
+            value,
+        },
+    ));
+    events.push(status_event("terminated"));
+}
+
+/// The first limit the task is past, if any (checked before an LLM call).
+fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static str, String)> {
+    let l = &agent.limits;
+    if let Some(max) = l.max_turns
+        && record.llm_calls >= max
+    {
+        return Some((
+            "max_turns",
+            format!("{} LLM turns reached the limit of {max}", record.llm_calls),
+        ));
+    }
+    if let Some(max) = l.max_age {
+        let age = now_ms().saturating_sub(record.created_ms);
+        if age as u128 > max.0.as_millis() {
+            return Some(("max_age", format!("the task is older than {max}")));
+        }
+    }
+    tokens_exceeded(agent, record)
+}
+
+fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static str, String)> {
+    let l = &agent.limits;
+    if let Some(max) = l.max_prompt_tokens
+        && record.prompt_tokens > max
+    {
+        return Some((
+            "max_prompt_tokens",
+            format!("{} prompt tokens exceed {max}", record.prompt_tokens),
+        ));
+    }
+    if let Some(max) = l.max_completion_tokens
+        && record.completion_tokens > max
+    {
+        return Some((
+            "max_completion_tokens",
+            format!(
+                "{} completion tokens exceed {max}",
+                record.completion_tokens
+            ),
+        ));
+    }
+    None
+}
+
+/// Calls the LLM until it answers without calling functions, or the task ends. Returns
+/// whether the task terminated.
+async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -> Result<bool> {
+    let store = &engine.inner.store;
+    let id = record.id.clone();
+    let plan = engine.plan();
+    // The log is read once per turn; what the turn writes is appended as it is committed.
+    let mut history = store.events(&id, 0)?;
+    loop {
+        if let Some((limit, message)) = limit_before_llm(agent, record) {
+            let mut events = Vec::new();
+            terminate(
+                record,
+                Reason::LimitExceeded,
+                Some(limit),
+                &message,
+                &mut events,
+            );
+            store.commit(&id, record, events)?;
+            return Ok(true);
+        }
+        let provider = engine.inner.providers.get(&plan, &agent.model);
+        let response = match provider {
+            Ok((provider, model)) => {
+                let request = ChatRequest {
+                    task_id: id.clone(),
+                    call_index: record.llm_calls,
+                    model,
+                    messages: agentmesh_llm::to_messages(&history),
+                    tools: agent.functions.iter().map(|f| f.schema.clone()).collect(),
+                };
+                provider.complete(&request).await.map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let response = match response {
+            Ok(r) => r,
+            Err(message) => {
+                let mut events = vec![(
+                    EventSource::Agent,
+                    EventKind::AgentErrorEvent {
+                        tool_call_id: None,
+                        tool_name: None,
+                        error: message.clone(),
+                    },
+                )];
+                terminate(record, Reason::Error, None, &message, &mut events);
+                store.commit(&id, record, events)?;
+                return Ok(true);
+            }
+        };
+        record.llm_calls += 1;
+        record.prompt_tokens += response.usage.prompt_tokens;
+        record.completion_tokens += response.usage.completion_tokens;
+        record.history.push("llm".into());
+        record.last_activity_ms = now_ms();
+        if let Some((limit, message)) = tokens_exceeded(agent, record) {
+            let mut events = Vec::new();
+            terminate(
+                record,
+                Reason::LimitExceeded,
+                Some(limit),
+                &message,
+                &mut events,
+            );
+            store.commit(&id, record, events)?;
+            return Ok(true);
+        }
+        if response.tool_calls.is_empty() {
+            return finish(engine, agent, record, response.text).await;
+        }
+        let actions: Events = response
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                (
+                    EventSource::Agent,
+                    EventKind::ActionEvent {
+                        tool_call: call.clone(),
+                        llm_response_id: response.id.clone(),
+                        thought: if i == 0 {
+                            response.text.clone()
+                        } else {
+                            String::new()
+                        },
+                    },
+                )
+            })
+            .collect();
+        history.extend(store.commit(&id, record, actions)?);
+        for (i, tool_call) in response.tool_calls.iter().enumerate() {
+            if let Some(max) = agent.limits.max_tool_calls
+                && record.tool_calls >= max
+            {
+                let mut events = Vec::new();
+                skip_rest(&response.tool_calls[i..], &mut events);
+                let message = format!(
+                    "{} capability calls reached the limit of {max}",
+                    record.tool_calls
+                );
+                terminate(
+                    record,
+                    Reason::LimitExceeded,
+                    Some("max_tool_calls"),
+                    &message,
+                    &mut events,
+                );
+                store.commit(&id, record, events)?;
+                return Ok(true);
+            }
+            record.tool_calls += 1;
+            let end = call::run(engine, agent, record, tool_call).await?;
+            record.last_activity_ms = now_ms();
+            let name = tool_call.name.clone();
+            let call_id = tool_call.id.clone();
+            let mut events: Events = Vec::new();
+            let terminal = match end {
+                CallEnd::Observation(result) => {
+                    events.push((
+                        EventSource::Environment,
+                        EventKind::ObservationEvent {
+                            tool_call_id: call_id,
+                            tool_name: name,
+                            result,
+                        },
+                    ));
+                    None
+                }
+                CallEnd::Error(error) => {
+                    events.push((
+                        EventSource::Environment,
+                        EventKind::ObservationEvent {
+                            tool_call_id: call_id,
+                            tool_name: name,
+                            result: json!({"error": error}),
+                        },
+                    ));
+                    None
+                }
+                CallEnd::Rejected(reason) => {
+                    events.push((
+                        EventSource::Environment,
+                        EventKind::UserRejectObservation {
+                            tool_call_id: call_id,
+                            tool_name: name,
+                            reason,
+                        },
+                    ));
+                    None
+                }
+                CallEnd::Fatal(error) => {
+                    events.push((
+                        EventSource::Agent,
+                        EventKind::AgentErrorEvent {
+                            tool_call_id: Some(call_id),
+                            tool_name: Some(name),
+                            error: error.clone(),
+                        },
+                    ));
+                    Some((Reason::Error, error))
+                }
+                CallEnd::Locked(reason) => {
+                    events.push((
+                        EventSource::Environment,
+                        EventKind::UserRejectObservation {
+                            tool_call_id: call_id,
+                            tool_name: name,
+                            reason: reason.clone(),
+                        },
+                    ));
+                    Some((Reason::Locked, reason))
+                }
+            };
+            if let Some((reason, message)) = terminal {
+                skip_rest(&response.tool_calls[i + 1..], &mut events);
+                terminate(record, reason, None, &message, &mut events);
+                store.commit(&id, record, events)?;
+                return Ok(true);
+            }
+            history.extend(store.commit(&id, record, events)?);
+        }
+    }
+}
+
+/// Answers calls that will not run, so every call in the log has a result.
+fn skip_rest(calls: &[agentmesh_store::event::ToolCall], events: &mut Events) {
+    for c in calls {
+        events.push((
+            EventSource::Environment,
+            EventKind::AgentErrorEvent {
+                tool_call_id: Some(c.id.clone()),
+                tool_name: Some(c.name.clone()),
+                error: "not run: the task ended".into(),
+            },
+        ));
+    }
+}
+
+/// The LLM's final answer: guardrails.after, the agent message, outputs and exposes.
+async fn finish(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    text: String,
+) -> Result<bool> {
+    let store = &engine.inner.store;
+    let id = record.id.clone();
+    let message = json!([ContentPart::text(text.clone())]);
+    let mut vars = StepVars {
+        input: Value::Null,
+        output: Some(json!({"message": message})),
+        event: Value::Null,
+        guardrail: true,
+    };
+    let verdict = steps::run(
+        engine,
+        agent,
+        record,
+        &agent.guard_after,
+        None,
+        Phase::After,
+        &mut vars,
+    )
+    .await?;
+    if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
+        let mut events = Vec::new();
+        terminate(record, Reason::Locked, None, &reason, &mut events);
+        store.commit(&id, record, events)?;
+        return Ok(true);
+    }
+    let mut output = serde_json::Map::new();
+    output.insert("message".into(), message.clone());
+    let mut act = Activation::new();
+    let mut needs = Needs::default();
+    agent
+        .exposes
+        .iter()
+        .for_each(|(_, e)| needs.add(e, &["context", "c"]));
+    if !needs.is_empty() {
+        act.set_aliased("context", "c", record.context_for(agent, &needs));
+    }
+    act.set_aliased(
+        "input",
+        "i",
+        record.inputs.last().cloned().unwrap_or(Value::Null),
+    )
+    .set_aliased("output", "o", Value::Object(output.clone()))
+    .set("now", json!(now_rfc3339()))
+    .set("runtime", engine.inner.options.runtime.clone());
+    for (key, expr) in &agent.exposes {
+        let value = expr
+            .evaluate(&act)
+            .unwrap_or_else(|e| json!({"error": e.message}));
+        output.insert(key.clone(), value.clone());
+        record.exposes.insert(key.clone(), value);
+    }
+    record.outputs.push(Value::Object(output));
+    record.status = Some(Status::Idle);
+    let events = vec![
+        (
+            EventSource::Agent,
+            EventKind::MessageEvent {
+                content: vec![ContentPart::text(text)],
+                metadata: None,
+            },
+        ),
+        status_event("idle"),
+    ];
+    store.commit(&id, record, events)?;
+    Ok(false)
+}

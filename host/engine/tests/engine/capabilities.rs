@@ -1,0 +1,292 @@
+//! Bindings, include, middleware, transforms, delegation, mount, exposes.
+
+use agentmesh_engine::{Reason, Status};
+use agentmesh_store::event::EventKind;
+use serde_json::json;
+
+use crate::util::{ECHO_TOOL, functions, harness, harness_with, observations};
+
+fn agent(capability: &str) -> String {
+    format!(
+        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: You help {{context.user.id}}.
+model: scripted/script.yaml
+capabilities:
+{capability}"
+    )
+}
+
+const SAY_EVIL: &str = "responses:
+  - tool_calls:
+      - {name: echo_say, arguments: {text: hi, owner: evil}}
+  - text: done
+";
+
+#[tokio::test]
+async fn bindings_hide_the_parameter_and_win_over_the_llm() {
+    let h = harness(
+        &agent("  echo:\n    bindings: {owner: \"'acme'\"}\n"),
+        SAY_EVIL,
+    );
+    let task = h.run("t/a", "go").await;
+    let events = h.events(&task);
+    assert_eq!(
+        observations(&events),
+        [json!({"owner": "acme", "text": "hi"})]
+    );
+    let schema = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SystemPromptEvent { tools, .. } => Some(tools[0].parameters.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(schema["properties"].get("owner").is_none(), "{schema}");
+    assert!(schema["properties"].get("text").is_some(), "{schema}");
+    // The bound parameter's allow list is sealed to the binding's value.
+    assert_eq!(
+        task.allow_lists["t/echo"]["owner"]
+            .iter()
+            .collect::<Vec<_>>(),
+        ["acme"]
+    );
+}
+
+#[tokio::test]
+async fn include_hides_actions() {
+    let h = harness(
+        &agent("  echo:\n    include: [shout]\n"),
+        "responses:\n  - text: ok\n",
+    );
+    let task = h.run("t/a", "go").await;
+    assert_eq!(functions(&h.events(&task)), ["echo_shout"]);
+}
+
+#[tokio::test]
+async fn failed_assert_blocks_with_the_interpolated_message_and_counts_restricted() {
+    let cap = "  echo:
+    before:
+      - assert: \"input.text != 'hi'\"
+        error_message: \"No greetings for {context.user.id}, text was {input.text}.\"
+";
+    let h = harness(&agent(cap), SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(
+        observations(&h.events(&task)),
+        [json!({"rejected": "No greetings for user:alice@example.com, text was hi."})]
+    );
+    let stats = &task.capabilities["echo_say"];
+    assert_eq!((stats.count_restricted, stats.count_successful), (1, 0));
+    assert_eq!(task.status(), Status::Idle);
+}
+
+#[tokio::test]
+async fn lock_task_terminates_and_continue_goes_on() {
+    let locked = "  echo:\n    before:\n      - assert: \"false\"\n        on_fail: lock_task\n";
+    let h = harness(&agent(locked), SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(
+        (task.status(), task.reason),
+        (Status::Terminated, Some(Reason::Locked))
+    );
+
+    let cont = "  echo:\n    before:\n      - assert: \"false\"\n        on_fail: continue\n";
+    let h = harness(&agent(cont), SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(task.status(), Status::Idle);
+    assert_eq!(task.capabilities["echo_say"].count_successful, 1);
+}
+
+#[tokio::test]
+async fn transform_changes_what_the_llm_sees_but_not_the_recorded_output() {
+    let cap = "  echo:\n    after:\n      - transform: \"output.put('_note', 'checked')\"\n";
+    let h = harness(&agent(cap), SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(
+        observations(&h.events(&task)),
+        [json!({"owner": "evil", "text": "hi", "_note": "checked"})]
+    );
+    assert_eq!(
+        task.capabilities["echo_say"].outputs[0],
+        json!({"owner": "evil", "text": "hi"})
+    );
+}
+
+#[tokio::test]
+async fn before_first_runs_once() {
+    // The step blocks whenever it runs; only the first call is refused.
+    let cap =
+        "  echo:\n    before_first:\n      - assert: \"false\"\n        error_message: first\n";
+    let script = "responses:
+  - tool_calls: [{name: echo_say, arguments: {text: a}}]
+  - tool_calls: [{name: echo_say, arguments: {text: b}}]
+  - text: done
+";
+    let h = harness(&agent(cap), script);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(
+        observations(&h.events(&task)),
+        [
+            json!({"rejected": "first"}),
+            json!({"owner": "nobody", "text": "b"})
+        ]
+    );
+}
+
+#[tokio::test]
+async fn guardrail_blocks_oversized_input() {
+    let manifests = format!(
+        "{}guardrails:\n  before:\n    - assert: \"size(input.message[0].text) < 10\"\n      error_message: Input too large.\n",
+        agent("  echo: \"*\"\n")
+    );
+    let h = harness(&manifests, "responses:\n  - text: ok\n");
+    let small = h.run("t/a", "short").await;
+    assert_eq!(small.status(), Status::Idle);
+    let big = h.run("t/a", "far too long for the guardrail").await;
+    assert_eq!(
+        (big.status(), big.reason),
+        (Status::Terminated, Some(Reason::Locked))
+    );
+    assert_eq!(big.llm_calls, 0);
+}
+
+#[tokio::test]
+async fn exposes_appear_in_the_output() {
+    let manifests = format!(
+        "{}exposes:\n  says: \"context.capabilities.echo_say.count_successful\"\n  first: \"output.message[0].text\"\n",
+        agent("  echo: \"*\"\n")
+    );
+    let h = harness(&manifests, SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    let object = h.engine.task_object(&task.id).unwrap();
+    assert_eq!(object["exposes"], json!({"says": 1, "first": "done"}));
+    assert_eq!(object["output"][0]["says"], json!(1));
+}
+
+#[tokio::test]
+async fn a_delegated_agents_answer_returns_to_the_parent() {
+    let manifests = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: boss
+description: Delegates.
+prompt: Delegate.
+model: scripted/script.yaml
+capabilities:
+  researcher: \"*\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: researcher
+description: Researches.
+prompt: Research.
+model: scripted/child.yaml
+";
+    let parent = "responses:\n  - tool_calls: [{name: researcher, arguments: {message: find it}}]\n  - text: parent done\n";
+    let h = harness_with(
+        manifests,
+        &[
+            ("script.yaml", parent),
+            ("child.yaml", "responses:\n  - text: found it\n"),
+        ],
+    );
+    let task = h.run("t/boss", "go").await;
+    assert_eq!(observations(&h.events(&task)), [json!("found it")]);
+    let stats = &task.capabilities["researcher"];
+    let child = &stats.task_ids.as_ref().unwrap()[0];
+    let child = h.engine.task(child).unwrap();
+    assert_eq!(child.parent.as_deref(), Some(task.id.as_str()));
+    assert_eq!(task.delegation_count, 1);
+}
+
+#[tokio::test]
+async fn mount_write_then_read_round_trips_and_parent_paths_are_refused() {
+    let manifests = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: memory
+description: Remembers.
+actions:
+  - name: write
+    description: Write.
+    parameters: {type: object, properties: {key: {type: string}, value: {type: string}}}
+    execute:
+      cel: {expression: \"mount.write('_memory/' + input.key, input.value)\"}
+  - name: read
+    description: Read.
+    parameters: {type: object, properties: {key: {type: string}}}
+    execute:
+      cel: {expression: \"mount.read('_memory/' + input.key)\"}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Remembers things.
+prompt: Remember.
+model: scripted/script.yaml
+mount: agent
+capabilities:
+  memory: \"*\"
+";
+    let script = "responses:
+  - tool_calls: [{name: memory_write, arguments: {key: k, value: remembered}}]
+  - tool_calls: [{name: memory_read, arguments: {key: k}}]
+  - tool_calls: [{name: memory_read, arguments: {key: ../../escape}}]
+  - text: done
+";
+    let h = harness(manifests, script);
+    let task = h.run("t/a", "go").await;
+    let obs = observations(&h.events(&task));
+    assert_eq!(obs[0], json!("remembered"));
+    assert_eq!(obs[1], json!("remembered"));
+    assert!(
+        obs[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("`..` is not allowed"),
+        "{}",
+        obs[2]
+    );
+    let file = h.dir.path().join("data/mounts/t/a/_memory/k");
+    assert_eq!(std::fs::read_to_string(file).unwrap(), "remembered");
+}
+
+#[tokio::test]
+async fn a_review_suspends_the_task_until_a_decision_arrives() {
+    let cap = "  echo:\n    before:\n      - assert: \"review(context.user.id)\"\n        error_message: Denied.\n";
+    let h = harness(&agent(cap), SAY_EVIL);
+    let task = h
+        .engine
+        .create_task(agentmesh_engine::NewTask {
+            agent: "t/a".into(),
+            input: Some(json!({"message": "go"})),
+            user: agentmesh_engine::UserRef {
+                id: "alice".into(),
+                email: None,
+            },
+        })
+        .await
+        .unwrap();
+    let engine = h.engine.clone();
+    let id = task.id.clone();
+    let runner = tokio::spawn(async move { engine.run_until_idle(&id).await.unwrap() });
+    let mut review_id = None;
+    for _ in 0..1000 {
+        let record = h.engine.task(&task.id).unwrap();
+        if let Some(r) = record.pending_review.clone() {
+            assert_eq!(record.status(), Status::Waiting);
+            assert_eq!(r.reviewer, "alice");
+            review_id = Some(r.review_id);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let review_id = review_id.expect("the task never waited for a review");
+    h.engine
+        .decide_review(&task.id, &review_id, true, "alice")
+        .unwrap();
+    let done = runner.await.unwrap();
+    assert_eq!(done.status(), Status::Idle);
+    assert_eq!(done.capabilities["echo_say"].count_successful, 1);
+}

@@ -1,0 +1,163 @@
+//! Inputs, queues, the event log and re-opening a task from the same data dir.
+
+use agentmesh_engine::Status;
+use agentmesh_llm::ChatMessage;
+use agentmesh_store::event::EventKind;
+use serde_json::json;
+
+use crate::util::{ECHO_TOOL, engine_at, harness, observations};
+
+fn agent() -> String {
+    format!(
+        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Work.
+model: scripted/script.yaml
+parameters:
+  type: object
+  properties:
+    ticket: {{type: string}}
+    priority: {{type: string, default: low}}
+capabilities:
+  echo: \"*\"
+"
+    )
+}
+
+#[tokio::test]
+async fn a_parallel_tool_call_response_becomes_one_assistant_message() {
+    let script = "responses:
+  - text: Both at once.
+    tool_calls:
+      - {name: echo_say, arguments: {text: one}}
+      - {name: echo_shout, arguments: {text: two}}
+  - text: done
+";
+    let h = harness(&agent(), script);
+    let task = h
+        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
+        .await;
+    let events = h.events(&task);
+    assert_eq!(observations(&events).len(), 2);
+    let messages = agentmesh_llm::to_messages(&events);
+    let assistants: Vec<&ChatMessage> = messages
+        .iter()
+        .filter(
+            |m| matches!(m, ChatMessage::Assistant { tool_calls, .. } if !tool_calls.is_empty()),
+        )
+        .collect();
+    assert_eq!(assistants.len(), 1);
+    let ChatMessage::Assistant {
+        content,
+        tool_calls,
+    } = assistants[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(content.as_deref(), Some("Both at once."));
+    assert_eq!(tool_calls.len(), 2);
+    // Both ActionEvents share the response id; only the first carries the thought.
+    let actions: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ActionEvent {
+                llm_response_id,
+                thought,
+                ..
+            } => Some((llm_response_id.clone(), thought.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(actions[0].0, actions[1].0);
+    assert_eq!(
+        (actions[0].1.as_str(), actions[1].1.as_str()),
+        ("Both at once.", "")
+    );
+}
+
+#[tokio::test]
+async fn parameters_get_defaults_and_required_ones_are_enforced() {
+    let h = harness(&agent(), "responses:\n  - text: ok\n");
+    let task = h
+        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
+        .await;
+    assert_eq!(task.inputs[0]["priority"], "low");
+    assert_eq!(
+        task.inputs[0]["message"],
+        json!([{"mimeType": "text/plain", "text": "go"}])
+    );
+    let missing = h
+        .engine
+        .create_task(agentmesh_engine::NewTask {
+            agent: "t/a".into(),
+            input: Some(json!({"message": "go"})),
+            user: agentmesh_engine::UserRef::default(),
+        })
+        .await;
+    assert!(missing.unwrap_err().to_string().contains("ticket"));
+}
+
+#[tokio::test]
+async fn queued_inputs_are_processed_in_order() {
+    let script = "responses:\n  - text: first\n  - text: second\n  - text: third\n";
+    let h = harness(&agent(), script);
+    let task = h
+        .engine
+        .create_task(agentmesh_engine::NewTask {
+            agent: "t/a".into(),
+            input: Some(json!({"message": "1", "ticket": "T"})),
+            user: agentmesh_engine::UserRef::default(),
+        })
+        .await
+        .unwrap();
+    h.engine
+        .submit(&task.id, &json!({"message": "2", "ticket": "T"}), None)
+        .unwrap();
+    h.engine
+        .submit(&task.id, &json!({"message": "3", "ticket": "T"}), None)
+        .unwrap();
+    let done = h.engine.run_until_idle(&task.id).await.unwrap();
+    let texts: Vec<String> = done
+        .outputs
+        .iter()
+        .map(|o| o["message"][0]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(texts, ["first", "second", "third"]);
+    let inputs: Vec<&str> = done
+        .inputs
+        .iter()
+        .map(|i| i["message"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(inputs, ["1", "2", "3"]);
+}
+
+#[tokio::test]
+async fn a_task_reopened_from_the_same_data_dir_continues_its_conversation() {
+    let script = "responses:\n  - text: first answer\n  - text: second answer\n";
+    let h = harness(&agent(), script);
+    let task = h
+        .run_input("t/a", json!({"message": "hello", "ticket": "T"}))
+        .await;
+    let id = task.id.clone();
+    let dir = h.dir;
+    drop(h.engine);
+    // A new engine on the same config and data dir, as a restarted process would be.
+    let engine = engine_at(dir.path());
+    engine
+        .submit(&id, &json!({"message": "again", "ticket": "T"}), None)
+        .unwrap();
+    let task = engine.run_until_idle(&id).await.unwrap();
+    assert_eq!(task.status(), Status::Idle);
+    assert_eq!(task.last_output_text().as_deref(), Some("second answer"));
+    let messages = agentmesh_llm::to_messages(&engine.events(&id, 0).unwrap());
+    let users = messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::User { .. }))
+        .count();
+    assert_eq!(
+        users, 2,
+        "both inputs are in the conversation: {messages:?}"
+    );
+}

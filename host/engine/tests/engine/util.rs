@@ -1,0 +1,146 @@
+//! A config dir, a store and an engine per test.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, TaskRecord, UserRef};
+use agentmesh_store::Store;
+use agentmesh_store::event::{Event, EventKind};
+use serde_json::{Value, json};
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub engine: Engine,
+}
+
+/// Writes `manifests` (and the model `script` as `script.yaml`) into a fresh config dir,
+/// validates it, and starts an engine on a store in `DIR/data`.
+pub fn harness(manifests: &str, script: &str) -> Harness {
+    harness_with(manifests, &[("script.yaml", script)])
+}
+
+/// Like [`harness`], with any files (model scripts) beside the manifests.
+pub fn harness_with(manifests: &str, files: &[(&str, &str)]) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("manifests.yaml"), manifests).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let engine = engine_at(dir.path());
+    Harness { dir, engine }
+}
+
+/// An engine over the config dir and data dir at `dir` (a second one reopens the store).
+pub fn engine_at(dir: &Path) -> Engine {
+    let report = agentmesh_manifest::validate(dir);
+    let errors: Vec<String> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(ToString::to_string)
+        .collect();
+    assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
+    let plan = Plan::build(&report.config, &|_| None).unwrap();
+    let store = Arc::new(Store::open(&dir.join("data")).unwrap());
+    let options = EngineOptions {
+        mount_root: dir.join("data/mounts"),
+        review_timeout: Some(Duration::from_secs(5)),
+        ..EngineOptions::default()
+    };
+    Engine::new(plan, store, options)
+}
+
+impl Harness {
+    /// Runs a new task of `agent` with `message` to idle or termination.
+    pub async fn run(&self, agent: &str, message: &str) -> TaskRecord {
+        self.run_input(agent, json!({"message": message})).await
+    }
+
+    pub async fn run_input(&self, agent: &str, input: Value) -> TaskRecord {
+        let task = self
+            .engine
+            .create_task(NewTask {
+                agent: agent.into(),
+                input: Some(input),
+                user: UserRef {
+                    id: "user:alice@example.com".into(),
+                    email: Some("alice@example.com".into()),
+                },
+            })
+            .await
+            .unwrap();
+        self.engine.run_until_idle(&task.id).await.unwrap()
+    }
+
+    pub fn events(&self, task: &TaskRecord) -> Vec<Event> {
+        self.engine.events(&task.id, 0).unwrap()
+    }
+}
+
+/// The results the LLM saw, in order: observations as their JSON, rejections as
+/// `{"rejected": reason}`.
+pub fn observations(events: &[Event]) -> Vec<Value> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ObservationEvent { result, .. } => Some(result.clone()),
+            EventKind::UserRejectObservation { reason, .. } => Some(json!({"rejected": reason})),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The function names the LLM was given.
+pub fn functions(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SystemPromptEvent { tools, .. } => {
+                Some(tools.iter().map(|t| t.name.clone()).collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The `limit_exceeded` state update's limit.
+pub fn limit(events: &[Event]) -> Option<String> {
+    events.iter().find_map(|e| match &e.kind {
+        EventKind::ConversationStateUpdateEvent { key, value } if key == "limit_exceeded" => value
+            .get("limit")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// A tool `t/echo` with actions `say` (returns its input) and `shout`, root parameter
+/// `owner`, plus whatever agent YAML follows.
+pub const ECHO_TOOL: &str = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: echo
+description: Echoes.
+parameters:
+  type: object
+  properties:
+    owner: {type: string, default: nobody}
+actions:
+  - name: say
+    description: Returns its input.
+    parameters:
+      type: object
+      properties:
+        text: {type: string}
+    execute:
+      cel: {expression: \"{'owner': input.owner, 'text': input.text}\"}
+  - name: shout
+    description: Returns its input, loudly.
+    parameters:
+      type: object
+      properties:
+        text: {type: string}
+    execute:
+      cel: {expression: \"{'text': input.text + '!'}\"}
+---
+";

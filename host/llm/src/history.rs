@@ -1,0 +1,310 @@
+//! A task's event log as chat messages (the event-log seed's "LLM integration").
+//!
+//! | event | message |
+//! |---|---|
+//! | `SystemPromptEvent` | system |
+//! | `MessageEvent` from the user (or the environment) | user, the text parts joined |
+//! | `MessageEvent` from the agent | assistant |
+//! | `ActionEvent`s of one response (one `llm_response_id`, consecutive) | one assistant message with all their tool calls; its text is the first event's `thought` |
+//! | `ObservationEvent` | tool: the result as JSON text (a JSON string without its quotes) |
+//! | `UserRejectObservation` | tool: the reason |
+//! | `AgentErrorEvent` with a `tool_call_id` | tool: the error (without one: nothing) |
+//! | `CondensationSummaryEvent` | user: [`SUMMARY_PREFIX`] + the summary |
+//! | `Condensation` | the events with `seq` in `forgotten_from..=forgotten_to` are left out |
+//! | every other kind | nothing (internal) |
+//!
+//! The result is always a well-formed conversation for chat-completions APIs: each assistant tool
+//! call is followed, before any other user, assistant or system message, by exactly one tool
+//! message. A call the log never answers (the host stopped mid-call) is answered with
+//! [`INTERRUPTED_CALL`]; a second answer to a call, or an answer whose call is not in view (it was
+//! condensed away), is left out.
+
+use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource};
+use serde_json::Value;
+
+use crate::ChatMessage;
+
+/// The tool message standing in for a call the log has no answer to.
+pub const INTERRUPTED_CALL: &str = "the call was interrupted before it returned";
+
+/// What precedes a condensation summary in its user message.
+pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation: ";
+
+/// Converts a task's event log to chat messages (see the module docs for the mapping).
+pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
+    let forgotten: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|event| match event.kind {
+            EventKind::Condensation {
+                forgotten_from,
+                forgotten_to,
+                ..
+            } => Some((forgotten_from, forgotten_to)),
+            _ => None,
+        })
+        .collect();
+    let mut builder = Builder::default();
+    for event in events {
+        if forgotten
+            .iter()
+            .any(|&(from, to)| (from..=to).contains(&event.seq))
+        {
+            continue;
+        }
+        builder.push(event);
+    }
+    builder.finish()
+}
+
+/// The conversation under construction.
+#[derive(Default)]
+struct Builder {
+    messages: Vec<ChatMessage>,
+    /// The last message is an assistant message with tool calls of this `llm_response_id`, and
+    /// nothing visible came after it yet: a further `ActionEvent` of the same response joins it.
+    open_response: Option<String>,
+    /// Calls of the last assistant message not answered yet, in call order.
+    pending: Vec<String>,
+}
+
+impl Builder {
+    fn push(&mut self, event: &Event) {
+        match &event.kind {
+            EventKind::SystemPromptEvent { prompt, .. } => self.message(ChatMessage::System {
+                content: prompt.clone(),
+            }),
+            EventKind::MessageEvent { content, .. } => {
+                let content = message_text(content);
+                self.message(match event.source {
+                    EventSource::Agent => ChatMessage::Assistant {
+                        content: Some(content),
+                        tool_calls: Vec::new(),
+                    },
+                    EventSource::User | EventSource::Environment => ChatMessage::User { content },
+                });
+            }
+            EventKind::ActionEvent {
+                tool_call,
+                llm_response_id,
+                thought,
+            } => {
+                if self.open_response.as_ref() == Some(llm_response_id)
+                    && let Some(ChatMessage::Assistant { tool_calls, .. }) =
+                        self.messages.last_mut()
+                {
+                    tool_calls.push(tool_call.clone());
+                    self.pending.push(tool_call.id.clone());
+                    return;
+                }
+                self.message(ChatMessage::Assistant {
+                    content: (!thought.is_empty()).then(|| thought.clone()),
+                    tool_calls: vec![tool_call.clone()],
+                });
+                self.open_response = Some(llm_response_id.clone());
+                self.pending = vec![tool_call.id.clone()];
+            }
+            EventKind::ObservationEvent {
+                tool_call_id,
+                result,
+                ..
+            } => self.answer(tool_call_id, result_text(result)),
+            EventKind::UserRejectObservation {
+                tool_call_id,
+                reason,
+                ..
+            } => self.answer(tool_call_id, reason.clone()),
+            EventKind::AgentErrorEvent {
+                tool_call_id: Some(tool_call_id),
+                error,
+                ..
+            } => self.answer(tool_call_id, error.clone()),
+            EventKind::CondensationSummaryEvent { summary } => self.message(ChatMessage::User {
+                content: format!("{SUMMARY_PREFIX}{summary}"),
+            }),
+            EventKind::AgentErrorEvent {
+                tool_call_id: None, ..
+            }
+            | EventKind::Condensation { .. }
+            | EventKind::CondensationRequest {}
+            | EventKind::ConversationStateUpdateEvent { .. }
+            | EventKind::PauseEvent {}
+            | EventKind::ReviewRequestEvent { .. }
+            | EventKind::ReviewDecisionEvent { .. } => {}
+        }
+    }
+
+    /// Appends a user, assistant or system message, answering the open calls first.
+    fn message(&mut self, message: ChatMessage) {
+        self.close_calls();
+        self.messages.push(message);
+    }
+
+    /// Appends the answer to a pending call; an answer to anything else is dropped.
+    fn answer(&mut self, tool_call_id: &str, content: String) {
+        let Some(position) = self.pending.iter().position(|id| id == tool_call_id) else {
+            return;
+        };
+        let tool_call_id = self.pending.remove(position);
+        self.open_response = None;
+        self.messages.push(ChatMessage::Tool {
+            tool_call_id,
+            content,
+        });
+    }
+
+    /// Answers every pending call as interrupted.
+    fn close_calls(&mut self) {
+        self.open_response = None;
+        for tool_call_id in std::mem::take(&mut self.pending) {
+            self.messages.push(ChatMessage::Tool {
+                tool_call_id,
+                content: INTERRUPTED_CALL.to_owned(),
+            });
+        }
+    }
+
+    fn finish(mut self) -> Vec<ChatMessage> {
+        self.close_calls();
+        self.messages
+    }
+}
+
+/// The text of a message: its text parts, and a reference for each media part, one a line.
+fn message_text(parts: &[ContentPart]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match (&part.text, &part.uri) {
+            (Some(text), _) => Some(text.clone()),
+            (None, Some(uri)) => Some(format!("[attachment {}: {uri}]", part.mime_type)),
+            (None, None) => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A function result as the LLM reads it: a JSON string as itself, anything else as JSON text.
+fn result_text(result: &Value) -> String {
+    match result {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly.
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(seq: u64, source: EventSource, kind: EventKind) -> Event {
+        Event {
+            seq,
+            id: format!("ev_{seq}"),
+            timestamp: "2025-01-01T00:00:00Z".into(),
+            source,
+            kind,
+        }
+    }
+
+    #[test]
+    fn json_string_results_lose_their_quotes() {
+        assert_eq!(result_text(&json!("done")), "done");
+        assert_eq!(result_text(&json!({"a": 1})), r#"{"a":1}"#);
+        assert_eq!(result_text(&json!(null)), "null");
+    }
+
+    #[test]
+    fn media_parts_become_references() {
+        let parts = vec![
+            ContentPart::text("look"),
+            ContentPart {
+                mime_type: "image/png".into(),
+                text: None,
+                uri: Some("mount://a.png".into()),
+            },
+        ];
+        assert_eq!(
+            message_text(&parts),
+            "look\n[attachment image/png: mount://a.png]"
+        );
+    }
+
+    #[test]
+    fn environment_messages_are_user_messages() {
+        let log = vec![event(
+            1,
+            EventSource::Environment,
+            EventKind::MessageEvent {
+                content: vec![ContentPart::text("a"), ContentPart::text("b")],
+                metadata: None,
+            },
+        )];
+        assert_eq!(
+            to_messages(&log),
+            vec![ChatMessage::User {
+                content: "a\nb".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn agent_errors_without_a_call_are_internal() {
+        let log = vec![event(
+            1,
+            EventSource::Agent,
+            EventKind::AgentErrorEvent {
+                tool_call_id: None,
+                tool_name: None,
+                error: "boom".into(),
+            },
+        )];
+        assert!(to_messages(&log).is_empty());
+    }
+
+    #[test]
+    fn a_second_answer_to_a_call_is_dropped() {
+        let call = agentmesh_store::event::ToolCall {
+            id: "c1".into(),
+            name: "f".into(),
+            arguments: json!({}),
+        };
+        let log = vec![
+            event(
+                1,
+                EventSource::Agent,
+                EventKind::ActionEvent {
+                    tool_call: call,
+                    llm_response_id: "r1".into(),
+                    thought: String::new(),
+                },
+            ),
+            event(
+                2,
+                EventSource::Agent,
+                EventKind::AgentErrorEvent {
+                    tool_call_id: Some("c1".into()),
+                    tool_name: Some("f".into()),
+                    error: "timed out".into(),
+                },
+            ),
+            event(
+                3,
+                EventSource::Environment,
+                EventKind::ObservationEvent {
+                    tool_call_id: "c1".into(),
+                    tool_name: "f".into(),
+                    result: json!("late"),
+                },
+            ),
+        ];
+        let messages = to_messages(&log);
+        assert_eq!(messages.len(), 2);
+        assert_eq!(
+            messages[1],
+            ChatMessage::Tool {
+                tool_call_id: "c1".into(),
+                content: "timed out".into()
+            }
+        );
+    }
+}

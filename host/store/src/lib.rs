@@ -1,0 +1,369 @@
+//! The agentmesh store: everything stateful the host owns, on sled.
+//!
+//! - [`event`]: the event-log types (CONTRACT §4);
+//! - [`Store`]: task records, per-task append-only event logs (a `u64` sequence per task), FIFO
+//!   input queues ordered by `queued_at`, and plugin key-value, in sled trees.
+//!
+//! Every change that spans keys is one sled transaction: [`Store::commit`] writes a task's
+//! record together with the events of the step that changed it, and [`Store::take_queued`]
+//! removes a queue entry in the same transaction that records its processing, so an input is
+//! processed exactly once across crashes. Input is flushed to disk before it is acknowledged
+//! ([`Store::enqueue`]); concurrent flushes are grouped into one fsync.
+//!
+//! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
+//! engine defines.
+//!
+//! ```
+//! # fn main() -> Result<(), agentmesh_store::StoreError> {
+//! use agentmesh_store::{Store, event::{EventKind, EventSource}};
+//! let dir = tempfile::tempdir().map_err(|e| agentmesh_store::StoreError::Io(e.to_string()))?;
+//! let store = Store::open(dir.path())?;
+//! let events = store.commit("t_1", &serde_json::json!({"status": "idle"}), vec![
+//!     (EventSource::Environment, EventKind::PauseEvent {}),
+//! ])?;
+//! assert_eq!(events[0].seq, 1);
+//! assert_eq!(store.events("t_1", 0)?.len(), 1);
+//! # Ok(()) }
+//! ```
+
+pub mod event;
+mod flush;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use event::{Event, EventKind, EventSource};
+use flush::GroupFlush;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed (I/O, corruption).
+    #[error("store: {0}")]
+    Sled(#[from] sled::Error),
+    /// A record could not be encoded or decoded.
+    #[error("store: bad record: {0}")]
+    Codec(#[from] serde_json::Error),
+    /// Filesystem trouble outside sled.
+    #[error("store: {0}")]
+    Io(String),
+}
+
+/// The store's result.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A queued input's place in its task's queue: ordered by `queued_at`, then arrival.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKey(Vec<u8>);
+
+/// The store.
+pub struct Store {
+    db: sled::Db,
+    tasks: sled::Tree,
+    events: sled::Tree,
+    seqs: sled::Tree,
+    queue: sled::Tree,
+    kv: sled::Tree,
+    flusher: GroupFlush,
+    /// Writes that an acknowledgement may wait for; see [`GroupFlush`].
+    writes: AtomicU64,
+}
+
+/// Separates a task id from what follows it in keys (ids never contain NUL).
+const SEP: u8 = 0;
+
+fn task_key(task_id: &str, suffix: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(task_id.len() + 1 + suffix.len());
+    k.extend_from_slice(task_id.as_bytes());
+    k.push(SEP);
+    k.extend_from_slice(suffix);
+    k
+}
+
+fn prefix(task_id: &str) -> Vec<u8> {
+    task_key(task_id, &[])
+}
+
+/// Flattens sled's transaction error into ours.
+fn tx_error(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => StoreError::Sled(e),
+    }
+}
+
+fn abort(e: impl Into<StoreError>) -> ConflictableTransactionError<StoreError> {
+    ConflictableTransactionError::Abort(e.into())
+}
+
+/// Now, RFC 3339 in UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Now, epoch milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
+        let db = sled::Config::new().path(dir.join("store")).open()?;
+        Ok(Store {
+            tasks: db.open_tree("tasks")?,
+            events: db.open_tree("events")?,
+            seqs: db.open_tree("seqs")?,
+            queue: db.open_tree("queue")?,
+            kv: db.open_tree("kv")?,
+            flusher: GroupFlush::default(),
+            writes: AtomicU64::new(0),
+            db,
+        })
+    }
+
+    /// Writes `record` as task `task_id`'s record and appends `events` to its log, in one
+    /// transaction. Returns the events with their sequence numbers.
+    pub fn commit<R: Serialize>(
+        &self,
+        task_id: &str,
+        record: &R,
+        events: Vec<(EventSource, EventKind)>,
+    ) -> Result<Vec<Event>> {
+        let record = serde_json::to_vec(record)?;
+        let stamped = self.stamp(events);
+        let written = (&self.tasks, &self.events, &self.seqs)
+            .transaction(|(tasks, log, seqs)| {
+                tasks.insert(task_id.as_bytes(), record.as_slice())?;
+                append(log, seqs, task_id, &stamped)
+            })
+            .map_err(tx_error)?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(written)
+    }
+
+    /// Like [`Store::commit`], and removes the queue entry `key` in the same transaction: the
+    /// input is taken exactly once. Returns `None` (and writes nothing) when the entry is gone.
+    pub fn take_queued<R: Serialize>(
+        &self,
+        task_id: &str,
+        key: &QueueKey,
+        record: &R,
+        events: Vec<(EventSource, EventKind)>,
+    ) -> Result<Option<Vec<Event>>> {
+        let record = serde_json::to_vec(record)?;
+        let stamped = self.stamp(events);
+        let written = (&self.tasks, &self.events, &self.seqs, &self.queue)
+            .transaction(|(tasks, log, seqs, queue)| {
+                if queue.remove(key.0.as_slice())?.is_none() {
+                    return Ok(None);
+                }
+                tasks.insert(task_id.as_bytes(), record.as_slice())?;
+                append(log, seqs, task_id, &stamped).map(Some)
+            })
+            .map_err(tx_error)?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(written)
+    }
+
+    fn stamp(
+        &self,
+        events: Vec<(EventSource, EventKind)>,
+    ) -> Vec<(String, String, EventSource, EventKind)> {
+        let timestamp = now_rfc3339();
+        events
+            .into_iter()
+            .map(|(source, kind)| {
+                let id = format!("ev_{:016x}", self.db.generate_id().unwrap_or_default());
+                (id, timestamp.clone(), source, kind)
+            })
+            .collect()
+    }
+
+    /// A new unique id (monotonic, also across restarts).
+    pub fn generate_id(&self) -> Result<u64> {
+        Ok(self.db.generate_id()?)
+    }
+
+    /// Task `task_id`'s record.
+    pub fn task<R: DeserializeOwned>(&self, task_id: &str) -> Result<Option<R>> {
+        match self.tasks.get(task_id.as_bytes())? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task record, in id order. Records that do not decode as `R` are skipped with a
+    /// warning rather than failing the listing.
+    pub fn tasks<R: DeserializeOwned>(&self) -> Result<Vec<R>> {
+        let mut out = Vec::new();
+        for entry in self.tasks.iter() {
+            let (key, value) = entry?;
+            match serde_json::from_slice(&value) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    tracing::warn!(task.id = %String::from_utf8_lossy(&key), "undecodable task record: {e}")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Task `task_id`'s events with `seq > after`, in order.
+    pub fn events(&self, task_id: &str, after: u64) -> Result<Vec<Event>> {
+        let start = task_key(task_id, &(after + 1).to_be_bytes());
+        let end = task_key(task_id, &u64::MAX.to_be_bytes());
+        let mut out = Vec::new();
+        for entry in self.events.range(start..=end) {
+            let (_, value) = entry?;
+            out.push(serde_json::from_slice(&value)?);
+        }
+        Ok(out)
+    }
+
+    /// The sequence number of task `task_id`'s last event (0 for none).
+    pub fn last_seq(&self, task_id: &str) -> Result<u64> {
+        Ok(self
+            .seqs
+            .get(task_id.as_bytes())?
+            .map_or(0, |v| decode_u64(&v)))
+    }
+
+    /// Queues an input for task `task_id` and flushes it to disk before returning, so the
+    /// caller may acknowledge it. Inputs are taken in `queued_at` order, then arrival order.
+    pub fn enqueue<I: Serialize>(
+        &self,
+        task_id: &str,
+        queued_at: i64,
+        input: &I,
+    ) -> Result<QueueKey> {
+        let key = self.queue_key(task_id, queued_at)?;
+        self.queue
+            .insert(key.0.as_slice(), serde_json::to_vec(input)?)?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.flush()?;
+        Ok(key)
+    }
+
+    fn queue_key(&self, task_id: &str, queued_at: i64) -> Result<QueueKey> {
+        // Offset so that negative times still sort before positive ones.
+        let time = (queued_at as u64) ^ (1 << 63);
+        let mut suffix = time.to_be_bytes().to_vec();
+        suffix.extend_from_slice(&self.db.generate_id()?.to_be_bytes());
+        Ok(QueueKey(task_key(task_id, &suffix)))
+    }
+
+    /// The earliest queued input of task `task_id`.
+    pub fn next_queued<I: DeserializeOwned>(&self, task_id: &str) -> Result<Option<(QueueKey, I)>> {
+        match self.queue.scan_prefix(prefix(task_id)).next() {
+            Some(entry) => {
+                let (key, value) = entry?;
+                Ok(Some((
+                    QueueKey(key.to_vec()),
+                    serde_json::from_slice(&value)?,
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// How many inputs task `task_id` has queued.
+    pub fn queue_depth(&self, task_id: &str) -> usize {
+        self.queue.scan_prefix(prefix(task_id)).count()
+    }
+
+    /// Task ids with queued input.
+    pub fn tasks_with_queued_input(&self) -> Result<Vec<String>> {
+        let mut ids: Vec<String> = Vec::new();
+        for entry in self.queue.iter() {
+            let (key, _) = entry?;
+            let id = key.split(|b| *b == SEP).next().unwrap_or_default();
+            let id = String::from_utf8_lossy(id).into_owned();
+            if ids.last() != Some(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Removes every queued input of task `task_id` (when it is deleted or terminated).
+    pub fn clear_queue(&self, task_id: &str) -> Result<usize> {
+        let mut n = 0;
+        for entry in self.queue.scan_prefix(prefix(task_id)) {
+            let (key, _) = entry?;
+            self.queue.remove(key)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// A plugin's value under `key` in `scope` (a component and task).
+    pub fn kv_get(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .kv
+            .get(task_key(scope, key.as_bytes()))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// Sets a plugin's value.
+    pub fn kv_set(&self, scope: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.kv.insert(task_key(scope, key.as_bytes()), value)?;
+        Ok(())
+    }
+
+    /// Deletes a plugin's value.
+    pub fn kv_delete(&self, scope: &str, key: &str) -> Result<()> {
+        self.kv.remove(task_key(scope, key.as_bytes()))?;
+        Ok(())
+    }
+
+    /// Makes every write so far durable. Concurrent callers share one fsync.
+    pub fn flush(&self) -> Result<()> {
+        let ticket = self.writes.load(Ordering::SeqCst);
+        self.flusher.flush(ticket, || {
+            let upto = self.writes.load(Ordering::SeqCst);
+            self.db.flush()?;
+            Ok(upto)
+        })
+    }
+}
+
+fn decode_u64(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    if bytes.len() == 8 {
+        buf.copy_from_slice(bytes);
+    }
+    u64::from_be_bytes(buf)
+}
+
+/// Appends stamped events to a task's log inside a transaction.
+fn append(
+    log: &sled::transaction::TransactionalTree,
+    seqs: &sled::transaction::TransactionalTree,
+    task_id: &str,
+    stamped: &[(String, String, EventSource, EventKind)],
+) -> std::result::Result<Vec<Event>, ConflictableTransactionError<StoreError>> {
+    let mut seq = seqs.get(task_id.as_bytes())?.map_or(0, |v| decode_u64(&v));
+    let mut written = Vec::with_capacity(stamped.len());
+    for (id, timestamp, source, kind) in stamped {
+        seq += 1;
+        let event = Event {
+            seq,
+            id: id.clone(),
+            timestamp: timestamp.clone(),
+            source: *source,
+            kind: kind.clone(),
+        };
+        let bytes = serde_json::to_vec(&event).map_err(abort)?;
+        log.insert(task_key(task_id, &seq.to_be_bytes()), bytes)?;
+        written.push(event);
+    }
+    seqs.insert(task_id.as_bytes(), &seq.to_be_bytes())?;
+    Ok(written)
+}

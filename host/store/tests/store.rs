@@ -1,0 +1,99 @@
+//! The store on a real sled directory: logs, queues, transactions, reopening.
+
+// Test code may panic: a panic is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use agentmesh_store::Store;
+use agentmesh_store::event::{ContentPart, EventKind, EventSource};
+use serde_json::{Value, json};
+
+fn message(text: &str) -> (EventSource, EventKind) {
+    (
+        EventSource::User,
+        EventKind::MessageEvent {
+            content: vec![ContentPart::text(text)],
+            metadata: None,
+        },
+    )
+}
+
+#[test]
+fn events_get_gapless_sequence_numbers_per_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store
+        .commit("a", &json!({}), vec![message("1"), message("2")])
+        .unwrap();
+    store.commit("b", &json!({}), vec![message("x")]).unwrap();
+    let third = store.commit("a", &json!({}), vec![message("3")]).unwrap();
+    assert_eq!(third[0].seq, 3);
+    let seqs: Vec<u64> = store
+        .events("a", 0)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(store.events("a", 2).unwrap().len(), 1);
+    assert_eq!(store.events("b", 0).unwrap().len(), 1);
+    assert_eq!(store.last_seq("a").unwrap(), 3);
+}
+
+#[test]
+fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.enqueue("t", 300, &json!("late")).unwrap();
+    store.enqueue("t", 100, &json!("early")).unwrap();
+    store.enqueue("t", 100, &json!("early, second")).unwrap();
+    store.enqueue("other", 50, &json!("elsewhere")).unwrap();
+    assert_eq!(store.queue_depth("t"), 3);
+
+    let mut taken = Vec::new();
+    while let Some((key, input)) = store.next_queued::<Value>("t").unwrap() {
+        let events = store
+            .take_queued("t", &key, &json!({"n": taken.len()}), vec![message("turn")])
+            .unwrap();
+        assert!(events.is_some());
+        // A second take of the same entry writes nothing.
+        assert!(
+            store
+                .take_queued("t", &key, &json!({}), vec![message("again")])
+                .unwrap()
+                .is_none()
+        );
+        taken.push(input);
+    }
+    assert_eq!(
+        taken,
+        [json!("early"), json!("early, second"), json!("late")]
+    );
+    assert_eq!(store.events("t", 0).unwrap().len(), 3);
+    assert_eq!(store.tasks_with_queued_input().unwrap(), ["other"]);
+}
+
+#[test]
+fn everything_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .commit("t", &json!({"status": "idle"}), vec![message("hello")])
+            .unwrap();
+        store.enqueue("t", 1, &json!("queued")).unwrap();
+        store.kv_set("comp/t", "k", b"v").unwrap();
+        store.flush().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store.task::<Value>("t").unwrap(),
+        Some(json!({"status": "idle"}))
+    );
+    assert_eq!(store.events("t", 0).unwrap().len(), 1);
+    assert_eq!(
+        store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
+        Some(json!("queued"))
+    );
+    assert_eq!(store.kv_get("comp/t", "k").unwrap(), Some(b"v".to_vec()));
+    assert_eq!(store.kv_get("comp/other", "k").unwrap(), None);
+}
