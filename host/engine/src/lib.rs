@@ -23,10 +23,11 @@ mod runtime;
 mod steps;
 pub mod task;
 mod turn;
+mod wasm;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
@@ -78,6 +79,9 @@ pub struct EngineOptions {
     pub review_timeout: Option<Duration>,
     /// `runtime.*` values for expressions.
     pub runtime: Value,
+    /// Where compiled components are cached (`DATA_DIR/components`); `None` compiles on every
+    /// load.
+    pub component_cache: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -86,6 +90,7 @@ impl Default for EngineOptions {
             mount_root: PathBuf::from(".agentmesh/mounts"),
             review_timeout: None,
             runtime: json!({"version": env!("CARGO_PKG_VERSION"), "dashboard_url": "", "api_root": ""}),
+            component_cache: None,
         }
     }
 }
@@ -129,6 +134,8 @@ struct Inner {
     /// Reviews waiting for a decision, by review id.
     reviews: Mutex<HashMap<String, oneshot::Sender<(bool, String)>>>,
     http: reqwest::Client,
+    /// The Wasm plugin host, started on first use (`Err`: why it could not start).
+    plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,7 +154,30 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
+                plugins: OnceLock::new(),
             }),
+        }
+    }
+
+    /// The plugin host, started on first use.
+    fn plugins(&self) -> std::result::Result<Arc<wasm::Plugins>, String> {
+        self.inner
+            .plugins
+            .get_or_init(|| {
+                wasm::Plugins::new(
+                    Arc::clone(&self.inner.store),
+                    self.inner.options.component_cache.clone(),
+                )
+                .map(Arc::new)
+                .map_err(|e| format!("the Wasm plugin host could not start: {e}"))
+            })
+            .clone()
+    }
+
+    /// Tears down every open tool session (Teardown); call before the process exits.
+    pub async fn shutdown(&self) {
+        if let Some(Ok(p)) = self.inner.plugins.get() {
+            p.close_all().await;
         }
     }
 
@@ -307,6 +337,11 @@ impl Engine {
             }
             let agent = self.agent(&record.agent)?;
             turn::run(self, &agent, &mut record, key, input).await?;
+            if record.status() == Status::Terminated
+                && let Some(Ok(p)) = self.inner.plugins.get()
+            {
+                p.close_task(&record.id).await;
+            }
         }
     }
 

@@ -14,7 +14,7 @@ use agentmesh_manifest::model::common::{
 };
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
-use agentmesh_manifest::model::tool::{HttpMethod, HttpRequest, Tool};
+use agentmesh_manifest::model::tool::{HttpMethod, HttpRequest, Tool, WasmRuntime};
 use agentmesh_store::event::ToolSchema;
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
@@ -171,8 +171,13 @@ pub enum StepKind {
     },
     /// Replaces the input (before) or output (after).
     Transform(Expression),
-    /// A middleware component (not yet runnable in this host).
-    Wasm(String),
+    /// A middleware component.
+    Wasm {
+        /// The component's path.
+        path: PathBuf,
+        /// The step's `config`, as JSON.
+        config: Value,
+    },
 }
 
 /// A tool, compiled.
@@ -214,6 +219,13 @@ pub enum Runtime {
     Cel(Expression),
     /// One HTTP request.
     Http(HttpPlan),
+    /// A Wasm component of the `tool-plugin` world.
+    Wasm {
+        /// The component's path.
+        path: PathBuf,
+        /// Its sandbox.
+        runtime: WasmRuntime,
+    },
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -276,12 +288,12 @@ impl Plan {
         let host = config.host_config();
         let mut tools = HashMap::new();
         for t in &config.tools {
-            let plan = tool_plan(&t.value, &host, env)?;
+            let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
         let mut agents = HashMap::new();
         for a in &config.agents {
-            let plan = agent_plan(&a.value, &host, config, &tools)?;
+            let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
             agents.insert(plan.id(), Arc::new(plan));
         }
         Ok(Plan {
@@ -313,6 +325,7 @@ pub fn resolve_env(
 
 fn tool_plan(
     tool: &Tool,
+    base_dir: &std::path::Path,
     host: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ToolPlan, EngineError> {
@@ -354,7 +367,20 @@ fn tool_plan(
             Some(e) if e.openapi.is_some() => Runtime::Unsupported("openapi"),
             Some(e) if e.mcp.is_some() => Runtime::Unsupported("mcp"),
             Some(e) if e.kubernetes_job.is_some() => Runtime::Unsupported("kubernetes_job"),
-            _ => Runtime::Unsupported("wasm"),
+            Some(e) if e.wasm.is_some() => match &e.wasm {
+                Some(w) => Runtime::Wasm {
+                    path: base_dir.join(&w.component),
+                    runtime: w.clone(),
+                },
+                None => Runtime::Unsupported("wasm"),
+            },
+            _ => match &tool.wasm {
+                Some(w) => Runtime::Wasm {
+                    path: base_dir.join(&w.component),
+                    runtime: w.clone(),
+                },
+                None => Runtime::Unsupported("none"),
+            },
         };
         actions.push(ActionPlan {
             name: action.name.clone(),
@@ -435,6 +461,7 @@ fn body_template(v: &Value) -> Result<BodyTemplate, EngineError> {
 
 fn agent_plan(
     agent: &agentmesh_manifest::model::Agent,
+    base_dir: &std::path::Path,
     host: &HostConfig,
     config: &Config,
     tools: &HashMap<String, Arc<ToolPlan>>,
@@ -462,7 +489,7 @@ fn agent_plan(
         let steps = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
             list.map(|l| {
                 l.iter()
-                    .map(|s| step(s, OnFail::Block, &agent.namespace, tools))
+                    .map(|s| step(s, OnFail::Block, &agent.namespace, base_dir, tools))
                     .collect()
             })
             .unwrap_or(Ok(Vec::new()))
@@ -552,7 +579,7 @@ fn agent_plan(
     let guard = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
         list.map(|l| {
             l.iter()
-                .map(|s| step(s, OnFail::LockTask, &agent.namespace, tools))
+                .map(|s| step(s, OnFail::LockTask, &agent.namespace, base_dir, tools))
                 .collect()
         })
         .unwrap_or(Ok(Vec::new()))
@@ -605,6 +632,7 @@ fn step(
     s: &MiddlewareStep,
     default_on_fail: OnFail,
     namespace: &str,
+    base_dir: &std::path::Path,
     tools: &HashMap<String, Arc<ToolPlan>>,
 ) -> Result<Step, EngineError> {
     let kind = if let Some(a) = &s.assert_expr {
@@ -641,7 +669,10 @@ fn step(
                 .collect::<Result<_, EngineError>>()?,
         }
     } else if let Some(w) = &s.wasm {
-        StepKind::Wasm(w.component.clone())
+        StepKind::Wasm {
+            path: base_dir.join(&w.component),
+            config: w.config.clone().unwrap_or(Value::Object(Map::new())),
+        }
     } else {
         return Err(EngineError::Config("a step without an action".into()));
     };

@@ -93,6 +93,38 @@ pub(crate) async fn run_action(
             }
             http_call(engine, http, &act).await
         }
+        Runtime::Wasm { path, runtime } => {
+            let plugins = match engine.plugins() {
+                Ok(p) => p,
+                Err(e) => return ActionResult::Fatal(e),
+            };
+            let mount = mount_of(engine, agent, record).map(|m| {
+                let dir = m.dir();
+                let _ = std::fs::create_dir_all(&dir);
+                dir
+            });
+            let root_params: Map<String, Value> = match input {
+                Value::Object(m) => m
+                    .iter()
+                    .filter(|(k, _)| tool.manifest.parameters.as_ref().is_some_and(|p| p.has(k)))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                _ => Map::new(),
+            };
+            plugins
+                .invoke(
+                    &record.id,
+                    &tool.id(),
+                    path,
+                    runtime,
+                    mount,
+                    &Value::Object(tool.settings.clone()),
+                    &Value::Object(root_params),
+                    &plan.name,
+                    input,
+                )
+                .await
+        }
         Runtime::Unsupported(kind) => ActionResult::Recoverable(format!(
             "action `{}` uses the `{kind}` runtime, which this host does not run yet",
             plan.name

@@ -48,7 +48,11 @@ pub(crate) async fn run(
     // The context is converted once for the list (only the parts its steps read); only an
     // invoke step changes it.
     let needs = needs_of(steps);
-    let mut context = Bound::new(record.context_for(agent, &needs));
+    // Middleware components get the context as JSON; keep it only when one is in the list.
+    let keep_json = steps
+        .iter()
+        .any(|s| matches!(s.kind, StepKind::Wasm { .. }));
+    let (mut context, mut context_json) = bind_context(record, agent, &needs, keep_json);
     for step in steps {
         if let (Some(m), Some(name)) = (&step.match_action, name)
             && m != name
@@ -115,12 +119,32 @@ pub(crate) async fn run(
                     .entry(fname)
                     .or_default()
                     .record(outcome, input, output, None);
-                context = Bound::new(record.context_for(agent, &needs));
+                (context, context_json) = bind_context(record, agent, &needs, keep_json);
                 failure
             }
-            StepKind::Wasm(component) => Some(format!(
-                "middleware component `{component}` cannot run: Wasm middleware is not available in this build"
-            )),
+            StepKind::Wasm { path, config } => {
+                match wasm_step(
+                    engine,
+                    record,
+                    path,
+                    config,
+                    phase,
+                    vars,
+                    context_json.as_ref(),
+                )
+                .await
+                {
+                    Ok(None) => None,
+                    Ok(Some(replacement)) => {
+                        match phase {
+                            Phase::Before => vars.replace_input(replacement),
+                            Phase::After => vars.output = Some(replacement),
+                        }
+                        None
+                    }
+                    Err(reason) => Some(reason),
+                }
+            }
         };
         let Some(reason) = failure else { continue };
         match fail(step, &vars.activation(&context, engine), reason) {
@@ -129,6 +153,21 @@ pub(crate) async fn run(
         }
     }
     Ok(Verdict::Pass)
+}
+
+/// The context converted for CEL, and as JSON when `keep_json`.
+fn bind_context(
+    record: &TaskRecord,
+    agent: &AgentPlan,
+    needs: &Needs,
+    keep_json: bool,
+) -> (Bound, Option<Value>) {
+    let value = record.context_for(agent, needs);
+    if keep_json {
+        (Bound::new(value.clone()), Some(value))
+    } else {
+        (Bound::new(value), None)
+    }
 }
 
 /// The context the steps read.
@@ -141,7 +180,7 @@ fn needs_of(steps: &[Step]) -> Needs {
             StepKind::Invoke { bindings, .. } => {
                 bindings.iter().for_each(|(_, e)| needs.add(e, &CONTEXT))
             }
-            StepKind::Wasm(_) => {}
+            StepKind::Wasm { .. } => needs = Needs::All,
         }
         if let Some(c) = &step.condition {
             needs.add(c, &CONTEXT);
@@ -151,6 +190,40 @@ fn needs_of(steps: &[Step]) -> Needs {
         }
     }
     needs
+}
+
+/// Runs a middleware component: `Ok(None)` passes, `Ok(Some(v))` replaces, `Err` denies.
+async fn wasm_step(
+    engine: &Engine,
+    record: &TaskRecord,
+    path: &std::path::Path,
+    config: &Value,
+    phase: Phase,
+    vars: &StepVars,
+    context: Option<&Value>,
+) -> std::result::Result<Option<Value>, String> {
+    let plugins = engine.plugins()?;
+    let context_json = context.map(Value::to_string).unwrap_or_default();
+    let input = vars.input.to_string();
+    let event = (!vars.event.is_null()).then(|| vars.event.to_string());
+    let call = agentmesh_plugins::MiddlewareCall {
+        task_id: &record.id,
+        config: &config.to_string(),
+        context: &context_json,
+        input: &input,
+        event: event.as_deref(),
+    };
+    let output = match phase {
+        Phase::Before => None,
+        Phase::After => Some(vars.output.clone().unwrap_or(Value::Null).to_string()),
+    };
+    match plugins.middleware(path, &call, output.as_deref()).await? {
+        agentmesh_plugins::Verdict::Pass => Ok(None),
+        agentmesh_plugins::Verdict::Deny(reason) => Err(reason),
+        agentmesh_plugins::Verdict::Replace(json) => serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| format!("the component replaced with invalid JSON: {e}")),
+    }
 }
 
 /// Applies a failed step's policy, rendering its `error_message`.

@@ -323,6 +323,15 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes every value in `scope`.
+    pub fn kv_clear(&self, scope: &str) -> Result<()> {
+        for entry in self.kv.scan_prefix(prefix(scope)) {
+            let (key, _) = entry?;
+            self.kv.remove(key)?;
+        }
+        Ok(())
+    }
+
     /// Makes every write so far durable. Concurrent callers share one fsync.
     pub fn flush(&self) -> Result<()> {
         let ticket = self.writes.load(Ordering::SeqCst);

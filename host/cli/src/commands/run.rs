@@ -54,9 +54,9 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );
-    let mount_root = data.join("mounts");
     let options = EngineOptions {
-        mount_root,
+        mount_root: data.join("mounts"),
+        component_cache: Some(data.join("components")),
         // Nobody can answer a review during `run`: a review is denied at once.
         review_timeout: Some(Duration::ZERO),
         ..EngineOptions::default()
@@ -91,7 +91,9 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
                 engine.create_task(new).await?.id
             }
         };
-        anyhow::Ok(engine.run_until_idle(&id).await?)
+        let record = engine.run_until_idle(&id).await;
+        engine.shutdown().await;
+        anyhow::Ok(record?)
     })?;
     if args.json {
         println!(

@@ -1,0 +1,205 @@
+//! Wasm components in tasks: tool sessions (Initialize on a task's first call of the tool,
+//! Invoke per call, Teardown when the task ends), middleware steps, and plugin key-value in
+//! the store.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use agentmesh_manifest::model::tool::WasmRuntime;
+use agentmesh_plugins::{
+    KvError, KvScope, KvStore, Limits, LoadedComponent, MiddlewareCall, PluginConfig, PluginError,
+    PluginHost, Sandbox, ToolSession, Verdict,
+};
+use agentmesh_store::Store;
+use serde_json::Value;
+
+use crate::lock;
+use crate::runtime::ActionResult;
+
+/// Plugin key-value in the store, one scope per (component, task).
+struct StoreKv(Arc<Store>);
+
+fn scope_key(scope: &KvScope) -> String {
+    // Task ids never contain `/`, so `component/task` is unambiguous from the right.
+    format!("{}/{}", scope.component, scope.task)
+}
+
+impl KvStore for StoreKv {
+    fn get(&self, scope: &KvScope, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        self.0
+            .kv_get(&scope_key(scope), key)
+            .map_err(|e| KvError(e.to_string()))
+    }
+
+    fn set(&self, scope: &KvScope, key: &str, value: &[u8]) -> Result<(), KvError> {
+        self.0
+            .kv_set(&scope_key(scope), key, value)
+            .map_err(|e| KvError(e.to_string()))
+    }
+
+    fn delete(&self, scope: &KvScope, key: &str) -> Result<(), KvError> {
+        self.0
+            .kv_delete(&scope_key(scope), key)
+            .map_err(|e| KvError(e.to_string()))
+    }
+
+    fn clear(&self, scope: &KvScope) -> Result<(), KvError> {
+        self.0
+            .kv_clear(&scope_key(scope))
+            .map_err(|e| KvError(e.to_string()))
+    }
+}
+
+type SessionKey = (String, String);
+
+/// The engine's plugin host, its loaded components and the open tool sessions.
+pub(crate) struct Plugins {
+    host: PluginHost,
+    components: Mutex<HashMap<PathBuf, Arc<LoadedComponent>>>,
+    sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<ToolSession>>>>,
+}
+
+impl Plugins {
+    /// A plugin host whose compiled components are cached in `cache_dir`.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Plugins, PluginError> {
+        let config = PluginConfig {
+            cache_dir,
+            ..PluginConfig::default()
+        };
+        Ok(Plugins {
+            host: PluginHost::new(config, Arc::new(StoreKv(store)))?,
+            components: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The component at `path` (loaded once per engine).
+    pub(crate) fn component(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<Arc<LoadedComponent>, PluginError> {
+        if let Some(c) = lock(&self.components).get(path) {
+            return Ok(Arc::clone(c));
+        }
+        let loaded = self.host.load_named(name, path)?;
+        lock(&self.components).insert(path.to_path_buf(), Arc::clone(&loaded));
+        Ok(loaded)
+    }
+
+    /// Invokes `action` of the tool's component in the task's session, opening it first.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn invoke(
+        &self,
+        task: &str,
+        tool: &str,
+        path: &Path,
+        runtime: &WasmRuntime,
+        mount: Option<PathBuf>,
+        settings: &Value,
+        parameters: &Value,
+        action: &str,
+        input: &Value,
+    ) -> ActionResult {
+        let key = (task.to_owned(), tool.to_owned());
+        let existing = lock(&self.sessions).get(&key).cloned();
+        let session = match existing {
+            Some(s) => s,
+            None => {
+                let component = match self.component(tool, path) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return ActionResult::Fatal(format!("component `{}`: {e}", path.display()));
+                    }
+                };
+                let sandbox = match Sandbox::from_runtime(runtime, mount) {
+                    Ok(s) => s,
+                    Err(e) => return ActionResult::Fatal(e.to_string()),
+                };
+                let opened = ToolSession::open(
+                    component,
+                    sandbox,
+                    &settings.to_string(),
+                    &parameters.to_string(),
+                    task,
+                )
+                .await;
+                match opened {
+                    Ok(s) => {
+                        let s = Arc::new(tokio::sync::Mutex::new(s));
+                        lock(&self.sessions).insert(key, Arc::clone(&s));
+                        s
+                    }
+                    Err(e) => return fault(&e),
+                }
+            }
+        };
+        let mut session = session.lock().await;
+        match session.invoke(action, &input.to_string()).await {
+            Ok(Ok(output)) => {
+                ActionResult::Ok(serde_json::from_str(&output).unwrap_or(Value::String(output)))
+            }
+            Ok(Err(error)) if error.is_fatal() => ActionResult::Fatal(error.to_string()),
+            Ok(Err(error)) => ActionResult::Recoverable(error.to_string()),
+            Err(e) => fault(&e),
+        }
+    }
+
+    /// Runs a middleware component's `before` (no `output`) or `after` step.
+    pub(crate) async fn middleware(
+        &self,
+        path: &Path,
+        call: &MiddlewareCall<'_>,
+        output: Option<&str>,
+    ) -> Result<Verdict, String> {
+        let name = path.display().to_string();
+        let component = self.component(&name, path).map_err(|e| e.to_string())?;
+        let limits = Limits::default();
+        let verdict = match output {
+            None => component.middleware_before(&limits, call).await,
+            Some(o) => component.middleware_after(&limits, call, o).await,
+        };
+        verdict.map_err(|e| e.to_string())
+    }
+
+    /// Tears down every session of `task` (when it ends).
+    pub(crate) async fn close_task(&self, task: &str) {
+        let sessions: Vec<_> = {
+            let mut all = lock(&self.sessions);
+            let keys: Vec<SessionKey> = all.keys().filter(|(t, _)| t == task).cloned().collect();
+            keys.into_iter().filter_map(|k| all.remove(&k)).collect()
+        };
+        for s in sessions {
+            if let Ok(session) = Arc::try_unwrap(s).map(tokio::sync::Mutex::into_inner)
+                && let Err(e) = session.close().await
+            {
+                tracing::warn!(task.id = task, "tool session teardown failed: {e}");
+            }
+        }
+    }
+
+    /// Tears down every open session.
+    pub(crate) async fn close_all(&self) {
+        let tasks: Vec<String> = lock(&self.sessions)
+            .keys()
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in tasks {
+            self.close_task(&t).await;
+        }
+    }
+}
+
+/// A guest fault (trap, panic, timeout, memory, oversized output) is a recoverable error for
+/// the LLM; a host failure ends the task.
+fn fault(e: &PluginError) -> ActionResult {
+    if e.is_guest_fault() {
+        ActionResult::Recoverable(e.to_string())
+    } else {
+        ActionResult::Fatal(e.to_string())
+    }
+}

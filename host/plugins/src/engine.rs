@@ -1,0 +1,349 @@
+//! The plugin host: one wasmtime engine (pooling allocator, epoch interruption), its linkers
+//! (one per world), the compiled-component cache, and loading.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::cache::{Cache, content_hash};
+use crate::component::{LoadedComponent, World};
+use crate::error::{PluginError, Result};
+use crate::kv::KvStore;
+use crate::state::PluginState;
+
+/// How the plugin host is set up. Every field has a default suited to a small server.
+#[derive(Debug, Clone)]
+pub struct PluginConfig {
+    /// Where compiled components are cached (the host's `data_dir`/`components`); `None`
+    /// compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// How many component instances may be alive at once (tool sessions, calls in flight).
+    /// The pool reserves address space for this many up front.
+    pub max_instances: u32,
+    /// The largest memory limit any sandbox may ask for, in bytes (a pool slot's size).
+    pub max_memory: u64,
+    /// The resolution of timeouts: the epoch advances once per tick, and a call is stopped
+    /// at most one tick after its limit.
+    pub epoch_tick: Duration,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        PluginConfig {
+            cache_dir: None,
+            max_instances: 100,
+            max_memory: 512 * 1024 * 1024,
+            epoch_tick: Duration::from_millis(5),
+        }
+    }
+}
+
+/// Hits and misses of the compiled-component cache since the host started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Loads served from a cached artifact.
+    pub hits: u64,
+    /// Loads that compiled (no cache, no artifact, or an unusable one).
+    pub misses: u64,
+}
+
+/// What every component and store of one host shares.
+pub(crate) struct Shared {
+    engine: Engine,
+    pub(crate) kv: Arc<dyn KvStore>,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) max_memory: u64,
+    pub(crate) clock: Arc<EpochClock>,
+}
+
+impl Shared {
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// The linkers, one per world: a world gets exactly its imports (plus WASI, which every
+/// `wasm32-wasip2` program imports and whose context denies everything not granted).
+struct Linkers {
+    tool: Linker<PluginState>,
+    middleware: Linker<PluginState>,
+    event_filter: Linker<PluginState>,
+}
+
+/// The plugin host: loads components and hands out [`LoadedComponent`]s to call.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), agentmesh_plugins::PluginError> {
+/// use std::sync::Arc;
+/// use agentmesh_plugins::{MemoryKv, PluginConfig, PluginHost, Sandbox, ToolSession};
+///
+/// let host = PluginHost::new(PluginConfig::default(), Arc::new(MemoryKv::new()))?;
+/// let notes = host.load("notes.wasm".as_ref())?;
+/// let mut session = ToolSession::open(notes, Sandbox::default(), "{}", "{}", "t_1").await?;
+/// let answer = session.invoke("put", r#"{"key": "a", "value": "b"}"#).await?;
+/// assert_eq!(answer.as_deref(), Ok(r#"{"stored":"a"}"#));
+/// # Ok(()) }
+/// ```
+pub struct PluginHost {
+    config: PluginConfig,
+    shared: Arc<Shared>,
+    linkers: Linkers,
+    cache: Option<Cache>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl PluginHost {
+    /// Creates the engine (and its epoch ticker thread), the linkers and the cache directory.
+    /// Plugin key-value entries go to `kv`.
+    pub fn new(config: PluginConfig, kv: Arc<dyn KvStore>) -> Result<Self> {
+        let engine = Engine::new(&engine_config(&config)?)
+            .map_err(|e| PluginError::Config(format!("{e:#}")))?;
+        let clock = start_ticker(&engine, config.epoch_tick)?;
+        let linkers = Linkers {
+            tool: linker(&engine, World::Tool)?,
+            middleware: linker(&engine, World::Middleware)?,
+            event_filter: linker(&engine, World::EventFilter)?,
+        };
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(Cache::open(dir, &engine).map_err(|e| {
+                PluginError::Config(format!("cache directory {}: {e}", dir.display()))
+            })?),
+            None => None,
+        };
+        let tls = crate::http::tls_config().map_err(PluginError::Config)?;
+        let shared = Arc::new(Shared {
+            engine,
+            kv,
+            tls: Arc::new(tls),
+            max_memory: config.max_memory,
+            clock,
+        });
+        Ok(PluginHost {
+            config,
+            shared,
+            linkers,
+            cache,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        })
+    }
+
+    /// Loads the component at `path`, named after its file stem (see [`PluginHost::load_named`]).
+    pub fn load(&self, path: &Path) -> Result<Arc<LoadedComponent>> {
+        let name = path
+            .file_stem()
+            .map_or_else(|| "component".into(), |s| s.to_string_lossy());
+        self.load_named(&name, path)
+    }
+
+    /// Loads the component at `path` as `name`: reads and hashes it, takes its compiled code
+    /// from the cache or compiles it (and caches it), detects its world from its exports and
+    /// pre-links it against that world's imports.
+    ///
+    /// `name` identifies the component in logs, errors and key-value scopes; give a new version
+    /// of the same component the same name (e.g. `engineering/github-pr`) so tasks keep
+    /// their state across a hot swap.
+    pub fn load_named(&self, name: &str, path: &Path) -> Result<Arc<LoadedComponent>> {
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let hash = content_hash(&bytes);
+        let engine = self.shared.engine();
+        let cached = self.cache.as_ref().and_then(|c| c.load(engine, &hash));
+        let from_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                component
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let component =
+                    wasmtime::component::Component::new(engine, &bytes).map_err(|e| {
+                        PluginError::Compile {
+                            path: path.to_owned(),
+                            message: format!("{e:#}"),
+                        }
+                    })?;
+                if let Some(cache) = &self.cache {
+                    cache.store(&hash, &component);
+                }
+                component
+            }
+        };
+        tracing::info!(
+            component.name = name,
+            component.hash = %hash,
+            cache = if from_cache { "hit" } else { "miss" },
+            "loaded component {}",
+            path.display()
+        );
+        let world = World::detect(&component, engine).map_err(|found| PluginError::World {
+            path: path.to_owned(),
+            found,
+        })?;
+        let linker = match world {
+            World::Tool => &self.linkers.tool,
+            World::Middleware => &self.linkers.middleware,
+            World::EventFilter => &self.linkers.event_filter,
+        };
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| PluginError::Link {
+                path: path.to_owned(),
+                world: world.as_str(),
+                message: format!("{e:#}"),
+            })?;
+        LoadedComponent::new(
+            name,
+            path,
+            hash,
+            world,
+            from_cache,
+            pre,
+            self.shared.clone(),
+        )
+        .map(Arc::new)
+    }
+
+    /// The configuration the host was created with.
+    pub fn config(&self) -> &PluginConfig {
+        &self.config
+    }
+
+    /// The cache's hits and misses so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The engine's configuration: async calls, epoch interruption, and a pooling allocator with
+/// small explicit totals (the defaults reserve address space for 1000 instances of 4 GiB).
+fn engine_config(config: &PluginConfig) -> Result<Config> {
+    let max_memory = usize::try_from(config.max_memory).map_err(|_| {
+        PluginError::Config(format!(
+            "max_memory of {} bytes is too large",
+            config.max_memory
+        ))
+    })?;
+    let instances = config.max_instances.max(1);
+    let mut pool = PoolingAllocationConfig::new();
+    // A `wasm32-wasip2` Rust component has one main module and a few adapter shims: a handful
+    // of core instances, one memory and a couple of tables each.
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(8))
+        .total_memories(instances.saturating_mul(2))
+        .total_tables(instances.saturating_mul(4))
+        .total_stacks(instances)
+        .max_core_instances_per_component(16)
+        .max_memories_per_component(2)
+        .max_tables_per_component(8)
+        .max_memory_size(max_memory)
+        // Between uses, reset the first 64 KiB of a slot's memory (and tables) with `memset`
+        // and decommit the rest: measured here, larger values cost more in `memset` than they
+        // save in page faults (a Rust guest dirties few pages per call), and `madvise` alone
+        // costs a TLB shootdown per instance.
+        .linear_memory_keep_resident(64 * 1024)
+        .table_keep_resident(64 * 1024)
+        // Decommit in batches: one `madvise` round (and TLB flush) per 16 freed instances.
+        .decommit_batch_size(16.min(instances as usize));
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .wasm_backtrace_max_frames(std::num::NonZeroUsize::new(20));
+    Ok(wasm)
+}
+
+/// The engine's epoch as a wall clock: it advances once per `tick` since `start`.
+pub(crate) struct EpochClock {
+    start: std::time::Instant,
+    tick: Duration,
+    /// Increments delivered to the engine so far (updated after delivering them).
+    delivered: AtomicU64,
+}
+
+impl EpochClock {
+    /// The tick length.
+    pub(crate) fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Ticks elapsed by the clock, whether or not the ticker delivered them yet.
+    fn due(&self) -> u64 {
+        let ticks = self.start.elapsed().as_nanos() / self.tick.as_nanos().max(1);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// How many increments from the engine's current epoch until `timeout` has surely
+    /// passed: the ticks of `timeout`, plus one for the tick in progress, plus the ticks the
+    /// ticker owes (it may lag on a busy machine and then catch up at once — counting from
+    /// the stale epoch would end the call early).
+    pub(crate) fn deadline_for(&self, timeout: Duration) -> u64 {
+        let ticks = timeout.as_nanos().div_ceil(self.tick.as_nanos().max(1)) + 1;
+        let owed = self
+            .due()
+            .saturating_sub(self.delivered.load(Ordering::Acquire));
+        u64::try_from(ticks)
+            .unwrap_or(u64::MAX)
+            .saturating_add(owed)
+    }
+}
+
+/// Starts the thread that advances the engine's epoch once per `tick` of wall-clock time; it
+/// ends by itself when the engine is dropped (the last component and the host gone).
+///
+/// The thread may wake late on a busy machine; it then catches up (one increment per tick
+/// elapsed), so the epoch follows the clock and a deadline is late by at most one wake-up.
+fn start_ticker(engine: &Engine, tick: Duration) -> Result<Arc<EpochClock>> {
+    let clock = Arc::new(EpochClock {
+        start: std::time::Instant::now(),
+        tick,
+        delivered: AtomicU64::new(0),
+    });
+    let weak = engine.weak();
+    let ticker = clock.clone();
+    std::thread::Builder::new()
+        .name("agentmesh-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(ticker.tick);
+                let Some(engine) = weak.upgrade() else { break };
+                let due = ticker.due();
+                let mut delivered = ticker.delivered.load(Ordering::Relaxed);
+                while delivered < due {
+                    engine.increment_epoch();
+                    delivered += 1;
+                }
+                ticker.delivered.store(delivered, Ordering::Release);
+            }
+        })
+        .map_err(|e| PluginError::Config(format!("cannot start the epoch ticker: {e}")))?;
+    Ok(clock)
+}
+
+/// The linker of `world`.
+fn linker(engine: &Engine, world: World) -> Result<Linker<PluginState>> {
+    let mut linker = Linker::new(engine);
+    let link = |e: wasmtime::Error| {
+        PluginError::Config(format!("linking the {} world: {e:#}", world.as_str()))
+    };
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
+    match world {
+        World::Tool => {
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
+            crate::host::add_to_linker(&mut linker).map_err(link)?;
+        }
+        World::Middleware => crate::host::add_to_linker(&mut linker).map_err(link)?,
+        World::EventFilter => {}
+    }
+    Ok(linker)
+}

@@ -1,0 +1,66 @@
+//! The Wasm plugin host of agentmesh: tool backends, custom middleware and custom event filters
+//! as sandboxed WebAssembly components of the WIT package `agentmesh:plugin@0.1.0` (`wit/`).
+//!
+//! - [`PluginHost`] owns the wasmtime engine (pooling allocator, epoch-based timeouts), one
+//!   linker per world and the compiled-component cache; [`PluginHost::load`] gives a
+//!   [`LoadedComponent`] whose [`World`] is detected from its exports.
+//! - Tools ([`tool`]): a [`ToolSession`] per (component, task) — Initialize on open, Teardown on
+//!   [`ToolSession::close`] — or [`LoadedComponent::call_tool`] for one call in a fresh instance.
+//! - Middleware ([`middleware`]): [`LoadedComponent::middleware_before`] / `_after` → [`Verdict`].
+//! - Event filters ([`event_filter`]): [`LoadedComponent::event_filter_matches`].
+//! - The sandbox ([`sandbox`], [`http`]): no environment, no sockets, no files but the mount,
+//!   stdout/stderr to the log, outgoing HTTP only to `allowed_hosts` (DNS-rebinding safe),
+//!   memory, time and output limits. Breaking a limit is a [`Fault`], never a host failure.
+//! - `interface host`: `log` to `tracing`, and `kv-*` on a
+//!   [`KvStore`] scoped to (component, task).
+//! - Hot reload: [`ComponentRegistry`] swaps versions; in-flight calls keep theirs.
+//!
+//! Errors: a tool call answers `Result<Result<json, ToolError>, PluginError>` — the inner
+//! error is what the LLM sees (recoverable unless the guest said `fatal`), the outer one a host
+//! failure. Middleware and filters answer `Result<_, PluginError>`, with guest faults as
+//! [`PluginError::Guest`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), agentmesh_plugins::PluginError> {
+//! use std::sync::Arc;
+//! use agentmesh_plugins::{MemoryKv, PluginConfig, PluginHost, Sandbox, ToolSession};
+//!
+//! let host = PluginHost::new(PluginConfig::default(), Arc::new(MemoryKv::new()))?;
+//! let github = host.load_named("engineering/github-pr", "plugins/github_pr.wasm".as_ref())?;
+//! let sandbox = Sandbox::default().allow("https://api.github.com")?;
+//! let mut session = ToolSession::open(github, sandbox, r#"{"token": "…"}"#, r#"{"owner": "acme", "repo": "web"}"#, "t_1").await?;
+//! match session.invoke("list_prs", r#"{"state": "open"}"#).await? {
+//!     Ok(observation) => println!("{observation}"),
+//!     Err(error) if error.is_fatal() => println!("terminate the task: {error}"),
+//!     Err(error) => println!("tell the LLM: {error}"),
+//! }
+//! session.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod bindings;
+mod cache;
+mod component;
+mod engine;
+mod error;
+pub mod event_filter;
+mod host;
+pub mod http;
+pub mod kv;
+pub mod middleware;
+mod registry;
+pub mod sandbox;
+mod state;
+mod stdio;
+pub mod tool;
+
+pub use component::{LoadedComponent, World};
+pub use engine::{CacheStats, PluginConfig, PluginHost};
+pub use error::{Fault, PluginError, Result, ToolError};
+pub use event_filter::AllowList;
+pub use http::Origin;
+pub use kv::{KvError, KvScope, KvStore, MemoryKv};
+pub use middleware::{MiddlewareCall, Verdict};
+pub use registry::ComponentRegistry;
+pub use sandbox::{Limits, Sandbox};
+pub use tool::ToolSession;

@@ -1,0 +1,321 @@
+//! The data of one `Store`: the component's WASI context (its sandbox), its outgoing-HTTP
+//! policy, its memory limiter, its key-value scope — and the bookkeeping that turns a failed
+//! call into a precise [`Fault`].
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::component::LoadedComponent;
+use crate::engine::EpochClock;
+use crate::error::{Fault, PluginError, Result};
+use crate::http::{Origin, OutgoingPolicy};
+use crate::kv::{KvError, KvScope, KvStore};
+use crate::sandbox::{Limits, MOUNT_GUEST_PATH};
+use crate::stdio::{LogStream, Output, Stream};
+
+/// The most table elements a component may grow a table to.
+///
+/// Tables hold function references; a guest growing one without bound would make the host
+/// allocate (8 bytes per element) outside the memory limit.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// What a store holds for its component.
+pub(crate) struct PluginState {
+    /// The component's name, for logs and errors.
+    pub(crate) component: Arc<str>,
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    policy: OutgoingPolicy,
+    pub(crate) limiter: MemoryLimiter,
+    /// The key-value store and this store's scope in it (`None` for event filters).
+    pub(crate) kv: Option<(Arc<dyn KvStore>, KvScope)>,
+    /// `kv-set`/`kv-delete` calls in the current call.
+    pub(crate) kv_writes: u32,
+    /// The store failed during the current call (a host fault).
+    pub(crate) kv_failure: Option<KvError>,
+    /// The guest broke a host bound during the current call.
+    pub(crate) refusal: Option<String>,
+    /// Stdout/stderr bookkeeping.
+    output: Arc<Mutex<Output>>,
+    /// Outgoing requests refused during the current call.
+    denials: Arc<Mutex<Vec<String>>>,
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.policy,
+        }
+    }
+}
+
+/// Enforces [`Limits::memory`] over all of an instance's linear memories together, and
+/// remembers when it refused, so the resulting trap is reported as a memory-limit fault.
+pub(crate) struct MemoryLimiter {
+    limit: usize,
+    used: usize,
+    pub(crate) hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.limit {
+            self.hit = true;
+            return Ok(false);
+        }
+        self.used = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// What a new store needs besides the component.
+pub(crate) struct StoreSpec<'a> {
+    pub(crate) limits: &'a Limits,
+    pub(crate) allowed_hosts: &'a [Origin],
+    pub(crate) mount: Option<&'a std::path::Path>,
+    pub(crate) kv_scope: Option<KvScope>,
+}
+
+/// A fresh store for `component` in the sandbox `spec` describes.
+pub(crate) fn new_store(
+    component: &LoadedComponent,
+    spec: StoreSpec<'_>,
+) -> Result<Store<PluginState>> {
+    let shared = component.shared();
+    if spec.limits.memory > shared.max_memory {
+        return Err(PluginError::Sandbox(format!(
+            "memory limit of {} bytes exceeds the host's maximum of {} bytes",
+            spec.limits.memory, shared.max_memory
+        )));
+    }
+    let name: Arc<str> = component.name().into();
+    let output = Arc::new(Mutex::new(Output::default()));
+    let denials = Arc::new(Mutex::new(Vec::new()));
+
+    // Everything not granted here is denied: no env, no args, no stdin, no sockets, no files.
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(LogStream::new(name.clone(), Stream::Stdout, output.clone()))
+        .stderr(LogStream::new(name.clone(), Stream::Stderr, output.clone()))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    if let Some(dir) = spec.mount {
+        wasi.preopened_dir(dir, MOUNT_GUEST_PATH, FsPerms::ReadWrite)
+            .map_err(|e| {
+                PluginError::Sandbox(format!("cannot open mount {}: {e}", dir.display()))
+            })?;
+    }
+
+    let kv = spec.kv_scope.map(|scope| (shared.kv.clone(), scope));
+    let state = PluginState {
+        component: name.clone(),
+        wasi: wasi.build(),
+        http: WasiHttpCtx::new(),
+        table: ResourceTable::new(),
+        policy: OutgoingPolicy::new(
+            spec.allowed_hosts,
+            shared.tls.clone(),
+            name,
+            denials.clone(),
+        ),
+        limiter: MemoryLimiter {
+            limit: usize::try_from(spec.limits.memory).unwrap_or(usize::MAX),
+            used: 0,
+            hit: false,
+        },
+        kv,
+        kv_writes: 0,
+        kv_failure: None,
+        refusal: None,
+        output,
+        denials,
+    };
+    let mut store = Store::new(shared.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.epoch_deadline_trap();
+    Ok(store)
+}
+
+/// A call about to run: resets the per-call bookkeeping and arms the deadline. Returns the
+/// wall-clock budget for the host-side timeout.
+pub(crate) fn begin_call(
+    store: &mut Store<PluginState>,
+    limits: &Limits,
+    clock: &EpochClock,
+) -> Duration {
+    let state = store.data_mut();
+    state.kv_writes = 0;
+    state.kv_failure = None;
+    state.refusal = None;
+    state.limiter.hit = false;
+    state
+        .output
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .begin_call();
+    state
+        .denials
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
+    store.set_epoch_deadline(clock.deadline_for(limits.timeout));
+    // Host-side waits (outgoing HTTP, WASI sleeps) do not see the epoch: the same limit bounds
+    // them, one tick later so that a guest spinning in Wasm is reported by the epoch.
+    limits.timeout + clock.tick()
+}
+
+/// The outgoing requests refused during the current call.
+pub(crate) fn denials(store: &Store<PluginState>) -> Vec<String> {
+    store
+        .data()
+        .denials
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Why a call failed, once classified.
+pub(crate) enum Failure {
+    /// The guest faulted; its instance is unusable.
+    Fault(Fault),
+    /// The host failed.
+    Host(PluginError),
+}
+
+impl From<Failure> for PluginError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Fault(fault) => PluginError::Guest(fault),
+            Failure::Host(e) => e,
+        }
+    }
+}
+
+/// What was running when a failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Instantiation: an error that is not a trap or a limit is the host's (e.g. the instance
+    /// pool is exhausted).
+    Instantiate,
+    /// A guest function.
+    Call,
+}
+
+/// Classifies the outcome of a call that did not return: `None` from the host-side timeout,
+/// else wasmtime's error.
+pub(crate) fn classify(
+    store: &mut Store<PluginState>,
+    limits: &Limits,
+    phase: Phase,
+    error: Option<wasmtime::Error>,
+) -> Failure {
+    let state = store.data_mut();
+    let component = state.component.to_string();
+    let Some(error) = error else {
+        return Failure::Fault(Fault::Timeout {
+            component,
+            limit: limits.timeout,
+        });
+    };
+    if let Some(e) = state.kv_failure.take() {
+        return Failure::Host(PluginError::Kv(e));
+    }
+    if let Some(message) = state.refusal.take() {
+        return Failure::Fault(Fault::Refused { component, message });
+    }
+    let trap = error.downcast_ref::<Trap>().copied();
+    if trap == Some(Trap::Interrupt) {
+        return Failure::Fault(Fault::Timeout {
+            component,
+            limit: limits.timeout,
+        });
+    }
+    if state.limiter.hit {
+        return Failure::Fault(Fault::MemoryLimit {
+            component,
+            limit: limits.memory,
+        });
+    }
+    let stderr = state
+        .output
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .stderr_tail
+        .clone();
+    if trap == Some(Trap::UnreachableCodeReached)
+        && let Some(at) = stderr.find("panicked at")
+    {
+        // `panicked at src/lib.rs:1:2:\nthe message` on one line.
+        let panic = &stderr[at..];
+        // Without the hint about backtraces, which the guest cannot act on.
+        let panic = panic
+            .split("note: run with `RUST_BACKTRACE")
+            .next()
+            .unwrap_or(panic);
+        let message = panic.split_whitespace().collect::<Vec<_>>().join(" ");
+        return Failure::Fault(Fault::Panic { component, message });
+    }
+    let message = match trap {
+        Some(trap) => trap.to_string(),
+        None if phase == Phase::Instantiate => {
+            return Failure::Host(PluginError::Runtime {
+                component,
+                message: format!("cannot instantiate: {error:#}"),
+            });
+        }
+        None => format!("{error:#}"),
+    };
+    Failure::Fault(Fault::Trap { component, message })
+}
+
+/// Awaits a guest call under the call's wall-clock budget and classifies a failure:
+/// `guarded!(store, limits, phase, budget, call)` → `Result<T, Failure>`.
+macro_rules! guarded {
+    ($store:ident, $limits:expr, $phase:expr, $budget:expr, $call:expr) => {{
+        let outcome = tokio::time::timeout($budget, $call).await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err($crate::state::classify(
+                &mut $store,
+                $limits,
+                $phase,
+                Some(error),
+            )),
+            Err(_) => Err($crate::state::classify(&mut $store, $limits, $phase, None)),
+        }
+    }};
+}
+pub(crate) use guarded;

@@ -1,0 +1,208 @@
+//! A component's stdout and stderr: lines go to the host's log (`tracing`), tagged with the
+//! component's name; nothing reaches the host's own stdio.
+//!
+//! The last bytes written to stderr are kept for the current call: a Rust guest prints its
+//! panic message there before it traps, and the host puts that message into the error.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+/// The longest line logged; the rest of a longer line is dropped.
+///
+/// A guest controls what it prints: without a bound one `print!` of its whole memory would
+/// become one giant log record in every log pipeline downstream.
+const MAX_LINE: usize = 4096;
+/// How much a store may log over its life before its output is dropped (with one warning).
+///
+/// Stops a guest printing in a loop from flooding the host's log (and disk).
+const MAX_TOTAL: usize = 1024 * 1024;
+/// How much of stderr is kept for the error message of the current call.
+const TAIL: usize = 2048;
+
+/// Which stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// What a store's two streams share.
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    /// Bytes logged so far.
+    total: usize,
+    /// Whether the flood warning was given.
+    warned: bool,
+    /// The end of stderr since the current call began.
+    pub(crate) stderr_tail: String,
+}
+
+impl Output {
+    /// Clears the per-call stderr tail (a call begins).
+    pub(crate) fn begin_call(&mut self) {
+        self.stderr_tail.clear();
+    }
+}
+
+/// One of a component's output streams.
+#[derive(Clone)]
+pub(crate) struct LogStream {
+    component: Arc<str>,
+    stream: Stream,
+    output: Arc<Mutex<Output>>,
+    /// A line not yet ended.
+    pending: Vec<u8>,
+}
+
+impl LogStream {
+    pub(crate) fn new(component: Arc<str>, stream: Stream, output: Arc<Mutex<Output>>) -> Self {
+        LogStream {
+            component,
+            stream,
+            output,
+            pending: Vec::new(),
+        }
+    }
+
+    fn accept(&mut self, bytes: &[u8]) {
+        let mut output = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Stream::Stderr = self.stream {
+            output.stderr_tail.push_str(&String::from_utf8_lossy(bytes));
+            let excess = output.stderr_tail.len().saturating_sub(TAIL);
+            if excess > 0 {
+                let cut = (excess..=output.stderr_tail.len())
+                    .find(|&i| output.stderr_tail.is_char_boundary(i))
+                    .unwrap_or(output.stderr_tail.len());
+                output.stderr_tail.drain(..cut);
+            }
+        }
+        if output.total >= MAX_TOTAL {
+            if !output.warned {
+                output.warned = true;
+                tracing::warn!(
+                    component.name = &*self.component,
+                    "component output exceeds {MAX_TOTAL} bytes; dropping the rest"
+                );
+            }
+            return;
+        }
+        output.total += bytes.len();
+        drop(output);
+        for &b in bytes {
+            if b == b'\n' {
+                self.emit();
+            } else if self.pending.len() < MAX_LINE {
+                self.pending.push(b);
+            }
+        }
+    }
+
+    fn emit(&mut self) {
+        let line = String::from_utf8_lossy(&self.pending);
+        let line = line.trim_end_matches('\r');
+        match self.stream {
+            Stream::Stdout => tracing::info!(
+                component.name = &*self.component,
+                stream = "stdout",
+                "{line}"
+            ),
+            Stream::Stderr => tracing::warn!(
+                component.name = &*self.component,
+                stream = "stderr",
+                "{line}"
+            ),
+        }
+        self.pending.clear();
+    }
+}
+
+impl Drop for LogStream {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.emit();
+        }
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(LogStream::new(
+            self.component.clone(),
+            self.stream,
+            self.output.clone(),
+        ))
+    }
+
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(LogStream::new(
+            self.component.clone(),
+            self.stream,
+            self.output.clone(),
+        ))
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for LogStream {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for LogStream {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.accept(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+impl tokio::io::AsyncWrite for LogStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.accept(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl std::fmt::Debug for LogStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogStream({}, {})", self.component, self.stream.name())
+    }
+}

@@ -1,0 +1,274 @@
+//! `interface tool`: tool sessions.
+//!
+//! A [`ToolSession`] is one `session` resource of one component in one task, in a store of
+//! its own kept alive between calls: opening it instantiates the component and runs the
+//! constructor (Initialize); [`ToolSession::close`] runs the destructor (Teardown). A fault
+//! (trap, timeout, memory limit) leaves the instance unusable, so the session drops it and
+//! constructs a fresh one before the next call — its key-value entries survive, its memory
+//! does not. For stateless use, [`LoadedComponent::call_tool`] runs one call in a fresh store.
+
+use std::sync::Arc;
+
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use crate::bindings::tool::ToolPlugin;
+use crate::bindings::tool::agentmesh::plugin::types::ToolError as WitToolError;
+use crate::component::{LoadedComponent, Pre, World};
+use crate::error::{Fault, PluginError, Result, ToolError};
+use crate::kv::KvScope;
+use crate::sandbox::Sandbox;
+use crate::state::{
+    Failure, Phase, PluginState, StoreSpec, begin_call, denials, guarded, new_store,
+};
+
+/// A live instance and its session resource.
+struct Live {
+    store: Store<PluginState>,
+    plugin: ToolPlugin,
+    session: ResourceAny,
+}
+
+/// What a session is opened with (kept to reopen it after a fault).
+struct Spec {
+    component: Arc<LoadedComponent>,
+    sandbox: Sandbox,
+    settings: String,
+    parameters: String,
+    task: String,
+}
+
+/// One tool session of one task (see the module docs).
+pub struct ToolSession {
+    spec: Spec,
+    live: Option<Live>,
+}
+
+impl ToolSession {
+    /// Opens a session of `component` (a `tool-plugin` component) for task `task_id`:
+    /// instantiates it in `sandbox` and constructs its `session` with `settings` and
+    /// `parameters` (JSON objects). A guest fault here is [`PluginError::Guest`].
+    pub async fn open(
+        component: Arc<LoadedComponent>,
+        sandbox: Sandbox,
+        settings: &str,
+        parameters: &str,
+        task_id: &str,
+    ) -> Result<ToolSession> {
+        if component.world() != World::Tool {
+            return Err(component.wrong_world(World::Tool));
+        }
+        if let Some(dir) = &sandbox.mount
+            && !dir.is_dir()
+        {
+            return Err(PluginError::Sandbox(format!(
+                "mount {} is not a directory",
+                dir.display()
+            )));
+        }
+        let spec = Spec {
+            component,
+            sandbox,
+            settings: settings.to_owned(),
+            parameters: parameters.to_owned(),
+            task: task_id.to_owned(),
+        };
+        let live = start(&spec).await?;
+        Ok(ToolSession {
+            spec,
+            live: Some(live),
+        })
+    }
+
+    /// The component this session runs (the version it was opened with).
+    pub fn component(&self) -> &Arc<LoadedComponent> {
+        &self.spec.component
+    }
+
+    /// The task this session belongs to.
+    pub fn task_id(&self) -> &str {
+        &self.spec.task
+    }
+
+    /// Runs `action` with `input` (the call's resolved parameters, a JSON object).
+    ///
+    /// - `Ok(Ok(json))`: the observation;
+    /// - `Ok(Err(ToolError))`: the guest's `tool-error`, or a [`Fault`] (recoverable; the
+    ///   message says what happened, including outgoing requests the host refused);
+    /// - `Err(PluginError)`: the host failed (store, instance pool); the call may be retried.
+    pub async fn invoke(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
+        let live = match self.live.take() {
+            Some(live) => live,
+            None => match start(&self.spec).await {
+                Ok(live) => live,
+                Err(PluginError::Guest(fault)) => return Ok(Err(ToolError::Fault(fault))),
+                Err(e) => return Err(e),
+            },
+        };
+        let Live {
+            mut store,
+            plugin,
+            session,
+        } = live;
+        let limits = self.spec.sandbox.limits;
+        let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
+        let tool = plugin.agentmesh_plugin_tool().session();
+        let started = std::time::Instant::now();
+        let result = guarded!(
+            store,
+            &limits,
+            Phase::Call,
+            budget,
+            tool.call_invoke(&mut store, session, action, &input.to_owned())
+        );
+        tracing::debug!(
+            component.name = self.spec.component.name(),
+            component.hash = self.spec.component.hash(),
+            task.id = %self.spec.task,
+            action,
+            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "tool call"
+        );
+        let result = match result {
+            Ok(result) => result,
+            // The instance is unusable after a fault: the next call starts a fresh one.
+            Err(Failure::Fault(fault)) => return Ok(Err(ToolError::Fault(fault))),
+            Err(Failure::Host(e)) => return Err(e),
+        };
+        let refused = denials(&store);
+        self.live = Some(Live {
+            store,
+            plugin,
+            session,
+        });
+        let max = limits.max_output;
+        let too_large = |size| {
+            ToolError::Fault(Fault::OutputTooLarge {
+                component: self.spec.component.name().to_owned(),
+                size,
+                limit: max,
+            })
+        };
+        Ok(match result {
+            Ok(json) if json.len() > max => Err(too_large(json.len())),
+            Ok(json) => Ok(json),
+            Err(WitToolError::Recoverable(m) | WitToolError::Fatal(m)) if m.len() > max => {
+                Err(too_large(m.len()))
+            }
+            Err(WitToolError::Recoverable(m)) => {
+                Err(ToolError::Recoverable(with_denials(m, &refused)))
+            }
+            Err(WitToolError::Fatal(m)) => Err(ToolError::Fatal(with_denials(m, &refused))),
+        })
+    }
+
+    /// Ends the session (Teardown): runs the guest's destructor, then frees the instance.
+    /// Dropping a session without closing it frees the instance without the destructor.
+    pub async fn close(mut self) -> Result<()> {
+        let Some(Live {
+            mut store, session, ..
+        }) = self.live.take()
+        else {
+            return Ok(());
+        };
+        let limits = self.spec.sandbox.limits;
+        let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
+        guarded!(
+            store,
+            &limits,
+            Phase::Call,
+            budget,
+            session.resource_drop_async(&mut store)
+        )
+        .map_err(PluginError::from)
+    }
+}
+
+/// Instantiates the component in a fresh store and constructs the session.
+async fn start(spec: &Spec) -> Result<Live> {
+    let Pre::Tool(pre) = spec.component.pre() else {
+        return Err(spec.component.wrong_world(World::Tool));
+    };
+    let limits = spec.sandbox.limits;
+    let mut store = new_store(
+        &spec.component,
+        StoreSpec {
+            limits: &limits,
+            allowed_hosts: &spec.sandbox.allowed_hosts,
+            mount: spec.sandbox.mount.as_deref(),
+            kv_scope: Some(KvScope::new(spec.component.name(), spec.task.as_str())),
+        },
+    )?;
+    let budget = begin_call(&mut store, &limits, &spec.component.shared().clock);
+    let plugin = guarded!(
+        store,
+        &limits,
+        Phase::Instantiate,
+        budget,
+        pre.instantiate_async(&mut store)
+    )?;
+    let constructor = plugin.agentmesh_plugin_tool().session();
+    let session = guarded!(
+        store,
+        &limits,
+        Phase::Call,
+        budget,
+        constructor.call_constructor(&mut store, &spec.settings, &spec.parameters)
+    )?;
+    Ok(Live {
+        store,
+        plugin,
+        session,
+    })
+}
+
+impl LoadedComponent {
+    /// One tool call in a fresh instance: open a session, invoke `action`, close it. Results
+    /// as for [`ToolSession::invoke`]; a fault while opening is a recoverable [`ToolError`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        sandbox: &Sandbox,
+        settings: &str,
+        parameters: &str,
+        task_id: &str,
+        action: &str,
+        input: &str,
+    ) -> Result<Result<String, ToolError>> {
+        let mut session =
+            match ToolSession::open(self.clone(), sandbox.clone(), settings, parameters, task_id)
+                .await
+            {
+                Ok(session) => session,
+                Err(PluginError::Guest(fault)) => return Ok(Err(ToolError::Fault(fault))),
+                Err(e) => return Err(e),
+            };
+        let result = session.invoke(action, input).await?;
+        if session.live.is_some() {
+            // The answer stands even if the destructor faults; that is only worth a log line.
+            if let Err(e) = session.close().await {
+                tracing::warn!(component.name = self.name(), "session teardown failed: {e}");
+            }
+        }
+        Ok(result)
+    }
+}
+
+/// Appends the host's refusals to a guest's error message, so the LLM learns why.
+fn with_denials(message: String, refused: &[String]) -> String {
+    if refused.is_empty() {
+        message
+    } else {
+        format!("{message} (the host refused: {})", refused.join("; "))
+    }
+}
+
+impl std::fmt::Debug for ToolSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSession")
+            .field("component", &self.spec.component.name())
+            .field("task", &self.spec.task)
+            .field("live", &self.live.is_some())
+            .finish_non_exhaustive()
+    }
+}

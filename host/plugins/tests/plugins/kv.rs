@@ -1,0 +1,58 @@
+//! `notes` and the key-value store: private to (component, task), surviving between calls.
+
+use agentmesh_plugins::{KvScope, KvStore, Sandbox};
+use serde_json::{Value, json};
+
+use crate::util::{load, shared};
+
+async fn call(task: &str, action: &str, input: Value) -> Value {
+    let notes = load("notes");
+    let answer = notes
+        .call_tool(
+            &Sandbox::default(),
+            "{}",
+            "{}",
+            task,
+            action,
+            &input.to_string(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_survive_between_calls_of_one_task() {
+    // Each call runs in a fresh instance: only the store carries the note across.
+    let stored = call(
+        "t_kv_a",
+        "put",
+        json!({"key": "plan", "value": "ship on friday"}),
+    )
+    .await;
+    assert_eq!(stored, json!({"stored": "plan"}));
+    call("t_kv_a", "put", json!({"key": "owner", "value": "alice"})).await;
+
+    let got = call("t_kv_a", "get", json!({"key": "plan"})).await;
+    assert_eq!(got, json!({"key": "plan", "value": "ship on friday"}));
+    let listed = call("t_kv_a", "list", json!({})).await;
+    assert_eq!(listed, json!({"keys": ["plan", "owner"]}));
+
+    // The entries are in the host's store, under the component's name and the task.
+    let kv = &shared().1;
+    let scope = KvScope::new("notes", "t_kv_a");
+    assert_eq!(
+        kv.get(&scope, "note/plan").unwrap(),
+        Some(b"ship on friday".to_vec())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_of_one_task_are_invisible_to_another() {
+    call("t_kv_b", "put", json!({"key": "secret", "value": "42"})).await;
+    let other = call("t_kv_c", "get", json!({"key": "secret"})).await;
+    assert_eq!(other, json!({"key": "secret", "value": null}));
+    let listed = call("t_kv_c", "list", json!({})).await;
+    assert_eq!(listed, json!({"keys": []}));
+}

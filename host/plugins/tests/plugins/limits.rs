@@ -1,0 +1,135 @@
+//! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, an
+//! oversized answer refused — each a recoverable fault, and the next call is served.
+
+use std::time::{Duration, Instant};
+
+use agentmesh_plugins::{Fault, Limits, Sandbox, ToolError, ToolSession};
+
+use crate::util::{FakeGithub, load};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infinite_loop_is_stopped_at_its_timeout() {
+    let timeout = Duration::from_millis(300);
+    let sandbox = Sandbox::new(Limits {
+        timeout,
+        ..Limits::default()
+    });
+    let mut session = ToolSession::open(load("test-loop"), sandbox, "{}", "{}", "t_loop")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let answer = session.invoke("spin", "{}").await.unwrap();
+    let elapsed = started.elapsed();
+    let Err(ToolError::Fault(Fault::Timeout { limit, .. })) = &answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(*limit, timeout);
+    assert!(
+        elapsed >= timeout,
+        "stopped after {elapsed:?}, before its {timeout:?} timeout"
+    );
+    assert!(
+        elapsed <= timeout + Duration::from_millis(100),
+        "stopped after {elapsed:?}, more than 100 ms past its {timeout:?} timeout"
+    );
+    let message = answer.unwrap_err().to_string();
+    assert_eq!(
+        message,
+        "component `test-loop` ran longer than its 300ms timeout and was stopped"
+    );
+    // The session's instance was replaced; the next call runs (and is stopped) again.
+    let again = session.invoke("spin", "{}").await.unwrap();
+    assert!(
+        matches!(again, Err(ToolError::Fault(Fault::Timeout { .. }))),
+        "{again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_hog_fails_at_its_memory_limit() {
+    let sandbox = Sandbox::new(Limits {
+        memory: 32 * 1024 * 1024,
+        ..Limits::default()
+    });
+    let hog = load("test-hog");
+    let answer = hog
+        .call_tool(&sandbox, "{}", "{}", "t_hog", "eat", "{}")
+        .await
+        .unwrap();
+    let Err(ToolError::Fault(fault @ Fault::MemoryLimit { limit, .. })) = &answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(*limit, 32 * 1024 * 1024);
+    assert_eq!(
+        fault.to_string(),
+        "component `test-hog` exceeded its memory limit of 32768 KiB"
+    );
+    // The host goes on: another component runs in the same host right after.
+    let notes = load("notes");
+    let next = notes
+        .call_tool(&sandbox, "{}", "{}", "t_hog", "list", "{}")
+        .await
+        .unwrap();
+    assert_eq!(next.as_deref(), Ok(r#"{"keys":[]}"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_output_is_refused_and_the_session_goes_on() {
+    // Room in memory for the 100 MB answer, but a 1 MiB output limit.
+    let sandbox = Sandbox::new(Limits {
+        memory: 256 * 1024 * 1024,
+        max_output: 1024 * 1024,
+        ..Limits::default()
+    });
+    let mut session = ToolSession::open(load("test-huge-output"), sandbox, "{}", "{}", "t_huge")
+        .await
+        .unwrap();
+    let answer = session.invoke("dump", "{}").await.unwrap();
+    let Err(ToolError::Fault(fault @ Fault::OutputTooLarge { size, limit, .. })) = &answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!((*size, *limit), (100_000_000, 1024 * 1024));
+    assert_eq!(
+        fault.to_string(),
+        "component `test-huge-output` returned 100000000 bytes, more than its output limit of 1048576 bytes"
+    );
+    let small = session
+        .invoke("dump", r#"{"bytes": 1000}"#)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(small.len(), 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_waiting_on_a_slow_server_is_stopped_at_its_timeout() {
+    // The guest is blocked in the host (waiting for the answer), where no epoch check runs:
+    // the host-side deadline stops it.
+    let github = FakeGithub::start().await;
+    let timeout = Duration::from_millis(300);
+    let sandbox = Sandbox::new(Limits {
+        timeout,
+        ..Limits::default()
+    })
+    .allow(&github.base_url())
+    .unwrap();
+    let mut session = ToolSession::open(load("test-forbidden-host"), sandbox, "{}", "{}", "t_slow")
+        .await
+        .unwrap();
+    let slow = serde_json::json!({ "url": format!("{}/slow", github.base_url()) }).to_string();
+    let started = Instant::now();
+    let answer = session.invoke("get", &slow).await.unwrap();
+    assert!(
+        matches!(answer, Err(ToolError::Fault(Fault::Timeout { .. }))),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    // The session's next call gets a fresh instance and an answer.
+    let ping = serde_json::json!({ "url": format!("{}/ping", github.base_url()) }).to_string();
+    let answer = session.invoke("get", &ping).await.unwrap();
+    assert_eq!(answer.as_deref(), Ok(r#"{"status":200}"#));
+}

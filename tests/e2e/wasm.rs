@@ -1,0 +1,293 @@
+//! A tool implemented as a Wasm component, called by an agent run: the `github-pr` guest
+//! makes a real HTTP request (through the host's filtered wasi-http) to a fake GitHub server
+//! this test starts on loopback, and the observation carries its answer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn guest(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("guests/target/wasm32-wasip2/release/{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: build the guests first with `cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml`",
+        path.display()
+    );
+    path
+}
+
+/// One request the fake server received.
+struct Received {
+    request_line: String,
+    authorization: Option<String>,
+    body: String,
+}
+
+/// A fake GitHub API on 127.0.0.1 answering `requests` requests, then stopping.
+fn fake_github(requests: usize) -> (u16, mpsc::Receiver<Received>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let Ok(mut stream) = stream else { return };
+            stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            let mut length = 0;
+            let mut authorization = None;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    match name.to_ascii_lowercase().as_str() {
+                        "content-length" => length = value.trim().parse().unwrap(),
+                        "authorization" => authorization = Some(value.trim().to_owned()),
+                        _ => {}
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let body = String::from_utf8(body).unwrap();
+            let title = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["title"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let answer = serde_json::json!({"number": 42, "title": title, "state": "open",
+                "html_url": "https://github.com/acme/web/pull/42"})
+            .to_string();
+            write!(
+                stream,
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            )
+            .unwrap();
+            tx.send(Received {
+                request_line: request_line.trim_end().to_owned(),
+                authorization,
+                body,
+            })
+            .unwrap();
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn an_agent_calls_a_component_tool_that_makes_a_real_http_request() {
+    let component = guest("github_pr");
+    let (port, received) = fake_github(1);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("host.yaml"),
+        format!(
+            "kind: agentmesh/v1/host
+settings:
+  engineering:
+    github-pr:
+      base_url: http://127.0.0.1:{port}
+      token: test-token
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tool.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: engineering
+name: github-pr
+description: Pull requests.
+settings:
+  type: object
+  properties:
+    token: {{type: string}}
+    base_url: {{type: string}}
+parameters:
+  type: object
+  properties:
+    owner: {{type: string, require_binding: true}}
+    repo: {{type: string, require_binding: true}}
+wasm:
+  component: {component}
+  allowed_hosts: [\"http://127.0.0.1:{port}\"]
+  memory_limit: 64MiB
+  timeout: 10s
+actions:
+  - name: create_pr
+    description: Open a pull request.
+    parameters:
+      type: object
+      properties:
+        title: {{type: string}}
+        head: {{type: string}}
+        base: {{type: string, default: main}}
+        author: {{type: string}}
+  - name: list_prs
+    description: List pull requests.
+",
+            component = component.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "kind: commonagents.info/v1beta2/agent
+namespace: engineering
+name: coder
+description: Opens pull requests.
+prompt: You open pull requests.
+model: scripted/script.yaml
+capabilities:
+  github-pr:
+    bindings: {owner: \"'acme'\", repo: \"'web'\"}
+",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "responses:
+  - tool_calls:
+      - {name: github_pr_create_pr, arguments: {title: Fix the flaky test, head: fix-flaky, author: alice}}
+  - text: Opened.
+",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args([
+            "run",
+            dir.path().to_str().unwrap(),
+            "--agent",
+            "engineering/coder",
+            "-m",
+            "open it",
+            "--json",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let request = received
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the component made no request");
+    assert_eq!(request.request_line, "POST /repos/acme/web/pulls HTTP/1.1");
+    assert_eq!(request.authorization.as_deref(), Some("Bearer test-token"));
+    let body: serde_json::Value = serde_json::from_str(&request.body).unwrap();
+    assert_eq!(body["title"], "Fix the flaky test");
+    assert_eq!(body["head"], "fix-flaky");
+
+    let events = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args([
+            "events",
+            "--data",
+            data.to_str().unwrap(),
+            task["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let observation = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "ObservationEvent")
+        .expect("no observation");
+    assert_eq!(observation["result"]["number"], 42, "{observation}");
+    assert_eq!(observation["result"]["title"], "Fix the flaky test");
+    // The allow list grew with the call's values; the bound ones stay sealed.
+    assert_eq!(
+        task["allow_list"]["engineering/github-pr"]["author"],
+        serde_json::json!(["alice"])
+    );
+    assert_eq!(
+        task["allow_list"]["engineering/github-pr"]["owner"],
+        serde_json::json!(["acme"])
+    );
+}
+
+#[test]
+fn a_component_that_calls_a_host_not_allowed_is_a_recoverable_error() {
+    let component = guest("test_forbidden_host");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: sneaky
+description: Calls a host it may not.
+wasm: {{component: {component}, timeout: 5s}}
+actions:
+  - name: run
+    description: Run.
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Uses the sneaky tool.
+prompt: Go.
+model: scripted/script.yaml
+capabilities:
+  sneaky: \"*\"
+",
+            component = component.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "responses:\n  - tool_calls: [{name: sneaky, arguments: {}}]\n  - text: it failed, as expected\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args([
+            "run",
+            dir.path().to_str().unwrap(),
+            "--agent",
+            "t/a",
+            "-m",
+            "go",
+            "--json",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(task["status"], "idle");
+    let events = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args([
+            "events",
+            "--data",
+            data.to_str().unwrap(),
+            task["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let observation = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "ObservationEvent")
+        .expect("no observation");
+    assert!(observation["result"]["error"].is_string(), "{observation}");
+}
