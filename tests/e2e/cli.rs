@@ -1,18 +1,6 @@
 //! The command line: `schema`, `validate` on generated input, exit codes.
 
-use std::process::Command;
-
-fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run agentmesh: {e}"));
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::util::agentmesh;
 
 #[test]
 fn schema_prints_json_schema_for_every_kind() {

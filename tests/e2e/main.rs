@@ -5,4 +5,5 @@
 
 mod cli;
 mod run;
+mod util;
 mod wasm;

@@ -1,19 +1,8 @@
 //! `agentmesh run` and `agentmesh events` on the quickstart, as a user runs them.
 
 use std::path::Path;
-use std::process::Command;
 
-fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run agentmesh: {e}"));
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::util::{agentmesh, events, run_json};
 
 fn quickstart() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -43,55 +32,27 @@ fn run_answers_offline_with_the_scripted_model() {
 #[test]
 fn run_json_prints_the_task_object_and_events_prints_the_log() {
     let data = tempfile::tempdir().unwrap();
-    let data = data.path().to_str().unwrap();
-    let (code, out, err) = agentmesh(&[
-        "run",
-        &quickstart(),
-        "--agent",
+    let task = run_json(
+        Path::new(&quickstart()),
         "demo/assistant",
-        "-m",
         "hi",
-        "--data",
-        data,
-        "--json",
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    let task: serde_json::Value = serde_json::from_str(&out).unwrap();
+        data.path(),
+        &[],
+    );
     assert_eq!(task["status"], "idle");
     assert_eq!(task["agent"], "demo/assistant");
     assert_eq!(task["exposes"]["multiplications"], 1);
-    let id = task["id"].as_str().unwrap();
-
-    let (code, out, err) = agentmesh(&["events", "--data", data, id]);
-    assert_eq!(code, Some(0), "{err}");
-    let kinds: Vec<String> = out
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let events = events(data.path(), &task);
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     for kind in [
         "SystemPromptEvent",
         "MessageEvent",
         "ActionEvent",
         "ObservationEvent",
     ] {
-        assert!(
-            kinds.iter().any(|k| k == kind),
-            "{kind} missing from {kinds:?}"
-        );
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
-    let seqs: Vec<u64> = out
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
 

@@ -5,9 +5,10 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
+
+use crate::util::{events, first, run_json};
 
 fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -164,23 +165,7 @@ capabilities:
     )
     .unwrap();
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args([
-            "run",
-            dir.path().to_str().unwrap(),
-            "--agent",
-            "engineering/coder",
-            "-m",
-            "open it",
-            "--json",
-        ])
-        .arg("--data")
-        .arg(&data)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task = run_json(dir.path(), "engineering/coder", "open it", &data, &[]);
 
     let request = received
         .recv_timeout(Duration::from_secs(10))
@@ -191,20 +176,8 @@ capabilities:
     assert_eq!(body["title"], "Fix the flaky test");
     assert_eq!(body["head"], "fix-flaky");
 
-    let events = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args([
-            "events",
-            "--data",
-            data.to_str().unwrap(),
-            task["id"].as_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let observation = String::from_utf8_lossy(&events.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|e| e["kind"] == "ObservationEvent")
-        .expect("no observation");
+    let events = events(&data, &task);
+    let observation = first(&events, "ObservationEvent");
     assert_eq!(observation["result"]["number"], 42, "{observation}");
     assert_eq!(observation["result"]["title"], "Fix the flaky test");
     // The allow list grew with the call's values; the bound ones stay sealed.
@@ -253,41 +226,9 @@ capabilities:
     )
     .unwrap();
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args([
-            "run",
-            dir.path().to_str().unwrap(),
-            "--agent",
-            "t/a",
-            "-m",
-            "go",
-            "--json",
-        ])
-        .arg("--data")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
     assert_eq!(task["status"], "idle");
-    let events = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args([
-            "events",
-            "--data",
-            data.to_str().unwrap(),
-            task["id"].as_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let observation = String::from_utf8_lossy(&events.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|e| e["kind"] == "ObservationEvent")
-        .expect("no observation");
+    let events = events(&data, &task);
+    let observation = first(&events, "ObservationEvent");
     assert!(observation["result"]["error"].is_string(), "{observation}");
 }

@@ -1,0 +1,61 @@
+//! Running the binary and reading what it prints.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `agentmesh ARGS`: exit code, stdout, stderr.
+pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run agentmesh: {e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the task object,
+/// after checking the exit code is 0.
+pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "run",
+        dir.to_str().unwrap(),
+        "--agent",
+        agent,
+        "-m",
+        message,
+        "--data",
+        data.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = agentmesh(&args);
+    assert_eq!(code, Some(0), "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not a task object ({e}): {out}"))
+}
+
+/// `agentmesh events --data DATA TASK`: the events, parsed.
+pub fn events(data: &Path, task: &Value) -> Vec<Value> {
+    let (code, out, err) = agentmesh(&[
+        "events",
+        "--data",
+        data.to_str().unwrap(),
+        task["id"].as_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The first event of `kind`.
+pub fn first<'a>(events: &'a [Value], kind: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {events:?}"))
+}
