@@ -232,3 +232,144 @@ capabilities:
     let observation = first(&events, "ObservationEvent");
     assert!(observation["result"]["error"].is_string(), "{observation}");
 }
+
+/// A middleware component (`redact`) in an agent's capability: its `before` step denies a
+/// call whose input carries a forbidden field; its `after` step replaces what the LLM sees.
+#[test]
+fn a_middleware_component_denies_and_replaces_in_an_agent_run() {
+    let redact = guest("redact");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: account
+description: Account data.
+actions:
+  - name: fetch
+    description: Fetch the account.
+    execute:
+      cel: {{expression: \"{{'user': 'alice', 'token': 's3cret'}}\"}}
+  - name: login
+    description: Log in.
+    parameters: {{type: object, properties: {{password: {{type: string}}}}}}
+    execute:
+      cel: {{expression: \"{{'ok': true}}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Uses accounts.
+prompt: Go.
+model: scripted/script.yaml
+capabilities:
+  account:
+    before:
+      - wasm: {{component: {redact}, config: {{deny_fields: [password]}}}}
+        error_message: Passwords never go to tools.
+    after:
+      - wasm: {{component: {redact}, config: {{fields: [token]}}}}
+",
+            redact = redact.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "responses:
+  - tool_calls: [{name: account_fetch, arguments: {}}]
+  - tool_calls: [{name: account_login, arguments: {password: hunter2}}]
+  - text: done
+",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
+    let events = events(&data, &task);
+    let observation = first(&events, "ObservationEvent");
+    assert_eq!(
+        observation["result"],
+        serde_json::json!({"user": "alice", "token": "[redacted]"})
+    );
+    let rejection = first(&events, "UserRejectObservation");
+    assert_eq!(rejection["tool_name"], "account_login");
+    assert_eq!(rejection["reason"], "Passwords never go to tools.");
+}
+
+/// The `notes` component keeps state with `kv`: it survives from one call to the next in a
+/// task, and another task does not see it.
+#[test]
+fn component_key_value_is_kept_per_task() {
+    let notes = guest("notes");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: notes
+description: Notes.
+wasm: {{component: {notes}}}
+actions:
+  - name: put
+    description: Store a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}, value: {{type: string}}}}}}
+  - name: get
+    description: Read a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}}}}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: writer
+description: Writes then reads.
+prompt: Go.
+model: scripted/writer.yaml
+capabilities:
+  notes: \"*\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: reader
+description: Only reads.
+prompt: Go.
+model: scripted/reader.yaml
+capabilities:
+  notes: \"*\"
+",
+            notes = notes.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("writer.yaml"),
+        "responses:
+  - tool_calls: [{name: notes_put, arguments: {key: plan, value: ship it}}]
+  - tool_calls: [{name: notes_get, arguments: {key: plan}}]
+  - text: done
+",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("reader.yaml"),
+        "responses:\n  - tool_calls: [{name: notes_get, arguments: {key: plan}}]\n  - text: done\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let writer = run_json(dir.path(), "t/writer", "go", &data, &[]);
+    let results: Vec<serde_json::Value> = events(&data, &writer)
+        .into_iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .map(|e| e["result"].clone())
+        .collect();
+    assert_eq!(
+        results[1],
+        serde_json::json!({"key": "plan", "value": "ship it"})
+    );
+    let reader = run_json(dir.path(), "t/reader", "go", &data, &[]);
+    let events = events(&data, &reader);
+    assert_eq!(
+        first(&events, "ObservationEvent")["result"],
+        serde_json::json!({"key": "plan", "value": null})
+    );
+}
