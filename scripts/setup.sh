@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2
 cargo build --release --workspace
 if [ -f guests/Cargo.toml ]; then
-  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml
+  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
+    --target-dir guests/target
 fi
 
 target_dir="${CARGO_TARGET_DIR:-target}"

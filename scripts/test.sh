@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, lints, the guest components the tests load, and the
-# whole test suite in release (wasmtime is 15–30× slower in debug).
+# whole test suite in release (wasmtime is 15–30× slower in debug). The guests always build into
+# guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,7 +9,8 @@ rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasi
 cargo fmt --all --check
 if [ -f guests/Cargo.toml ]; then
   cargo fmt --manifest-path guests/Cargo.toml --all --check
-  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml
+  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
+    --target-dir guests/target
 fi
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
