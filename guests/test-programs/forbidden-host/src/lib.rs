@@ -7,33 +7,8 @@
 #[allow(dead_code, reason = "shared with github-pr, which uses all of it")]
 mod http;
 
-mod bindings {
-    wit_bindgen::generate!({
-        world: "tool-plugin",
-        path: "../../../wit",
-        generate_all,
-    });
-}
-
-use bindings::agentmesh::plugin::types::ToolError;
-use bindings::exports::agentmesh::plugin::tool::{Guest, GuestSession};
-
-/// The component.
-struct Program;
-
-impl Guest for Program {
-    type Session = Session;
-}
-
-/// A session; it holds nothing.
-struct Session;
-
-impl GuestSession for Session {
-    fn new(_settings: String, _parameters: String) -> Self {
-        Session
-    }
-
-    fn invoke(&self, _action: String, input: String) -> Result<String, ToolError> {
+agentmesh_test_glue::tool_program! {
+    fn invoke(_action, input) {
         let input: serde_json::Value = serde_json::from_str(&input).unwrap_or_default();
         let url = input["url"].as_str().unwrap_or("http://forbidden.example/");
         let split = url.find("://").map_or(0, |i| i + 3);
@@ -50,5 +25,3 @@ impl GuestSession for Session {
         }
     }
 }
-
-bindings::export!(Program with_types_in bindings);

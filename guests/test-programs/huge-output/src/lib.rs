@@ -1,36 +1,11 @@
 //! Test program `huge-output`: `invoke` returns a JSON string of `{"bytes": N}` bytes
 //! (default 100 MB). The host must refuse an output above its cap.
 
-mod bindings {
-    wit_bindgen::generate!({
-        world: "tool-plugin",
-        path: "../../../wit",
-        generate_all,
-    });
-}
-
-use bindings::agentmesh::plugin::types::ToolError;
-use bindings::exports::agentmesh::plugin::tool::{Guest, GuestSession};
-
-/// The component.
-struct Program;
-
-impl Guest for Program {
-    type Session = Session;
-}
-
-/// A session; it holds nothing.
-struct Session;
-
 /// The default size of the answer.
 const DEFAULT_BYTES: u64 = 100_000_000;
 
-impl GuestSession for Session {
-    fn new(_settings: String, _parameters: String) -> Self {
-        Session
-    }
-
-    fn invoke(&self, _action: String, input: String) -> Result<String, ToolError> {
+agentmesh_test_glue::tool_program! {
+    fn invoke(_action, input) {
         let input: serde_json::Value = serde_json::from_str(&input).unwrap_or_default();
         let bytes = input["bytes"].as_u64().unwrap_or(DEFAULT_BYTES);
         let len = usize::try_from(bytes.saturating_sub(2))
@@ -42,5 +17,3 @@ impl GuestSession for Session {
         Ok(out)
     }
 }
-
-bindings::export!(Program with_types_in bindings);

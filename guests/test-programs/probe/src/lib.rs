@@ -8,33 +8,8 @@
 
 use serde_json::{Value, json};
 
-mod bindings {
-    wit_bindgen::generate!({
-        world: "tool-plugin",
-        path: "../../../wit",
-        generate_all,
-    });
-}
-
-use bindings::agentmesh::plugin::types::ToolError;
-use bindings::exports::agentmesh::plugin::tool::{Guest, GuestSession};
-
-/// The component.
-struct Program;
-
-impl Guest for Program {
-    type Session = Session;
-}
-
-/// A session; it holds nothing.
-struct Session;
-
-impl GuestSession for Session {
-    fn new(_settings: String, _parameters: String) -> Self {
-        Session
-    }
-
-    fn invoke(&self, _action: String, input: String) -> Result<String, ToolError> {
+agentmesh_test_glue::tool_program! {
+    fn invoke(_action, input) {
         let input: Value = serde_json::from_str(&input).unwrap_or_default();
         let mount = input["mount"].as_str().unwrap_or("/mount");
         let mut report = Report::default();
@@ -139,5 +114,3 @@ impl Report {
         }
     }
 }
-
-bindings::export!(Program with_types_in bindings);
