@@ -5,35 +5,44 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use cel::extractors::This;
-use cel::objects::{Key, Map};
-use cel::{Context, Env, ExecutionError, Value};
+use cel::common::types::{
+    CelBool, CelMap, CelMapKey, CelNull, CelString, DYN_TYPE, MAP_TYPE, STRING_TYPE,
+};
+use cel::common::value::{CowVal, Val};
+use cel::{Env, ExecutionError};
 
 /// The name `has(event)` is rewritten to before parsing (CEL's `has` macro only takes a field
 /// selection). Same length as `has`, so every column in the source stays where it was.
 pub(crate) const HAS_VALUE_FN: &str = "__h";
 
-/// The shared environment: stdlib (with macros and optional syntax) plus the strings extension.
+/// The shared environment: stdlib (with macros and optional syntax), the strings extension and
+/// the host's functions. The functions are overloads of the environment rather than functions
+/// of an evaluation's `Context`, so an evaluation registers nothing.
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    // The strings extension only fails when one of its overloads is already declared, which
-    // cannot happen on a fresh stdlib environment; an error would only lose the helpers.
+    // Each call below only fails when its name is already declared, which cannot happen on a
+    // fresh stdlib environment (the host's names are not CEL's); an error would only lose
+    // the function, which the tests would notice.
     let _ = env.add_extension(cel::extensions::strings);
+    let _ = env.add_member_overload("put", "map_put", MAP_TYPE, vec![DYN_TYPE, DYN_TYPE], put);
+    let _ = env.add_overload(HAS_VALUE_FN, "has_value", vec![DYN_TYPE], has_value);
+    let _ = env.add_overload("review", "review_string", vec![STRING_TYPE], review);
+    let _ = env.add_member_overload(
+        "read",
+        "mount_read",
+        MAP_TYPE,
+        vec![STRING_TYPE],
+        mount_read,
+    );
+    let _ = env.add_member_overload(
+        "write",
+        "mount_write",
+        MAP_TYPE,
+        vec![STRING_TYPE, STRING_TYPE],
+        mount_write,
+    );
     Arc::new(env)
 });
-
-/// An evaluation context: the shared environment and the host's functions. Variables come
-/// from the activation through a resolver, so nothing is converted per evaluation.
-pub(crate) fn host_context<'p, 'v>() -> Context<'p, 'v> {
-    let mut ctx = Context::with_env(Arc::clone(&ENV));
-    // Neither name is declared by the stdlib or the strings extension, so these cannot conflict.
-    let _ = ctx.add_function("put", put);
-    let _ = ctx.add_function(HAS_VALUE_FN, has_value);
-    let _ = ctx.add_function("review", review);
-    let _ = ctx.add_function("read", mount_read);
-    let _ = ctx.add_function("write", mount_write);
-    ctx
-}
 
 /// File access for `mount.read(path)` / `mount.write(path, content)` in `cel` tool expressions.
 /// The engine implements it over the agent's mount prefix; paths are relative to the prefix.
@@ -61,24 +70,47 @@ thread_local! {
 
 /// Runs `f` with `hooks` installed for the host functions.
 pub(crate) fn with_hooks<T>(hooks: &Hooks, f: impl FnOnce() -> T) -> T {
-    HOOKS.with(|h| *h.borrow_mut() = hooks.clone());
+    let outer = HOOKS.with(|h| h.replace(hooks.clone()));
     let out = f();
-    HOOKS.with(|h| *h.borrow_mut() = Hooks::default());
+    HOOKS.with(|h| *h.borrow_mut() = outer);
     out
 }
 
+/// The arguments of a call, which the environment declared `N` of.
+fn arguments<'b, 'v, const N: usize>(
+    args: Vec<CowVal<'b, 'v>>,
+    function: &str,
+) -> Result<[CowVal<'b, 'v>; N], ExecutionError> {
+    args.try_into().map_err(|args: Vec<_>| {
+        ExecutionError::function_error(function, format!("takes {N} arguments, got {}", args.len()))
+    })
+}
+
+/// An argument the environment declared a string.
+fn string_arg<'a>(value: &'a dyn Val, function: &str) -> Result<&'a str, ExecutionError> {
+    value
+        .downcast_ref::<CelString>()
+        .map(CelString::inner)
+        .ok_or_else(|| ExecutionError::function_error(function, "expects a string"))
+}
+
 /// `review(user)`: the decision the engine obtained for `user` before evaluating.
-#[allow(clippy::needless_pass_by_value)]
-fn review(user: Arc<String>) -> Result<bool, ExecutionError> {
+fn review<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [user] = arguments(args, "review")?;
+    let user = string_arg(user.as_ref(), "review")?;
     HOOKS
-        .with(|h| h.borrow().reviews.get(user.as_str()).copied())
+        .with(|h| h.borrow().reviews.get(user).copied())
+        .map(|approved| CowVal::owned(CelBool::from(approved)))
         .ok_or_else(|| {
             ExecutionError::function_error("review", format!("no review decision for `{user}`"))
         })
 }
 
-fn mount_of(this: &Value, function: &str) -> Result<Arc<dyn MountIo>, ExecutionError> {
-    let is_mount = matches!(this, Value::Map(m) if m.map.contains_key(&Key::from("prefix")));
+/// The agent's mount, when `this` is the `mount` variable (a map with a `prefix`).
+fn mount_of(this: &dyn Val, function: &str) -> Result<Arc<dyn MountIo>, ExecutionError> {
+    let is_mount = this
+        .as_container()
+        .is_some_and(|m| m.contains(&CelString::from("prefix")) == Ok(true));
     let mount = HOOKS.with(|h| h.borrow().mount.clone());
     match (is_mount, mount) {
         (true, Some(m)) => Ok(m),
@@ -90,48 +122,42 @@ fn mount_of(this: &Value, function: &str) -> Result<Arc<dyn MountIo>, ExecutionE
 }
 
 /// `mount.read(path)`.
-#[allow(clippy::needless_pass_by_value)]
-fn mount_read(This(this): This<Value>, path: Arc<String>) -> Result<Value, ExecutionError> {
-    let mount = mount_of(&this, "read")?;
+fn mount_read<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [this, path] = arguments(args, "read")?;
+    let mount = mount_of(this.as_ref(), "read")?;
     mount
-        .read(&path)
-        .map(Value::from)
+        .read(string_arg(path.as_ref(), "read")?)
+        .map(|content| CowVal::owned(CelString::from(content)))
         .map_err(|e| ExecutionError::function_error("mount.read", e))
 }
 
 /// `mount.write(path, content)`.
-#[allow(clippy::needless_pass_by_value)]
-fn mount_write(
-    This(this): This<Value>,
-    path: Arc<String>,
-    content: Arc<String>,
-) -> Result<Value, ExecutionError> {
-    let mount = mount_of(&this, "write")?;
+fn mount_write<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [this, path, content] = arguments(args, "write")?;
+    let mount = mount_of(this.as_ref(), "write")?;
     mount
-        .write(&path, &content)
-        .map(Value::from)
+        .write(
+            string_arg(path.as_ref(), "write")?,
+            string_arg(content.as_ref(), "write")?,
+        )
+        .map(|written| CowVal::owned(CelString::from(written)))
         .map_err(|e| ExecutionError::function_error("mount.write", e))
 }
 
 /// `map.put(key, value)`: a new map with `key` set to `value`; the receiver is left unchanged.
-fn put(This(this): This<Value>, key: Value, value: Value) -> Result<Value, ExecutionError> {
-    let Value::Map(map) = this else {
-        return Err(ExecutionError::function_error(
-            "put",
-            "put() is a method of maps",
-        ));
-    };
-    let key: Key = key.try_into().map_err(ExecutionError::UnsupportedKeyType)?;
-    let mut entries = (*map.map).clone();
-    entries.insert(key, value);
-    Ok(Value::Map(Map {
-        map: Arc::new(entries),
-    }))
+fn put<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [map, key, value] = arguments(args, "put")?;
+    let map = map
+        .downcast_ref::<CelMap>()
+        .ok_or_else(|| ExecutionError::function_error("put", "put() is a method of maps"))?;
+    let mut entries: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> = map.inner().clone();
+    entries.insert(CelMapKey::try_from(key)?, value.into_owned());
+    Ok(CowVal::owned(CelMap::from(entries)))
 }
 
 /// The rewritten `has(event)`: true when the variable is bound to anything but null.
-// The `cel` crate hands host functions their arguments by value.
-#[allow(clippy::needless_pass_by_value)]
-fn has_value(value: Value) -> bool {
-    !matches!(value, Value::Null)
+fn has_value<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [value] = arguments(args, HAS_VALUE_FN)?;
+    let is_set = value.downcast_ref::<CelNull>().is_none();
+    Ok(CowVal::owned(CelBool::from(is_set)))
 }

@@ -1,48 +1,41 @@
 //! Evaluating compiled expressions against JSON variables.
 
-use std::collections::BTreeMap;
 use std::fmt;
-
-use cel::Value;
-use serde_json::Value as Json;
-
 use std::sync::Arc;
 
 use cel::common::ast::Expr;
+use cel::common::types::{CelBool, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
+use cel::{Context, ExecutionError, Value};
+use serde_json::Value as Json;
 
 use crate::Expression;
-use crate::env::{Hooks, MountIo, host_context, with_hooks};
+use crate::env::{ENV, Hooks, MountIo, with_hooks};
+use crate::json::{kind_of, to_json, to_val};
 
-/// The variables one evaluation sees (`context`, `input`, `event`, …), converted to CEL once so
-/// that every step and filter of an activation runs against the same values.
+/// The variables one evaluation sees (`context`, `input`, `event`, …) and the decisions and
+/// mount its host functions use. Binding a variable converts nothing: expressions convert
+/// the parts of the JSON they reach, once for all the evaluations that share the binding.
 #[derive(Default, Clone)]
 pub struct Activation {
-    vars: BTreeMap<String, Bound>,
+    vars: Vec<(String, Bound)>,
     hooks: Hooks,
 }
 
-/// A JSON value converted to CEL once, to bind in several activations (the task context is
-/// large; converting it is the expensive part of an evaluation).
+/// A JSON value to bind in several activations (the task context is bound in every step of a
+/// middleware chain): what one evaluation converts of it, the others find converted.
 #[derive(Clone, Debug)]
 pub struct Bound(Arc<dyn Val>);
 
 impl Bound {
-    /// Converts `value`.
+    /// Takes `value` for binding.
     pub fn new(value: Json) -> Bound {
-        let value = cel::to_value(value).unwrap_or(Value::Null);
-        let val: Box<dyn Val> = match Box::<dyn Val>::try_from(value) {
-            Ok(v) => v,
-            Err(_) => Box::new(cel::common::types::CelNull),
-        };
-        Bound(Arc::from(val))
+        Bound(Arc::from(to_val(value)))
     }
-}
 
-impl VariableResolver for Activation {
-    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        self.vars.get(variable).map(|v| CowVal::Borrowed(&*v.0))
+    pub(crate) fn value(&self) -> &dyn Val {
+        self.0.as_ref()
     }
 }
 
@@ -62,6 +55,14 @@ impl fmt::Display for EvalError {
 
 impl std::error::Error for EvalError {}
 
+impl EvalError {
+    fn new(message: impl Into<String>) -> Self {
+        EvalError {
+            message: message.into(),
+        }
+    }
+}
+
 impl Activation {
     /// An activation with no variables.
     pub fn new() -> Self {
@@ -70,8 +71,7 @@ impl Activation {
 
     /// Binds `name` to a JSON value, replacing any earlier binding.
     pub fn set(&mut self, name: &str, value: Json) -> &mut Self {
-        self.vars.insert(name.to_owned(), Bound::new(value));
-        self
+        self.bind(name, Bound::new(value))
     }
 
     /// Binds `name` and its alias (`context` and `c`, `input` and `i`, …) to one value.
@@ -79,15 +79,19 @@ impl Activation {
         self.set_bound(name, alias, &Bound::new(value))
     }
 
-    /// Binds `name` and `alias` to an already converted value.
+    /// Binds `name` and `alias` to a value shared with other activations.
     pub fn set_bound(&mut self, name: &str, alias: &str, value: &Bound) -> &mut Self {
-        self.vars.insert(name.to_owned(), value.clone());
-        self.vars.insert(alias.to_owned(), value.clone());
+        self.bind(name, value.clone()).bind(alias, value.clone())
+    }
+
+    fn bind(&mut self, name: &str, value: Bound) -> &mut Self {
+        match self.vars.iter_mut().find(|(n, _)| n == name) {
+            Some((_, slot)) => *slot = value,
+            None => self.vars.push((name.to_owned(), value)),
+        }
         self
     }
-}
 
-impl Activation {
     /// Gives `mount.read`/`mount.write` the agent's mount.
     pub fn set_mount(&mut self, mount: Arc<dyn MountIo>) -> &mut Self {
         self.hooks.mount = Some(mount);
@@ -99,20 +103,53 @@ impl Activation {
         self.hooks.reviews.insert(reviewer.to_owned(), approve);
         self
     }
+
+    /// Evaluates `expr` against this activation and hands its value to `read`.
+    pub(crate) fn eval<T>(
+        &self,
+        expr: &cel::IdedExpr,
+        read: impl FnOnce(&dyn Val) -> Result<T, EvalError>,
+    ) -> Result<T, EvalError> {
+        with_hooks(&self.hooks, || {
+            let mut ctx = Context::with_env(Arc::clone(&ENV));
+            ctx.set_variable_resolver(self);
+            let value = Value::resolve_val(expr, &ctx)
+                .map_err(|e: ExecutionError| EvalError::new(e.to_string()))?;
+            read(value.as_ref())
+        })
+    }
+}
+
+impl VariableResolver for Activation {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        self.vars
+            .iter()
+            .find(|(name, _)| name == variable)
+            .map(|(_, bound)| CowVal::Borrowed(bound.value()))
+    }
+}
+
+/// A result as JSON.
+pub(crate) fn result_json(value: &dyn Val) -> Result<Json, EvalError> {
+    to_json(value).map_err(|e| EvalError::new(format!("the result is not JSON: {e}")))
 }
 
 impl Expression {
     /// Evaluates the expression and converts the result to JSON.
     pub fn evaluate(&self, activation: &Activation) -> Result<Json, EvalError> {
-        let mut ctx = host_context();
-        ctx.set_variable_resolver(activation);
-        let value =
-            with_hooks(&activation.hooks, || self.program().execute(&ctx)).map_err(|e| {
-                EvalError {
-                    message: e.to_string(),
-                }
-            })?;
-        to_json(&value)
+        activation.eval(self.program().expression(), result_json)
+    }
+
+    /// Evaluates the expression as a condition: true only for the boolean `true`.
+    pub fn evaluate_bool(&self, activation: &Activation) -> Result<bool, EvalError> {
+        activation.eval(self.program().expression(), |value| {
+            value
+                .downcast_ref::<CelBool>()
+                .map(|b| *b.inner())
+                .ok_or_else(|| {
+                    EvalError::new(format!("expected a boolean, got {}", kind_of(value)))
+                })
+        })
     }
 
     /// Whether the expression reads the root variable `name`.
@@ -128,35 +165,21 @@ impl Expression {
     /// The reviewers the expression's `review(user)` calls name, evaluated in `activation`:
     /// the engine obtains their decisions (suspending the task) before evaluating the whole.
     pub fn reviewers(&self, activation: &Activation) -> Result<Vec<String>, EvalError> {
-        let mut ctx = host_context();
-        ctx.set_variable_resolver(activation);
         let mut args = Vec::new();
         review_args(self.program().expression(), &mut args);
         let mut out = Vec::new();
         for arg in args {
-            match ctx.resolve(arg).map_err(|e| EvalError {
-                message: e.to_string(),
-            })? {
-                Value::String(s) => out.push(s.to_string()),
-                other => {
-                    return Err(EvalError {
-                        message: format!("review() takes a user id string, got {other:?}"),
-                    });
-                }
-            }
+            let user = activation.eval(arg, |value| match value.downcast_ref::<CelString>() {
+                Some(user) => Ok(user.inner().to_owned()),
+                None => Err(EvalError::new(format!(
+                    "review() takes a user id string, got {}",
+                    kind_of(value)
+                ))),
+            })?;
+            out.push(user);
         }
         out.dedup();
         Ok(out)
-    }
-
-    /// Evaluates the expression as a condition: true only for the boolean `true`.
-    pub fn evaluate_bool(&self, activation: &Activation) -> Result<bool, EvalError> {
-        match self.evaluate(activation)? {
-            Json::Bool(b) => Ok(b),
-            other => Err(EvalError {
-                message: format!("expected a boolean, got {}", kind_of(&other)),
-            }),
-        }
     }
 }
 
@@ -185,28 +208,12 @@ fn review_args<'a>(expr: &'a cel::IdedExpr, out: &mut Vec<&'a cel::IdedExpr>) {
     }
 }
 
-fn to_json(value: &Value) -> Result<Json, EvalError> {
-    value.json().map_err(|e| EvalError {
-        message: format!("the result is not JSON: {e}"),
-    })
-}
-
-fn kind_of(v: &Json) -> &'static str {
-    match v {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "a list",
-        Json::Object(_) => "a map",
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn eval(src: &str, act: &Activation) -> Result<Json, EvalError> {
         Expression::compile(src).unwrap().evaluate(act)

@@ -14,8 +14,9 @@
 //!
 //! The host's extensions to CEL (CONTRACT §5) live in [`env`]: `has(event)` (true exactly in event
 //! activations), `map.put(key, value)`, and the string helpers `lowerAscii`, `split`, `join`,
-//! `trim`, `replace`. Evaluation ([`Activation`], [`Expression::evaluate`]) converts JSON in and
-//! out, so callers never see the `cel` crate's types.
+//! `trim`, `replace`. Evaluation ([`Activation`], [`Expression::evaluate`]) takes JSON in and
+//! gives JSON out, so callers never see the `cel` crate's types; in between, expressions read
+//! the bound JSON in place and convert only what they touch.
 //!
 //! ```
 //! use agentmesh_expr::{Activation, Expression};
@@ -30,6 +31,7 @@
 mod env;
 mod eval;
 mod expression;
+mod json;
 mod needs;
 mod scope;
 mod template;

@@ -1,5 +1,5 @@
 //! Which parts of a large root variable (the task context) expressions read, so the caller
-//! can build and convert only those parts.
+//! can build only those parts.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,8 +3,12 @@
 //! `{{` and `}}` stand for literal braces. Inside a hole, braces nest and string literals may
 //! hold any character, so `{ {'a': 1}.a }` and `{ '}' }` are single holes.
 
+use std::fmt::Write as _;
+
+use cel::common::types::CelString;
 use serde_json::Value as Json;
 
+use crate::eval::result_json;
 use crate::expression::Lexed;
 use crate::{Activation, CompileError, EvalError, Expression};
 
@@ -118,10 +122,17 @@ impl Template {
         for segment in &self.segments {
             match segment {
                 Segment::Text(t) => out.push_str(t),
-                Segment::Expr(_, e) => match e.evaluate(activation)? {
-                    Json::String(s) => out.push_str(&s),
-                    other => out.push_str(&other.to_string()),
-                },
+                Segment::Expr(_, e) => activation.eval(e.program().expression(), |value| {
+                    match value.downcast_ref::<CelString>() {
+                        Some(s) => out.push_str(s.inner()),
+                        None => {
+                            let json = result_json(value)?;
+                            // Writing to a `String` cannot fail.
+                            let _ = write!(out, "{json}");
+                        }
+                    }
+                    Ok(())
+                })?,
             }
         }
         Ok(out)
