@@ -4,7 +4,7 @@
 use wasmtime::component::HasSelf;
 
 use crate::bindings::tool::agentmesh::plugin::host::{self, Level};
-use crate::kv::{MAX_KEY_BYTES, MAX_VALUE_BYTES, MAX_WRITES_PER_CALL};
+use crate::kv::{KvError, KvScope, KvStore, MAX_KEY_BYTES, MAX_VALUE_BYTES, MAX_WRITES_PER_CALL};
 use crate::state::PluginState;
 
 /// The longest log message kept; the rest is cut.
@@ -47,18 +47,21 @@ impl PluginState {
         Ok(())
     }
 
-    /// The store and scope, or a refusal for a store without one.
-    fn kv_scope(
+    /// Runs `op` on the key-value store in this store's scope: a store without one refuses, and
+    /// a failure of the store stops the call.
+    fn with_kv<T>(
         &mut self,
-    ) -> wasmtime::Result<(std::sync::Arc<dyn crate::kv::KvStore>, crate::kv::KvScope)> {
-        match &self.kv {
-            Some((kv, scope)) => Ok((kv.clone(), scope.clone())),
-            None => Err(self.refuse("this component has no key-value store".to_owned())),
-        }
+        op: impl FnOnce(&dyn KvStore, &KvScope) -> Result<T, KvError>,
+    ) -> wasmtime::Result<T> {
+        let result = match &self.kv {
+            Some((kv, scope)) => op(kv.as_ref(), scope),
+            None => return Err(self.refuse("this component has no key-value store".to_owned())),
+        };
+        result.map_err(|e| self.kv_failed(e))
     }
 
     /// Records a store failure and stops the call.
-    fn kv_failed(&mut self, error: crate::kv::KvError) -> wasmtime::Error {
+    fn kv_failed(&mut self, error: KvError) -> wasmtime::Error {
         let trap = wasmtime::format_err!("key-value store failed: {error}");
         self.kv_failure = Some(error);
         trap
@@ -88,8 +91,7 @@ impl host::Host for PluginState {
 
     fn kv_get(&mut self, key: String) -> wasmtime::Result<Option<Vec<u8>>> {
         self.check_key(&key)?;
-        let (kv, scope) = self.kv_scope()?;
-        kv.get(&scope, &key).map_err(|e| self.kv_failed(e))
+        self.with_kv(|kv, scope| kv.get(scope, &key))
     }
 
     fn kv_set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
@@ -101,14 +103,12 @@ impl host::Host for PluginState {
             )));
         }
         self.count_write()?;
-        let (kv, scope) = self.kv_scope()?;
-        kv.set(&scope, &key, &value).map_err(|e| self.kv_failed(e))
+        self.with_kv(|kv, scope| kv.set(scope, &key, &value))
     }
 
     fn kv_delete(&mut self, key: String) -> wasmtime::Result<()> {
         self.check_key(&key)?;
         self.count_write()?;
-        let (kv, scope) = self.kv_scope()?;
-        kv.delete(&scope, &key).map_err(|e| self.kv_failed(e))
+        self.with_kv(|kv, scope| kv.delete(scope, &key))
     }
 }
