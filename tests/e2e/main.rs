@@ -3,7 +3,12 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod api;
 mod cli;
+mod durability;
+mod reload;
 mod run;
+mod server;
 mod util;
 mod wasm;
+mod webhooks;

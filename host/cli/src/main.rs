@@ -21,6 +21,8 @@ enum Command {
     Validate(commands::validate::Args),
     /// Run one task in-process to idle or termination and print its answer.
     Run(commands::run::Args),
+    /// Serve the HTTP API, webhooks and schedules, reloading the config dir on change.
+    Serve(commands::serve::Args),
     /// Print a task's event log, one JSON object a line.
     Events(commands::events::Args),
     /// Print the JSON Schema of a manifest kind.
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => commands::validate::execute(&args),
         Command::Run(args) => commands::run::execute(&args),
+        Command::Serve(args) => commands::serve::execute(&args),
         Command::Events(args) => commands::events::execute(&args),
         Command::Schema(args) => commands::schema::execute(&args),
     };

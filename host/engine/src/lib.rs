@@ -16,16 +16,19 @@
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
 
 mod call;
+mod deliver;
 pub mod mount;
 pub mod plan;
 mod providers;
+mod routes;
 mod runtime;
 mod steps;
+pub mod subscription;
 pub mod task;
 mod turn;
 mod wasm;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -37,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
+pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
 pub use plan::Plan;
 pub use task::{Reason, Status, TaskRecord, UserRef};
 
@@ -131,6 +135,12 @@ struct Inner {
     options: EngineOptions,
     /// One lock per task: a turn holds it, so turns of one task never overlap.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Tasks whose running turn must stop at its next step.
+    interrupts: Mutex<HashSet<String>>,
+    /// Tasks with a runner (see [`Engine::kick`]); `true`: more input arrived while it ran.
+    runners: Mutex<HashMap<String, bool>>,
+    /// Active subscriptions, indexed for routing.
+    routes: RwLock<routes::Routes>,
     /// Reviews waiting for a decision, by review id.
     reviews: Mutex<HashMap<String, oneshot::Sender<(bool, String)>>>,
     http: reqwest::Client,
@@ -152,6 +162,9 @@ impl Engine {
                 providers: Providers::default(),
                 options,
                 locks: Mutex::new(HashMap::new()),
+                interrupts: Mutex::new(HashSet::new()),
+                runners: Mutex::new(HashMap::new()),
+                routes: RwLock::new(routes::Routes::default()),
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
@@ -190,6 +203,49 @@ impl Engine {
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
+    }
+
+    /// Loads every component of `plan` aside and, when all load, makes `plan` and its
+    /// components the versions in force (atomically for new work; calls in flight finish on
+    /// the old versions). On error nothing changes and the error says which component failed.
+    pub async fn reload(&self, plan: Plan) -> std::result::Result<(), String> {
+        self.install_components(&plan).await?;
+        *self
+            .inner
+            .plan
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(plan);
+        self.rebuild_routes().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Loads every component of the plan in force (compiling it, or reading the compiled
+    /// cache), so the first call does not pay for it and a broken one shows at start.
+    pub async fn load_components(&self) -> std::result::Result<(), String> {
+        let plan = self.plan();
+        self.install_components(&plan).await
+    }
+
+    async fn install_components(&self, plan: &Plan) -> std::result::Result<(), String> {
+        let paths = plan.components();
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let plugins = self.plugins()?;
+        let loader = Arc::clone(&plugins);
+        let loaded = tokio::task::spawn_blocking(move || loader.preload(&paths))
+            .await
+            .map_err(|e| format!("loading components: {e}"))??;
+        plugins.install(loaded);
+        Ok(())
+    }
+
+    /// The components in force: name, path and content hash.
+    pub fn component_versions(&self) -> Vec<(String, PathBuf, String)> {
+        match self.inner.plugins.get() {
+            Some(Ok(p)) => p.versions(),
+            _ => Vec::new(),
+        }
     }
 
     /// The store.
@@ -247,17 +303,33 @@ impl Engine {
             parent: parent.map(str::to_owned),
             depth,
             last_activity_ms: now_ms(),
+            subscriptions: subscription::for_agent(&agent),
             ..TaskRecord::default()
         };
         self.seal_allow_lists(&agent, &mut record);
-        let created = (
+        let mut events = vec![(
             EventSource::Environment,
             EventKind::ConversationStateUpdateEvent {
                 key: "status".into(),
                 value: json!("idle"),
             },
-        );
-        self.inner.store.commit(&id, &record, vec![created])?;
+        )];
+        if !record.subscriptions.is_empty() {
+            let added: Vec<Value> = record
+                .subscriptions
+                .iter()
+                .map(|s| json!({"tool": s.tool, "event": s.event}))
+                .collect();
+            events.push((
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "subscriptions_added".into(),
+                    value: Value::Array(added),
+                },
+            ));
+        }
+        self.inner.store.commit(&id, &record, events)?;
+        self.sync_routes(&record);
         if let Some(io) = io {
             self.enqueue(&id, io, None)?;
         }
@@ -319,13 +391,13 @@ impl Engine {
     /// Processes task `id`'s queued inputs, in order, until none is left or the task
     /// terminates; returns the record. Concurrent callers for one task take turns.
     pub async fn run_until_idle(&self, id: &str) -> Result<TaskRecord> {
-        let task_lock = {
-            let mut locks = lock(&self.inner.locks);
-            Arc::clone(locks.entry(id.to_owned()).or_default())
-        };
+        let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         loop {
             let mut record = self.task(id)?;
+            if self.interrupt_requested(id) {
+                return Ok(record);
+            }
             let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
                 return Ok(record);
             };
@@ -336,13 +408,234 @@ impl Engine {
                 continue;
             }
             let agent = self.agent(&record.agent)?;
-            turn::run(self, &agent, &mut record, key, input).await?;
+            let ran = turn::run(self, &agent, &mut record, key, input).await;
+            self.sync_routes(&record);
+            ran?;
             if record.status() == Status::Terminated
                 && let Some(Ok(p)) = self.inner.plugins.get()
             {
                 p.close_task(&record.id).await;
             }
         }
+    }
+
+    /// Runs task `id`'s queued input in the background (on the current tokio runtime), unless
+    /// a runner for it is already going; that runner then picks the new input up.
+    pub fn kick(&self, id: &str) {
+        {
+            let mut runners = lock(&self.inner.runners);
+            if let Some(more) = runners.get_mut(id) {
+                *more = true;
+                return;
+            }
+            runners.insert(id.to_owned(), false);
+        }
+        let engine = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = engine.run_until_idle(&id).await {
+                    tracing::error!(task.id = %id, "task runner failed: {e}");
+                }
+                let mut runners = lock(&engine.inner.runners);
+                match runners.get_mut(&id) {
+                    Some(more) if *more => *more = false,
+                    _ => {
+                        runners.remove(&id);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether a turn of task `id` is running or about to run.
+    pub fn is_busy(&self, id: &str) -> bool {
+        lock(&self.inner.runners).contains_key(id)
+    }
+
+    /// Interrupts task `id`: its running turn stops at the next step, and its subscriptions
+    /// are suspended until it takes new input. Returns once the interrupt is recorded.
+    pub async fn interrupt(&self, id: &str) -> Result<()> {
+        let record = self.task(id)?;
+        if record.status() == Status::Terminated {
+            return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
+        }
+        lock(&self.inner.interrupts).insert(id.to_owned());
+        let task_lock = self.task_lock(id);
+        let _turn = task_lock.lock().await;
+        lock(&self.inner.interrupts).remove(id);
+        let mut record = self.task(id)?;
+        if record.status() == Status::Terminated {
+            return Ok(());
+        }
+        record.interrupted = true;
+        if record.status() != Status::Idle {
+            record.status = Some(Status::Idle);
+        }
+        let events = vec![
+            (EventSource::User, EventKind::PauseEvent {}),
+            (
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "subscriptions_removed".into(),
+                    value: json!({"reason": "interrupt"}),
+                },
+            ),
+        ];
+        self.inner.store.commit(id, &record, events)?;
+        self.sync_routes(&record);
+        drop(_turn);
+        if self.inner.store.queue_depth(id) > 0 {
+            self.kick(id);
+        }
+        Ok(())
+    }
+
+    /// Whether task `id` was asked to stop its running turn.
+    pub(crate) fn interrupt_requested(&self, id: &str) -> bool {
+        lock(&self.inner.interrupts).contains(id)
+    }
+
+    /// Deletes task `id`: it terminates with reason `deleted`, its queue is cleared and its
+    /// subscriptions removed. Its record and log stay readable.
+    pub async fn delete_task(&self, id: &str) -> Result<()> {
+        self.task(id)?;
+        lock(&self.inner.interrupts).insert(id.to_owned());
+        let task_lock = self.task_lock(id);
+        let _turn = task_lock.lock().await;
+        lock(&self.inner.interrupts).remove(id);
+        let mut record = self.task(id)?;
+        self.inner.store.clear_queue(id)?;
+        if record.status() != Status::Terminated {
+            record.status = Some(Status::Terminated);
+            record.reason = Some(Reason::Deleted);
+        }
+        record.subscriptions.clear();
+        let events = vec![
+            (
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "subscriptions_removed".into(),
+                    value: json!({"reason": "deleted"}),
+                },
+            ),
+            steps::status_event("terminated"),
+        ];
+        self.inner.store.commit(id, &record, events)?;
+        self.sync_routes(&record);
+        if let Some(Ok(p)) = self.inner.plugins.get() {
+            p.close_task(id).await;
+        }
+        Ok(())
+    }
+
+    /// Every task, optionally only those of `agent`, in `status`, or owned by `owner`.
+    pub fn list_tasks(
+        &self,
+        agent: Option<&str>,
+        status: Option<Status>,
+        owner: Option<&str>,
+    ) -> Result<Vec<TaskRecord>> {
+        Ok(self
+            .inner
+            .store
+            .tasks::<TaskRecord>()?
+            .into_iter()
+            .filter(|t| agent.is_none_or(|a| t.agent == a))
+            .filter(|t| status.is_none_or(|s| t.status() == s))
+            .filter(|t| owner.is_none_or(|o| t.user.id == o))
+            .collect())
+    }
+
+    /// Brings tasks back after a restart: a task that was mid-turn is set idle, every call
+    /// it made without a result is reported to the LLM as interrupted (never silently re-run),
+    /// and every task with queued input is started. Call once, on a runtime, at start.
+    pub fn recover(&self) -> Result<usize> {
+        let mut resumed = 0;
+        for mut record in self.inner.store.tasks::<TaskRecord>()? {
+            if !matches!(record.status(), Status::Running | Status::Waiting) {
+                continue;
+            }
+            let mut events = unanswered_calls(&self.events(&record.id, 0)?);
+            record.status = Some(Status::Idle);
+            record.pending_review = None;
+            events.push((
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "restart".into(),
+                    value: json!({"message": "the host restarted during a turn"}),
+                },
+            ));
+            events.push(steps::status_event("idle"));
+            self.inner.store.commit(&record.id, &record, events)?;
+        }
+        self.rebuild_routes()?;
+        for id in self.inner.store.tasks_with_queued_input()? {
+            self.kick(&id);
+            resumed += 1;
+        }
+        Ok(resumed)
+    }
+
+    /// The routing state, for reading.
+    pub(crate) fn routes(&self) -> std::sync::RwLockReadGuard<'_, routes::Routes> {
+        self.inner
+            .routes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Brings the routing index in step with `record` (its subscriptions, allow lists and
+    /// deadlines).
+    pub(crate) fn sync_routes(&self, record: &TaskRecord) {
+        let plan = self.plan();
+        self.inner
+            .routes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .sync(&plan, record);
+    }
+
+    /// Rebuilds the routing index from every task record (at start and after a reload).
+    pub fn rebuild_routes(&self) -> Result<usize> {
+        let plan = self.plan();
+        let records = self.inner.store.tasks::<TaskRecord>()?;
+        let routes = routes::Routes::build(&plan, &records);
+        let n = routes.len();
+        *self
+            .inner
+            .routes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = routes;
+        Ok(n)
+    }
+
+    /// Removes the subscriptions that have expired by now (the tasks are otherwise
+    /// untouched), with an event in each task's log. Tasks in a turn are left for later.
+    /// Returns how many tasks lost subscriptions.
+    pub async fn expire_subscriptions(&self) -> Result<usize> {
+        let now = now_ms();
+        let mut n = 0;
+        let expired = self.routes().expired(now);
+        for id in expired {
+            let task_lock = self.task_lock(&id);
+            let Ok(_turn) = task_lock.try_lock() else {
+                continue;
+            };
+            let mut record = self.task(&id)?;
+            if let Some(event) = subscription::prune_expired(&mut record, now) {
+                self.inner.store.commit(&id, &record, vec![event])?;
+                n += 1;
+            }
+            self.sync_routes(&record);
+        }
+        Ok(n)
+    }
+
+    fn task_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = lock(&self.inner.locks);
+        Arc::clone(locks.entry(id.to_owned()).or_default())
     }
 
     /// Answers a review: resumes a task waiting in `review()`.
@@ -371,6 +664,40 @@ impl Engine {
             None => Err(EngineError::NotFound(format!("review `{review_id}`"))),
         }
     }
+}
+
+/// An error result for every call in `log` that has none (the host stopped mid-call).
+fn unanswered_calls(log: &[Event]) -> Vec<(EventSource, EventKind)> {
+    let mut open: Vec<(String, String)> = Vec::new();
+    for event in log {
+        match &event.kind {
+            EventKind::ActionEvent { tool_call, .. } => {
+                open.push((tool_call.id.clone(), tool_call.name.clone()));
+            }
+            EventKind::ObservationEvent { tool_call_id, .. }
+            | EventKind::UserRejectObservation { tool_call_id, .. } => {
+                open.retain(|(id, _)| id != tool_call_id);
+            }
+            EventKind::AgentErrorEvent {
+                tool_call_id: Some(id),
+                ..
+            } => open.retain(|(open_id, _)| open_id != id),
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .map(|(id, name)| {
+            (
+                EventSource::Environment,
+                EventKind::AgentErrorEvent {
+                    tool_call_id: Some(id),
+                    tool_name: Some(name),
+                    error: "interrupted: the host restarted during this call; it was not re-run"
+                        .into(),
+                },
+            )
+        })
+        .collect()
 }
 
 /// Checks input against the agent's parameters: `message` required unless defaulted (a bare

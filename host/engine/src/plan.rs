@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_expr::{Expression, Template};
+use agentmesh_expr::{Activation, Expression, Template};
 use agentmesh_manifest::Config;
 use agentmesh_manifest::model::agent::{CapabilityDecl, Limits, MountScope};
 use agentmesh_manifest::model::common::{
@@ -15,6 +15,7 @@ use agentmesh_manifest::model::common::{
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
 use agentmesh_manifest::model::tool::{HttpMethod, HttpRequest, Tool, WasmRuntime};
+use agentmesh_routing::Filter;
 use agentmesh_store::event::ToolSchema;
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
@@ -108,6 +109,8 @@ pub struct CapabilityPlan {
     pub include: Option<Vec<String>>,
     /// Bound parameters: name → CEL.
     pub bindings: Vec<(String, Expression)>,
+    /// The agent's override of its events' subscription timeout.
+    pub event_timeout: Option<Duration>,
     /// Steps before the first invocation in a task.
     pub before_first: Vec<Step>,
     /// Steps before every invocation.
@@ -188,8 +191,10 @@ pub struct ToolPlan {
     pub name: String,
     /// Its actions.
     pub actions: Vec<ActionPlan>,
-    /// The manifest (events are routed by the server).
+    /// The manifest.
     pub manifest: Tool,
+    /// Its webhook events, compiled.
+    pub events: Vec<EventPlan>,
     /// Settings: declared defaults overlaid with the host config's values.
     pub settings: Map<String, Value>,
 }
@@ -199,6 +204,37 @@ impl ToolPlan {
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// A tool event received by webhook, compiled.
+pub struct EventPlan {
+    /// The event's name.
+    pub name: String,
+    /// The message template (`{event.payload.*}`).
+    pub message: Template,
+    /// The event's own subscription timeout.
+    pub timeout: Option<Duration>,
+    /// The longest timeout an agent may ask for.
+    pub max_timeout: Option<Duration>,
+    /// `receive.webhook.filter`, over `event` and `parameters` (allow-list sets); an event
+    /// without one passes every event (`true`).
+    pub filter: Arc<Filter>,
+    /// `receive.webhook.secret`, rendered with `settings`.
+    pub secret: Secret,
+    /// `receive.webhook.filter_component`: an event-filter component.
+    pub filter_component: Option<PathBuf>,
+}
+
+/// The key a tool event's deliveries are signed with.
+#[derive(Debug, Clone)]
+pub enum Secret {
+    /// The event declares no secret: deliveries are not signed.
+    None,
+    /// The rendered secret.
+    Key(String),
+    /// The secret template could not be rendered (e.g. a setting the operator did not
+    /// configure): every delivery is refused, and this says why.
+    Unavailable(String),
 }
 
 /// An action, compiled.
@@ -310,6 +346,44 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Every component the plan runs, by path, with the name it is logged under: tool
+    /// actions, `wasm` middleware steps and event-filter components.
+    pub fn components(&self) -> Vec<(String, PathBuf)> {
+        let mut out: Vec<(String, PathBuf)> = Vec::new();
+        let mut add = |name: String, path: &PathBuf| {
+            if !out.iter().any(|(_, p)| p == path) {
+                out.push((name, path.clone()));
+            }
+        };
+        for tool in self.tools.values() {
+            for action in &tool.actions {
+                if let Runtime::Wasm { path, .. } = &action.runtime {
+                    add(tool.id(), path);
+                }
+            }
+            for event in &tool.events {
+                if let Some(path) = &event.filter_component {
+                    add(path.display().to_string(), path);
+                }
+            }
+        }
+        for agent in self.agents.values() {
+            let caps = agent
+                .capabilities
+                .iter()
+                .flat_map(|c| c.before_first.iter().chain(&c.before).chain(&c.after));
+            for step in caps.chain(&agent.guard_before).chain(&agent.guard_after) {
+                if let StepKind::Wasm { path, .. } = &step.kind {
+                    add(path.display().to_string(), path);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
 /// Resolves a literal or `{env: X}` value.
 pub fn resolve_env(
     value: &EnvValue,
@@ -389,11 +463,43 @@ fn tool_plan(
             runtime,
         });
     }
+    let mut events = Vec::new();
+    for event in &tool.events {
+        let Some(webhook) = &event.receive.webhook else {
+            continue;
+        };
+        let secret = match &webhook.secret {
+            Some(src) => {
+                let mut act = Activation::new();
+                act.set("settings", Value::Object(settings.clone()));
+                match template(src)?.render(&act) {
+                    Ok(key) if !key.is_empty() => Secret::Key(key),
+                    Ok(_) => Secret::Unavailable(format!("the secret `{src}` is empty")),
+                    Err(e) => {
+                        Secret::Unavailable(format!("the secret `{src}` cannot be rendered: {e}"))
+                    }
+                }
+            }
+            None => Secret::None,
+        };
+        events.push(EventPlan {
+            name: event.name.clone(),
+            message: template(&event.message)?,
+            timeout: event.timeout.map(|d| d.0),
+            max_timeout: event.max_timeout.map(|d| d.0),
+            filter: Arc::new(Filter::new(compile(
+                webhook.filter.as_deref().unwrap_or("true"),
+            )?)),
+            secret,
+            filter_component: webhook.filter_component.as_ref().map(|c| base_dir.join(c)),
+        });
+    }
     Ok(ToolPlan {
         namespace: tool.namespace.clone(),
         name: tool.name.clone(),
         actions,
         manifest: tool.clone(),
+        events,
         settings,
     })
 }
@@ -515,6 +621,7 @@ fn agent_plan(
                 })
                 .transpose()?
                 .unwrap_or_default(),
+            event_timeout: cap.and_then(|c| c.event_timeout).map(|d| d.0),
             before_first: steps(cap.and_then(|c| c.before_first.as_ref()))?,
             before: steps(cap.and_then(|c| c.before.as_ref()))?,
             after: steps(cap.and_then(|c| c.after.as_ref()))?,

@@ -9,6 +9,14 @@ use serde_json::{Map, Value, json};
 use agentmesh_expr::Needs;
 
 use crate::plan::AgentPlan;
+pub use crate::subscription::Subscription;
+
+/// Epoch ms as RFC 3339 (UTC, milliseconds).
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
 
 /// A task's run state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +127,7 @@ pub struct PendingReview {
 
 /// Everything the host keeps about a task besides its log and queue.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TaskRecord {
     /// `t_…`.
     pub id: String,
@@ -174,6 +183,10 @@ pub struct TaskRecord {
     pub pending_review: Option<PendingReview>,
     /// Epoch ms of the last processing step.
     pub last_activity_ms: i64,
+    /// Event subscriptions (expired ones are removed).
+    pub subscriptions: Vec<Subscription>,
+    /// Interrupted: the subscriptions are suspended until the task takes new input.
+    pub interrupted: bool,
 }
 
 impl TaskRecord {
@@ -285,8 +298,28 @@ impl TaskRecord {
         Value::Object(caps)
     }
 
+    /// The subscriptions in force: none while interrupted or terminated.
+    pub fn active_subscriptions(&self) -> &[Subscription] {
+        if self.interrupted || self.status() == Status::Terminated {
+            &[]
+        } else {
+            &self.subscriptions
+        }
+    }
+
     /// The task object of the HTTP API and `run --json` (CONTRACT §3).
     pub fn object(&self, queue_depth: usize) -> Value {
+        let subscriptions: Vec<Value> = self
+            .active_subscriptions()
+            .iter()
+            .map(|s| {
+                json!({
+                    "tool": s.tool,
+                    "event": s.event,
+                    "expires_at": s.expires_at(self.last_activity_ms).map(rfc3339),
+                })
+            })
+            .collect();
         json!({
             "id": self.id,
             "agent": self.agent,
@@ -297,7 +330,7 @@ impl TaskRecord {
             "output": self.outputs,
             "exposes": self.exposes,
             "queue_depth": queue_depth,
-            "subscriptions": [],
+            "subscriptions": subscriptions,
             "allow_list": self.allow_lists,
         })
     }

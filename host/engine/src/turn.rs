@@ -63,7 +63,21 @@ pub(crate) async fn run(
     ));
     record.inputs.push(input.io.clone());
     record.history.push("input".into());
-    record.last_activity_ms = now_ms();
+    let now = now_ms();
+    // Subscriptions that expired while the task was idle stay expired: prune them before the
+    // step resets the clock.
+    events.extend(crate::subscription::prune_expired(record, now));
+    if record.interrupted {
+        record.interrupted = false;
+        events.push((
+            EventSource::Environment,
+            EventKind::ConversationStateUpdateEvent {
+                key: "subscriptions_restored".into(),
+                value: json!({"reason": "new input"}),
+            },
+        ));
+    }
+    record.last_activity_ms = now;
     if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
         terminate(record, Reason::Locked, None, &reason, &mut events);
         store.take_queued(&record.id.clone(), &key, record, events)?;
@@ -191,6 +205,10 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
     // The log is read once per turn; what the turn writes is appended as it is committed.
     let mut history = store.events(&id, 0)?;
     loop {
+        if engine.interrupt_requested(&id) {
+            pause(record);
+            return Ok(false);
+        }
         if let Some((limit, message)) = limit_before_llm(agent, record) {
             let mut events = Vec::new();
             terminate(
@@ -274,6 +292,17 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
             .collect();
         history.extend(store.commit(&id, record, actions)?);
         for (i, tool_call) in response.tool_calls.iter().enumerate() {
+            if engine.interrupt_requested(&id) {
+                let mut events = Vec::new();
+                skip_calls(
+                    &response.tool_calls[i..],
+                    "not run: the task was interrupted",
+                    &mut events,
+                );
+                store.commit(&id, record, events)?;
+                pause(record);
+                return Ok(false);
+            }
             if let Some(max) = agent.limits.max_tool_calls
                 && record.tool_calls >= max
             {
@@ -363,22 +392,34 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                 return Ok(true);
             }
             history.extend(store.commit(&id, record, events)?);
+            // The call may have grown an allow list: events for the new values route now.
+            engine.sync_routes(record);
         }
     }
 }
 
-/// Answers calls that will not run, so every call in the log has a result.
+/// Answers calls that will not run because the task ended, so every call in the log has a
+/// result.
 fn skip_rest(calls: &[agentmesh_store::event::ToolCall], events: &mut Events) {
+    skip_calls(calls, "not run: the task ended", events);
+}
+
+fn skip_calls(calls: &[agentmesh_store::event::ToolCall], why: &str, events: &mut Events) {
     for c in calls {
         events.push((
             EventSource::Environment,
             EventKind::AgentErrorEvent {
                 tool_call_id: Some(c.id.clone()),
                 tool_name: Some(c.name.clone()),
-                error: "not run: the task ended".into(),
+                error: why.into(),
             },
         ));
     }
+}
+
+/// Ends the turn for an interrupt; [`Engine::interrupt`] records the rest.
+fn pause(record: &mut TaskRecord) {
+    record.status = Some(Status::Idle);
 }
 
 /// The LLM's final answer: guardrails.after, the agent message, outputs and exposes.

@@ -91,6 +91,39 @@ impl Plugins {
         Ok(loaded)
     }
 
+    /// Loads (compiles, or reads from the compiled cache) every component of `paths`,
+    /// without installing any: the first failure names its component.
+    pub(crate) fn preload(
+        &self,
+        paths: &[(String, PathBuf)],
+    ) -> Result<HashMap<PathBuf, Arc<LoadedComponent>>, String> {
+        let mut loaded = HashMap::new();
+        for (name, path) in paths {
+            let component = self
+                .host
+                .load_named(name, path)
+                .map_err(|e| format!("component `{}`: {e}", path.display()))?;
+            loaded.insert(path.clone(), component);
+        }
+        Ok(loaded)
+    }
+
+    /// Makes `components` the versions in force. Calls in flight finish on the version they
+    /// started with; a tool session on a replaced version is reopened at its next call.
+    pub(crate) fn install(&self, components: HashMap<PathBuf, Arc<LoadedComponent>>) {
+        *lock(&self.components) = components;
+    }
+
+    /// The components in force: name, path and content hash.
+    pub(crate) fn versions(&self) -> Vec<(String, PathBuf, String)> {
+        let mut out: Vec<_> = lock(&self.components)
+            .iter()
+            .map(|(path, c)| (c.name().to_owned(), path.clone(), c.hash().to_owned()))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Invokes `action` of the tool's component in the task's session, opening it first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn invoke(
@@ -106,16 +139,35 @@ impl Plugins {
         input: &Value,
     ) -> ActionResult {
         let key = (task.to_owned(), tool.to_owned());
+        let component = match self.component(tool, path) {
+            Ok(c) => c,
+            Err(e) => {
+                return ActionResult::Fatal(format!("component `{}`: {e}", path.display()));
+            }
+        };
         let existing = lock(&self.sessions).get(&key).cloned();
-        let session = match existing {
+        let current = match existing {
+            Some(s) if s.lock().await.component().hash() == component.hash() => Some(s),
+            Some(stale) => {
+                // The component was replaced (hot reload): Teardown on the old version, then
+                // Initialize on the new one.
+                lock(&self.sessions).remove(&key);
+                if let Ok(session) = Arc::try_unwrap(stale).map(tokio::sync::Mutex::into_inner)
+                    && let Err(e) = session.close().await
+                {
+                    tracing::warn!(
+                        task.id = task,
+                        tool.name = tool,
+                        "tool session teardown failed: {e}"
+                    );
+                }
+                None
+            }
+            None => None,
+        };
+        let session = match current {
             Some(s) => s,
             None => {
-                let component = match self.component(tool, path) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        return ActionResult::Fatal(format!("component `{}`: {e}", path.display()));
-                    }
-                };
                 let sandbox = match Sandbox::from_runtime(runtime, mount) {
                     Ok(s) => s,
                     Err(e) => return ActionResult::Fatal(e.to_string()),

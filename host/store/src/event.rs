@@ -138,6 +138,27 @@ pub enum EventKind {
     },
 }
 
+impl EventKind {
+    /// The kind's name, as in the log's `kind` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::SystemPromptEvent { .. } => "SystemPromptEvent",
+            EventKind::MessageEvent { .. } => "MessageEvent",
+            EventKind::ActionEvent { .. } => "ActionEvent",
+            EventKind::ObservationEvent { .. } => "ObservationEvent",
+            EventKind::UserRejectObservation { .. } => "UserRejectObservation",
+            EventKind::AgentErrorEvent { .. } => "AgentErrorEvent",
+            EventKind::CondensationSummaryEvent { .. } => "CondensationSummaryEvent",
+            EventKind::Condensation { .. } => "Condensation",
+            EventKind::CondensationRequest { .. } => "CondensationRequest",
+            EventKind::ConversationStateUpdateEvent { .. } => "ConversationStateUpdateEvent",
+            EventKind::PauseEvent { .. } => "PauseEvent",
+            EventKind::ReviewRequestEvent { .. } => "ReviewRequestEvent",
+            EventKind::ReviewDecisionEvent { .. } => "ReviewDecisionEvent",
+        }
+    }
+}
+
 /// A function the LLM may call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {

@@ -60,6 +60,18 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueKey(Vec<u8>);
 
+/// A function told which task's log grew.
+pub type AppendHook = Box<dyn Fn(&str) + Send + Sync>;
+
+/// What [`Store::deliver`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The delivery id was seen within its window: nothing was queued.
+    Duplicate,
+    /// Every input was queued (and is durable).
+    Queued(Vec<QueueKey>),
+}
+
 /// The store.
 pub struct Store {
     db: sled::Db,
@@ -68,7 +80,13 @@ pub struct Store {
     seqs: sled::Tree,
     queue: sled::Tree,
     kv: sled::Tree,
+    /// Delivery ids seen, with the epoch ms until which they are remembered.
+    dedupe: sled::Tree,
+    /// Host state outside tasks (trigger status, schedules, wakeups), by namespace and key.
+    state: sled::Tree,
     flusher: GroupFlush,
+    /// Called with a task id after events were appended to its log (live streaming).
+    on_append: std::sync::OnceLock<AppendHook>,
     /// Writes that an acknowledgement may wait for; see [`GroupFlush`].
     writes: AtomicU64,
 }
@@ -122,7 +140,10 @@ impl Store {
             seqs: db.open_tree("seqs")?,
             queue: db.open_tree("queue")?,
             kv: db.open_tree("kv")?,
+            dedupe: db.open_tree("dedupe")?,
+            state: db.open_tree("state")?,
             flusher: GroupFlush::default(),
+            on_append: std::sync::OnceLock::new(),
             writes: AtomicU64::new(0),
             db,
         })
@@ -145,6 +166,7 @@ impl Store {
             })
             .map_err(tx_error)?;
         self.writes.fetch_add(1, Ordering::SeqCst);
+        self.appended(task_id);
         Ok(written)
     }
 
@@ -169,7 +191,20 @@ impl Store {
             })
             .map_err(tx_error)?;
         self.writes.fetch_add(1, Ordering::SeqCst);
+        self.appended(task_id);
         Ok(written)
+    }
+
+    /// Sets the function called after events are appended to a task's log (once; later calls
+    /// are ignored). It runs on the committing thread: keep it short (e.g. a channel send).
+    pub fn set_append_hook(&self, hook: AppendHook) {
+        let _ = self.on_append.set(hook);
+    }
+
+    fn appended(&self, task_id: &str) {
+        if let Some(hook) = self.on_append.get() {
+            hook(task_id);
+        }
     }
 
     fn stamp(
@@ -249,6 +284,110 @@ impl Store {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.flush()?;
         Ok(key)
+    }
+
+    /// Queues `inputs` (task id, `queued_at`, input) and remembers `delivery` (an id and the
+    /// epoch ms until which a repeat counts as a duplicate), in one transaction, flushed before
+    /// returning: a repeat of a remembered id queues nothing. With no delivery id the inputs
+    /// are simply queued.
+    pub fn deliver<I: Serialize>(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &I)],
+    ) -> Result<Delivery> {
+        let mut entries = Vec::with_capacity(inputs.len());
+        for (task_id, queued_at, input) in inputs {
+            entries.push((
+                self.queue_key(task_id, *queued_at)?,
+                serde_json::to_vec(input)?,
+            ));
+        }
+        let now = now_ms();
+        let outcome = (&self.queue, &self.dedupe)
+            .transaction(|(queue, dedupe)| {
+                if let Some((id, until)) = delivery {
+                    let seen = dedupe.get(id.as_bytes())?;
+                    if seen.is_some_and(|v| decode_u64(&v) as i64 > now) {
+                        return Ok(Delivery::Duplicate);
+                    }
+                    dedupe.insert(id.as_bytes(), &(until as u64).to_be_bytes())?;
+                }
+                for (key, bytes) in &entries {
+                    queue.insert(key.0.as_slice(), bytes.as_slice())?;
+                }
+                Ok(Delivery::Queued(
+                    entries.iter().map(|(k, _)| k.clone()).collect(),
+                ))
+            })
+            .map_err(tx_error)?;
+        if let Delivery::Queued(_) = outcome {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            self.flush()?;
+        }
+        Ok(outcome)
+    }
+
+    /// Whether delivery id `id` was seen and is still remembered.
+    pub fn seen_delivery(&self, id: &str) -> Result<bool> {
+        Ok(self
+            .dedupe
+            .get(id.as_bytes())?
+            .is_some_and(|v| decode_u64(&v) as i64 > now_ms()))
+    }
+
+    /// Forgets delivery ids whose window has passed; returns how many.
+    pub fn prune_deliveries(&self) -> Result<usize> {
+        let now = now_ms();
+        let mut n = 0;
+        for entry in self.dedupe.iter() {
+            let (key, value) = entry?;
+            if decode_u64(&value) as i64 <= now {
+                self.dedupe.remove(key)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Host state `key` in namespace `ns` (e.g. `trigger`, `schedule`, `wakeup`).
+    pub fn state<T: DeserializeOwned>(&self, ns: &str, key: &str) -> Result<Option<T>> {
+        match self.state.get(task_key(ns, key.as_bytes()))? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes host state `key` in namespace `ns`, durably (flushed) before returning.
+    pub fn set_state<T: Serialize>(&self, ns: &str, key: &str, value: &T) -> Result<()> {
+        self.state
+            .insert(task_key(ns, key.as_bytes()), serde_json::to_vec(value)?)?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.flush()
+    }
+
+    /// Deletes host state `key` in namespace `ns`, durably.
+    pub fn delete_state(&self, ns: &str, key: &str) -> Result<()> {
+        self.state.remove(task_key(ns, key.as_bytes()))?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.flush()
+    }
+
+    /// Every state entry of namespace `ns`: key and value. Entries that do not decode as `T`
+    /// are skipped with a warning.
+    pub fn states<T: DeserializeOwned>(&self, ns: &str) -> Result<Vec<(String, T)>> {
+        let mut out = Vec::new();
+        let start = prefix(ns).len();
+        for entry in self.state.scan_prefix(prefix(ns)) {
+            let (key, value) = entry?;
+            let name = String::from_utf8_lossy(&key[start..]).into_owned();
+            match serde_json::from_slice(&value) {
+                Ok(v) => out.push((name, v)),
+                Err(e) => {
+                    tracing::warn!(state.ns = ns, state.key = %name, "undecodable state entry: {e}")
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn queue_key(&self, task_id: &str, queued_at: i64) -> Result<QueueKey> {

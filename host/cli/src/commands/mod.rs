@@ -3,10 +3,12 @@
 pub mod events;
 pub mod run;
 pub mod schema;
+pub mod serve;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 
+use agentmesh_engine::Plan;
 use agentmesh_manifest::model::host::HostConfig;
 
 /// The data dir: the flag, else the host config's `data_dir` (relative to the config dir),
@@ -17,4 +19,19 @@ pub fn data_dir(flag: Option<&Path>, config_dir: &Path, host: &HostConfig) -> Pa
         (None, Some(d)) => config_dir.join(d),
         (None, None) => config_dir.join(".agentmesh"),
     }
+}
+
+/// Loads and validates `dir` and compiles it into a plan; `Ok(None)` after printing the
+/// diagnostics when it is invalid (the caller exits 1).
+pub fn load(dir: &Path) -> anyhow::Result<Option<(agentmesh_manifest::Report, Plan)>> {
+    let report = agentmesh_manifest::validate(dir);
+    if report.has_errors() {
+        for d in &report.diagnostics {
+            eprintln!("{d}");
+        }
+        return Ok(None);
+    }
+    let env = |n: &str| std::env::var(n).ok();
+    let plan = Plan::build(&report.config, &env)?;
+    Ok(Some((report, plan)))
 }

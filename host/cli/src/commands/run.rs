@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, Status, UserRef};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Status, UserRef};
 use agentmesh_store::Store;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
@@ -41,15 +41,9 @@ pub struct Args {
 /// Runs one task in-process to idle or termination: exit 0 idle, 2 terminated, 1 bad
 /// usage or config.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
-    let report = agentmesh_manifest::validate(&args.dir);
-    if report.has_errors() {
-        for d in &report.diagnostics {
-            eprintln!("{d}");
-        }
+    let Some((report, plan)) = super::load(&args.dir)? else {
         return Ok(ExitCode::from(1));
-    }
-    let env = |n: &str| std::env::var(n).ok();
-    let plan = Plan::build(&report.config, &env)?;
+    };
     let data = super::data_dir(args.data.as_deref(), &report.config.base_dir(), &plan.host);
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,

@@ -1,0 +1,168 @@
+//! `agentmesh serve DIR [--listen ADDR] [--data DIR]`: the host as a service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_engine::{Engine, EngineOptions};
+use agentmesh_manifest::model::host::Role as ConfigRole;
+use agentmesh_server::{AppState, Auth, Role, Token};
+use agentmesh_store::Store;
+use anyhow::{Context, bail};
+
+/// Arguments of `serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The config dir (watched: changes are reloaded).
+    dir: PathBuf,
+    /// Where to listen (default: the host config's `listen`, else 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<String>,
+    /// The data dir (default: the host config's `data_dir`, else `DIR/.agentmesh`).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+/// GitHub's own cap on webhook payloads, the default `max_body_bytes`.
+const DEFAULT_MAX_BODY: u64 = 25 * 1024 * 1024;
+
+/// How often the config dir is checked for changes.
+const RELOAD_POLL: Duration = Duration::from_millis(500);
+
+/// How often expired subscriptions and delivery ids are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Serves until SIGINT or SIGTERM, then drains and exits 0.
+pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+    let Some((report, plan)) = super::load(&args.dir)? else {
+        return Ok(ExitCode::from(1));
+    };
+    let host = plan.host.clone();
+    let listen = args
+        .listen
+        .clone()
+        .or_else(|| host.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let addr: SocketAddr = listen
+        .parse()
+        .with_context(|| format!("`{listen}` is not an address like 127.0.0.1:8080"))?;
+    let mut tokens = Vec::new();
+    for t in &host.api_tokens {
+        let secret = std::env::var(&t.env).with_context(|| {
+            format!(
+                "api token `{}`: environment variable `{}` is not set",
+                t.subject, t.env
+            )
+        })?;
+        let role = match t.role {
+            ConfigRole::Admin => Role::Admin,
+            ConfigRole::AgentUser => Role::AgentUser,
+            ConfigRole::ReadOnly => Role::ReadOnly,
+        };
+        tokens.push(Token {
+            secret,
+            subject: t.subject.clone(),
+            role,
+        });
+    }
+    if !addr.ip().is_loopback() && tokens.is_empty() {
+        bail!(
+            "refusing to listen on {addr} without `api_tokens`: anyone who can reach it could \
+             drive every task; configure api_tokens or listen on a loopback address"
+        );
+    }
+    let data = super::data_dir(args.data.as_deref(), &report.config.base_dir(), &host);
+    let store = Arc::new(
+        Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
+    );
+    let options = EngineOptions {
+        mount_root: data.join("mounts"),
+        component_cache: Some(data.join("components")),
+        ..EngineOptions::default()
+    };
+    let max_body = host.policy.max_body_bytes.map_or(DEFAULT_MAX_BODY, |b| b.0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let engine = Engine::new(plan, store, options);
+        // Compile every component before taking traffic (a broken one is a start-up error).
+        engine
+            .load_components()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let resumed = engine.recover()?;
+        let state = Arc::new(AppState::new(
+            engine.clone(),
+            Auth::new(tokens),
+            args.dir.clone(),
+            usize::try_from(max_body).unwrap_or(usize::MAX),
+        ));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let bound = listener.local_addr()?;
+        // The one line a supervisor (or a test) reads to learn the address.
+        eprintln!("agentmesh: listening on http://{bound}");
+        tracing::info!(%bound, resumed, "serving");
+        let watcher = tokio::spawn(agentmesh_server::reload::watch(
+            Arc::clone(&state),
+            RELOAD_POLL,
+        ));
+        let sweeper = tokio::spawn(sweep(engine.clone()));
+        agentmesh_server::serve(Arc::clone(&state), listener, shutdown_signal()).await?;
+        watcher.abort();
+        sweeper.abort();
+        engine.shutdown().await;
+        engine.store().flush()?;
+        eprintln!("agentmesh: stopped");
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Expires subscriptions and forgets old delivery ids, every [`SWEEP_EVERY`].
+async fn sweep(engine: Engine) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    let mut rounds: u64 = 0;
+    loop {
+        tick.tick().await;
+        if let Err(e) = engine.expire_subscriptions().await {
+            tracing::warn!("expiring subscriptions failed: {e}");
+        }
+        rounds += 1;
+        if rounds.is_multiple_of(3600)
+            && let Err(e) = engine.store().prune_deliveries()
+        {
+            tracing::warn!("pruning delivery ids failed: {e}");
+        }
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!("cannot listen for SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    eprintln!("agentmesh: draining");
+}

@@ -1,0 +1,109 @@
+//! API errors: `{"error": {"code": "...", "message": "..."}}` with a fitting status.
+
+use agentmesh_engine::EngineError;
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answer of the API.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with `status`, a stable `code` and a message for people.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 401: no or a wrong credential.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: the credential does not allow this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 500: the host failed; the message is logged, the caller gets a generic one.
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        tracing::error!("internal error: {message}");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the host failed to handle the request; see its log",
+        )
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::NotFound(m) => ApiError::not_found(format!("not found: {m}")),
+            EngineError::Input(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m)
+            }
+            EngineError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            EngineError::Config(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "configuration", m)
+            }
+            EngineError::Store(e) => ApiError::internal(e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+/// The API's result.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A raw request body; a body over the size cap is a JSON 413, like every other error.
+pub struct Body(pub axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "the body is larger than the host's max_body_bytes",
+            )),
+            Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
+        }
+    }
+}

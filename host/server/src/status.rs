@@ -1,0 +1,63 @@
+//! `/v1/status`, `/healthz`, `/metrics`, and the JSON 404.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// `GET /v1/status`: loaded resources, component versions, the last reload's outcome.
+pub async fn status(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.auth.caller(&headers)?;
+    let engine = state.engine();
+    let plan = engine.plan();
+    let mut agents: Vec<&String> = plan.agents.keys().collect();
+    agents.sort();
+    let mut tools: Vec<&String> = plan.tools.keys().collect();
+    tools.sort();
+    let components: Vec<Value> = engine
+        .component_versions()
+        .into_iter()
+        .map(|(name, path, hash)| json!({"name": name, "path": path, "hash": hash}))
+        .collect();
+    let reload = state
+        .reload
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .to_json();
+    Ok(Json(json!({
+        "config_dir": state.config_dir,
+        "agents": agents,
+        "tools": tools,
+        "components": components,
+        "reload": reload,
+    })))
+}
+
+/// `GET /healthz`.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> ApiResult<impl IntoResponse> {
+    state.auth.caller(&headers)?;
+    let body = state.metrics.render(&[]);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
+}
+
+/// Any other path.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}

@@ -1,0 +1,297 @@
+//! `/v1/tasks`: create, read, list, feed, stream, interrupt, delete, review.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_engine::{NewTask, Status, UserRef};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, ApiResult, Body};
+use crate::metrics::Metrics;
+
+/// `POST /v1/tasks` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTask {
+    agent: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    user: Option<UserBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserBody {
+    id: String,
+    #[serde(default)]
+    email: Option<String>,
+}
+
+/// A JSON body, with a clear 400 when it is not JSON of the expected shape.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not the expected JSON: {e}")))
+}
+
+fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
+    state.auth.caller(headers)
+}
+
+/// The task, if the caller may see it (404 otherwise, so ids do not leak).
+fn visible_task(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<agentmesh_engine::TaskRecord> {
+    let record = state.engine().task(id)?;
+    if !caller.may_see(&record.user.id) {
+        return Err(ApiError::not_found(format!("not found: task `{id}`")));
+    }
+    Ok(record)
+}
+
+/// `POST /v1/tasks`.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers)?;
+    caller.require_write()?;
+    let body: CreateTask = parse_body(&body)?;
+    let user = match (caller.role, body.user) {
+        (Role::AgentUser, Some(u)) if u.id != caller.subject => {
+            return Err(ApiError::forbidden(format!(
+                "an agent_user token acts only as `{}`",
+                caller.subject
+            )));
+        }
+        (_, Some(u)) => UserRef {
+            id: u.id,
+            email: u.email,
+        },
+        (_, None) => UserRef {
+            id: caller.subject.clone(),
+            email: None,
+        },
+    };
+    let engine = state.engine();
+    let record = engine
+        .create_task(NewTask {
+            agent: body.agent,
+            input: body.input,
+            user,
+        })
+        .await?;
+    Metrics::inc(&state.metrics.tasks_created);
+    engine.kick(&record.id);
+    Ok((StatusCode::CREATED, Json(engine.task_object(&record.id)?)).into_response())
+}
+
+/// `GET /v1/tasks/{id}`.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers)?;
+    visible_task(&state, &caller, &id)?;
+    Ok(Json(state.engine().task_object(&id)?))
+}
+
+/// `GET /v1/tasks` query.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    agent: Option<String>,
+    status: Option<String>,
+}
+
+/// `GET /v1/tasks?agent=ns/name&status=idle`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers)?;
+    let status = q
+        .status
+        .as_deref()
+        .map(|s| {
+            serde_json::from_value::<Status>(json!(s)).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "unknown status `{s}`: expected idle, running, waiting or terminated"
+                ))
+            })
+        })
+        .transpose()?;
+    let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
+    let engine = state.engine();
+    let tasks: Vec<Value> = engine
+        .list_tasks(q.agent.as_deref(), status, owner)?
+        .iter()
+        .map(|r| r.object(engine.store().queue_depth(&r.id)))
+        .collect();
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+/// `POST /v1/tasks/{id}/input`.
+pub async fn input(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    writer(&state, &headers, &id)?;
+    let input: Value = parse_body(&body)?;
+    let engine = state.engine();
+    let submitted = {
+        let engine = engine.clone();
+        let id = id.clone();
+        // Queueing flushes to disk: keep the fsync off the async workers.
+        tokio::task::spawn_blocking(move || engine.submit(&id, &input, None))
+            .await
+            .map_err(ApiError::internal)??
+    };
+    Metrics::inc(&state.metrics.inputs_queued);
+    engine.kick(&id);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "queued_at": submitted })),
+    )
+        .into_response())
+}
+
+/// `GET /v1/tasks/{id}/events` query.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    after: u64,
+}
+
+/// `GET /v1/tasks/{id}/events?after=SEQ`: the events, or a live SSE stream.
+pub async fn events(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers)?;
+    visible_task(&state, &caller, &id)?;
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_stream {
+        let events = state.engine().events(&id, q.after)?;
+        return Ok(Json(json!({ "events": events })).into_response());
+    }
+    let stream = futures::stream::unfold(
+        (state, id, q.after, Vec::new().into_iter()),
+        |(state, id, mut after, mut pending)| async move {
+            loop {
+                if let Some(event) = pending.next() {
+                    let event: agentmesh_store::event::Event = event;
+                    after = event.seq;
+                    let sse = SseEvent::default()
+                        .id(event.seq.to_string())
+                        .event(event.kind.name())
+                        .json_data(&event)
+                        .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"));
+                    return Some((Ok::<_, Infallible>(sse), (state, id, after, pending)));
+                }
+                // Subscribe before reading so nothing appended in between is missed.
+                let mut appended = state.appended.subscribe();
+                match state.engine().events(&id, after) {
+                    Ok(events) if !events.is_empty() => {
+                        pending = events.into_iter();
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(task.id = %id, "event stream ended: {e}");
+                        return None;
+                    }
+                }
+                loop {
+                    match tokio::time::timeout(Duration::from_secs(15), appended.recv()).await {
+                        Ok(Ok(task)) if *task != *id => continue,
+                        Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
+                        _ => break,
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The caller of a request that changes task `id`, checked: it may write, and see the task.
+fn writer(state: &AppState, headers: &HeaderMap, id: &str) -> ApiResult<Caller> {
+    let caller = caller(state, headers)?;
+    caller.require_write()?;
+    visible_task(state, &caller, id)?;
+    Ok(caller)
+}
+
+/// `POST /v1/tasks/{id}/interrupt`.
+pub async fn interrupt(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    writer(&state, &headers, &id)?;
+    state.engine().interrupt(&id).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `DELETE /v1/tasks/{id}`.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    writer(&state, &headers, &id)?;
+    state.engine().delete_task(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/tasks/{id}/reviews/{review_id}` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewBody {
+    approve: bool,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// `POST /v1/tasks/{id}/reviews/{review_id}`.
+pub async fn review(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, review_id)): Path<(String, String)>,
+    Body(body): Body,
+) -> ApiResult<Json<Value>> {
+    let caller = writer(&state, &headers, &id)?;
+    let body: ReviewBody = parse_body(&body)?;
+    let user = body.user.unwrap_or_else(|| caller.subject.clone());
+    state
+        .engine()
+        .decide_review(&id, &review_id, body.approve, &user)?;
+    Ok(Json(
+        json!({"task_id": id, "review_id": review_id, "approve": body.approve}),
+    ))
+}

@@ -1,0 +1,76 @@
+//! `/v1/webhooks/tools/{namespace}/{tool}`: a tool's events from its platform. 202 accepted
+//! (also when no task subscribes: counted and logged, not stored) · 200 duplicate delivery · 401 bad or missing signature · 400 not JSON
+//! · 413 too large · 404 unknown tool. A 2xx is answered only once what was queued is on disk.
+
+use std::sync::Arc;
+
+use agentmesh_engine::{WebhookError, WebhookOutcome};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, Body};
+use crate::metrics::Metrics;
+
+/// `POST /v1/webhooks/tools/{namespace}/{tool}`.
+pub async fn tool(
+    State(state): State<Arc<AppState>>,
+    Path((namespace, tool)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Body, ApiError>,
+) -> ApiResult<Response> {
+    let metrics = &state.metrics;
+    let Body(body) = body.inspect_err(|_| Metrics::inc(&metrics.webhooks_rejected))?;
+    let tool_id = format!("{namespace}/{tool}");
+    let outcome = state
+        .engine()
+        .deliver_tool_webhook(&tool_id, &headers, &body)
+        .await;
+    match outcome {
+        Ok(WebhookOutcome::Accepted(tasks)) => {
+            Metrics::inc(&metrics.webhooks_accepted);
+            metrics
+                .webhook_inputs
+                .fetch_add(tasks.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"status": "accepted", "tasks": tasks.len()})),
+            )
+                .into_response())
+        }
+        Ok(WebhookOutcome::Duplicate) => {
+            Metrics::inc(&metrics.webhooks_duplicate);
+            Ok((StatusCode::OK, Json(json!({"status": "duplicate"}))).into_response())
+        }
+        Ok(WebhookOutcome::Unmatched) => {
+            Metrics::inc(&metrics.webhooks_unmatched);
+            // Accepted, just of no interest to any task: the sender must not retry it.
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"status": "unmatched", "tasks": 0})),
+            )
+                .into_response())
+        }
+        Err(WebhookError::UnknownTool(id)) => {
+            Metrics::inc(&metrics.webhooks_rejected);
+            Err(ApiError::not_found(format!(
+                "no tool `{id}` with webhook events"
+            )))
+        }
+        Err(WebhookError::Unauthorized(why)) => {
+            Metrics::inc(&metrics.webhooks_unauthorized);
+            tracing::info!(tool.name = %tool_id, "webhook refused: {why}");
+            Err(ApiError::unauthorized(why))
+        }
+        Err(WebhookError::NotJson(why)) => {
+            Metrics::inc(&metrics.webhooks_rejected);
+            Err(ApiError::bad_request(format!(
+                "the body is not JSON: {why}"
+            )))
+        }
+        Err(WebhookError::Engine(e)) => Err(e.into()),
+    }
+}

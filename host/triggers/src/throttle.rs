@@ -1,0 +1,133 @@
+//! Fire-rate bounds: [`Throttle`], a trigger's `max_per_hour` over a rolling hour, and
+//! [`DailyQuota`], the host's `triggered_turns_per_user_per_day` per UTC day. Both are small,
+//! in-memory and exact; a fire they refuse is dropped, and the caller records it (the spec's
+//! drop-on-cap rule: dropped, not queued).
+
+use std::collections::{HashMap, VecDeque};
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+/// At most `max_per_hour` fires in any rolling hour, for one trigger or schedule.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    limit: usize,
+    /// The fires let through in the last hour, oldest first. Never longer than the limit, so
+    /// memory is 8 bytes per allowed fire, bounded by the manifest's own number.
+    recent: VecDeque<i64>,
+    dropped: u64,
+}
+
+impl Throttle {
+    /// A throttle allowing `max_per_hour` fires per rolling hour (0 allows none).
+    pub fn new(max_per_hour: u32) -> Self {
+        Throttle {
+            limit: usize::try_from(max_per_hour).unwrap_or(usize::MAX),
+            recent: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Whether a fire at `now_ms` may go ahead; counts it if so, and counts it as dropped if
+    /// not. A fire stays in the window for exactly an hour: with a limit of 1, fires at `t` and
+    /// `t + 1h` both pass, one at `t + 1h - 1ms` does not.
+    pub fn allow(&mut self, now_ms: i64) -> bool {
+        let window_start = now_ms.saturating_sub(HOUR_MS);
+        while self
+            .recent
+            .front()
+            .is_some_and(|&fired| fired <= window_start)
+        {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= self.limit {
+            self.dropped += 1;
+            return false;
+        }
+        // A clock that stepped back must not let a fire leave the window early, so times are
+        // kept in order: a fire is recorded no earlier than the latest one.
+        let fired = self.recent.back().map_or(now_ms, |&last| last.max(now_ms));
+        self.recent.push_back(fired);
+        true
+    }
+
+    /// How many fires [`allow`](Self::allow) has refused.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// At most `per_day` triggered turns per user per UTC day.
+#[derive(Debug, Clone)]
+pub struct DailyQuota {
+    per_day: u32,
+    /// The UTC day (days since the epoch) `used` counts.
+    day: i64,
+    /// Turns per user today; cleared when the day turns, so it holds only today's users.
+    used: HashMap<String, u32>,
+}
+
+impl DailyQuota {
+    /// A quota of `per_day` turns per user (0 allows none).
+    pub fn new(per_day: u32) -> Self {
+        DailyQuota {
+            per_day,
+            day: i64::MIN,
+            used: HashMap::new(),
+        }
+    }
+
+    /// Takes one turn of `user`'s quota for the UTC day of `now_ms`; false, taking nothing,
+    /// when the day's quota is spent. A clock that steps back into the previous day keeps
+    /// counting against the later one rather than granting a second quota.
+    pub fn take(&mut self, user: &str, now_ms: i64) -> bool {
+        let day = now_ms.div_euclid(DAY_MS);
+        if day > self.day {
+            self.day = day;
+            self.used.clear();
+        }
+        match self.used.get_mut(user) {
+            Some(used) if *used >= self.per_day => false,
+            Some(used) => {
+                *used += 1;
+                true
+            }
+            None if self.per_day == 0 => false,
+            None => {
+                self.used.insert(user.to_owned(), 1);
+                true
+            }
+        }
+    }
+
+    /// How many turns `user` has taken on the UTC day of `now_ms`.
+    pub fn used(&self, user: &str, now_ms: i64) -> u32 {
+        if now_ms.div_euclid(DAY_MS) > self.day {
+            return 0;
+        }
+        self.used.get(user).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_stepping_back_keeps_fires_in_the_window() {
+        let mut throttle = Throttle::new(2);
+        assert!(throttle.allow(10 * HOUR_MS));
+        assert!(throttle.allow(9 * HOUR_MS));
+        // The second fire counts as at 10h, so both leave together, an hour after 10h.
+        assert!(!throttle.allow(11 * HOUR_MS - 1));
+        assert!(throttle.allow(11 * HOUR_MS));
+        assert!(throttle.allow(11 * HOUR_MS));
+    }
+
+    #[test]
+    fn zero_quota_allows_nothing() {
+        let mut quota = DailyQuota::new(0);
+        assert!(!quota.take("user:a", 0));
+        assert_eq!(quota.used("user:a", 0), 0);
+    }
+}

@@ -1,0 +1,269 @@
+//! The task API of `agentmesh serve`: auth roles, live event streams, reviews, graceful drain.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::server::{Server, wait_for};
+use crate::util::agentmesh;
+
+fn config(dir: &Path, host: &str) {
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: echo
+description: Echoes.
+actions:
+  - name: say
+    description: Say it.
+    parameters: {{type: object, properties: {{text: {{type: string}}}}}}
+    execute:
+      cel: {{expression: \"{{'said': input.text}}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: careful
+description: Asks before echoing.
+prompt: Echo.
+model: scripted/script.yaml
+capabilities:
+  echo:
+    before:
+      - assert: \"review('user:ops')\"
+        error_message: Not approved.
+---
+{host}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("script.yaml"),
+        "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n  - text: Echoed.\n",
+    )
+    .unwrap();
+}
+
+const TOKENS: &str = "kind: agentmesh/v1/host
+api_tokens:
+  - {subject: \"user:admin\", role: admin, env: T_ADMIN}
+  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}
+  - {subject: \"user:bob\", role: agent_user, env: T_BOB}
+  - {subject: \"svc:audit\", role: read_only, env: T_AUDIT}
+";
+
+fn env() -> [(&'static str, &'static str); 4] {
+    [
+        ("T_ADMIN", "admin-token"),
+        ("T_ALICE", "alice-token"),
+        ("T_BOB", "bob-token"),
+        ("T_AUDIT", "audit-token"),
+    ]
+}
+
+fn dirs(host: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    config(&dir, host);
+    let data = root.path().join("data");
+    (root, dir, data)
+}
+
+#[test]
+fn tokens_and_roles_decide_who_sees_and_changes_what() {
+    let (_root, dir, data) = dirs(TOKENS);
+    let server = Server::start(&dir, &data, &env());
+    let bearer = |t: &str| format!("Bearer {t}");
+    let body = json!({"agent": "lab/careful"});
+
+    let r = server.request("POST", "/v1/tasks").json(&body).send();
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    assert_eq!(r.json()["error"]["code"], "unauthorized");
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", "Bearer nope")
+        .json(&body)
+        .send();
+    assert_eq!(r.status, 401);
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", &bearer("audit-token"))
+        .json(&body)
+        .send();
+    assert_eq!(r.status, 403, "read_only cannot create: {}", r.text());
+
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", &bearer("alice-token"))
+        .json(&body)
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let task = r.json();
+    assert_eq!(
+        task["owner"], "user:alice",
+        "an agent_user's task is its own"
+    );
+    let id = task["id"].as_str().unwrap();
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", &bearer("alice-token"))
+        .json(&json!({"agent": "lab/careful", "user": {"id": "user:bob"}}))
+        .send();
+    assert_eq!(r.status, 403, "alice cannot act as bob");
+
+    let get = |token: &str| {
+        server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", &bearer(token))
+            .send()
+            .status
+    };
+    assert_eq!(get("alice-token"), 200);
+    assert_eq!(get("bob-token"), 404, "bob cannot see alice's task");
+    assert_eq!(get("admin-token"), 200);
+    assert_eq!(get("audit-token"), 200);
+    let list = |token: &str| {
+        server
+            .request("GET", "/v1/tasks")
+            .header("Authorization", &bearer(token))
+            .send()
+            .json()["tasks"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(list("alice-token"), 1);
+    assert_eq!(list("bob-token"), 0);
+    assert_eq!(list("admin-token"), 1);
+    let r = server
+        .request("DELETE", &format!("/v1/tasks/{id}"))
+        .header("Authorization", &bearer("bob-token"))
+        .send();
+    assert_eq!(r.status, 404);
+    let r = server
+        .request("DELETE", &format!("/v1/tasks/{id}"))
+        .header("Authorization", &bearer("alice-token"))
+        .send();
+    assert_eq!(r.status, 204);
+    let t: Value = server
+        .request("GET", &format!("/v1/tasks/{id}"))
+        .header("Authorization", &bearer("admin-token"))
+        .send()
+        .json();
+    assert_eq!(t["status"], "terminated");
+    assert_eq!(t["reason"], "deleted");
+}
+
+#[test]
+fn a_non_loopback_address_needs_api_tokens() {
+    let (_root, dir, data) = dirs("");
+    let (code, _, err) = agentmesh(&[
+        "serve",
+        dir.to_str().unwrap(),
+        "--listen",
+        "0.0.0.0:0",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("without `api_tokens`"), "{err}");
+}
+
+#[test]
+fn a_review_over_http_resumes_the_task_and_events_stream_live() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(&dir, &data, &[]);
+
+    // A live stream from the start.
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": "lab/careful"}))
+        .send();
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut sse = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        sse.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("text/event-stream"),
+        "{head}"
+    );
+
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/input"))
+        .json(&json!({"message": "echo hi"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(r.json()["queued_at"].is_i64());
+    let waiting = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        (t["status"] == "waiting").then_some(t)
+    });
+    assert!(waiting.is_some(), "the task waits in review()");
+
+    // The stream delivers the review request as it happens.
+    let review_id = read_until_kind(&mut sse, "ReviewRequestEvent")["review_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/reviews/nope"))
+        .json(&json!({"approve": true}))
+        .send();
+    assert_eq!(r.status, 404);
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
+        .json(&json!({"approve": true, "user": "user:ops"}))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let observation = read_until_kind(&mut sse, "ObservationEvent");
+    assert_eq!(observation["result"], json!({"said": "hi"}));
+    let answer = read_until_kind(&mut sse, "MessageEvent");
+    assert_eq!(answer["content"][0]["text"], "Echoed.");
+}
+
+/// Reads SSE events until one of `kind`; returns its data.
+fn read_until_kind(sse: &mut BufReader<TcpStream>, kind: &str) -> Value {
+    loop {
+        let mut line = String::new();
+        assert!(sse.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(data) = line.trim().strip_prefix("data:") {
+            let event: Value = serde_json::from_str(data.trim()).unwrap();
+            if event["kind"] == kind && (kind != "MessageEvent" || event["source"] == "agent") {
+                return event;
+            }
+        }
+    }
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(&dir, &data, &[]);
+    assert_eq!(server.request("GET", "/healthz").send().status, 200);
+    assert_eq!(server.terminate(), Some(0));
+}

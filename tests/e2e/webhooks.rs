@@ -1,0 +1,544 @@
+//! `agentmesh serve` and tool webhooks: the spec's github-pr scenario end to end, with real
+//! GitHub payloads (`../shared/fixtures/github/`) signed with HMAC by the test.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentmesh_routing::signature::sign_github;
+use serde_json::{Value, json};
+
+use crate::server::{Response, Server, wait_for};
+
+const SECRET: &str = "e2e webhook secret";
+
+/// The fixture `name`, byte for byte.
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/github")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `bytes` with every `"login": "from"` replaced by `"login": "to"` (a payload for another
+/// user; the test signs what it sends).
+pub fn with_login(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .replace(
+            &format!("\"login\": \"{from}\""),
+            &format!("\"login\": \"{to}\""),
+        )
+        .into_bytes()
+}
+
+/// Posts `body` to the github-pr tool's webhook as GitHub would, signed with the secret.
+fn deliver(server: &Server, event: &str, delivery: &str, body: &[u8]) -> Response {
+    deliver_signed(
+        server,
+        "engineering/github-pr",
+        event,
+        delivery,
+        body,
+        SECRET,
+    )
+}
+
+/// Posts `body` to `tool`'s webhook as GitHub would, signed with `secret`.
+fn deliver_signed(
+    server: &Server,
+    tool: &str,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+    secret: &str,
+) -> Response {
+    server
+        .request("POST", &format!("/v1/webhooks/tools/{tool}"))
+        .header("Content-Type", "application/json")
+        .header("X-GitHub-Event", event)
+        .header("X-GitHub-Delivery", delivery)
+        .header("X-Hub-Signature-256", &sign_github(secret, body))
+        .body(body.to_vec())
+        .send()
+}
+
+/// The config: the github-pr tool (a `cel` backend: this scenario is about routing) and
+/// agents over it.
+fn config(dir: &Path, scripts: &[(&str, &str)]) {
+    std::fs::write(
+        dir.join("host.yaml"),
+        "kind: agentmesh/v1/host
+settings:
+  engineering:
+    github-pr:
+      github_webhook_secret: {env: E2E_GITHUB_SECRET}
+",
+    )
+    .unwrap();
+    let tool = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("guests/github-pr/github-pr.yaml"),
+    )
+    .unwrap();
+    // Same manifest, events and all; the actions answer from CEL instead of GitHub.
+    let tool = tool
+        .replace(
+            "wasm:\n  component: ../target/wasm32-wasip2/release/github_pr.wasm\n  allowed_hosts: [\"https://api.github.com\"]\n  memory_limit: 64MiB\n  timeout: 10s\n  max_output: 1MiB\n",
+            "",
+        )
+        .replace(
+            "      required: [title, head]\n",
+            "      required: [title, head]\n    execute:\n      cel: {expression: \"{'number': 3, 'author': input.author}\"}\n",
+        )
+        .replace(
+            "      required: [number, body]\n",
+            "      required: [number, body]\n    execute:\n      cel: {expression: \"{'ok': true}\"}\n",
+        )
+        .replace(
+            "      properties:\n        state: {type: string, enum: [open, closed, all], default: open}\n",
+            "      properties:\n        state: {type: string, enum: [open, closed, all], default: open}\n    execute:\n      cel: {expression: \"[]\"}\n",
+        );
+    assert!(!tool.contains("wasm:"), "the tool manifest changed shape");
+    std::fs::write(dir.join("github-pr.yaml"), tool).unwrap();
+    for (name, script) in scripts {
+        std::fs::write(dir.join(format!("{name}.script.yaml")), script).unwrap();
+    }
+}
+
+fn agent(name: &str, owner: &str, repo: &str, capability: &str) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/agent
+namespace: engineering
+name: {name}
+description: Works on pull requests.
+prompt: You open pull requests.
+model: scripted/{name}.script.yaml
+capabilities:
+  github-pr:
+    bindings:
+      owner: \"'{owner}'\"
+      repo: \"'{repo}'\"
+{capability}"
+    )
+}
+
+fn start(dir: &Path, data: &Path) -> Server {
+    Server::start(dir, data, &[("E2E_GITHUB_SECRET", SECRET)])
+}
+
+fn create_task(server: &Server, agent: &str, message: &str) -> Value {
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": agent, "input": {"message": message}, "user": {"id": "user:dev@example.com"}}))
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()
+}
+
+fn task(server: &Server, id: &str) -> Value {
+    let r = server.request("GET", &format!("/v1/tasks/{id}")).send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn events(server: &Server, id: &str) -> Vec<Value> {
+    let r = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["events"].as_array().unwrap().clone()
+}
+
+/// Waits until task `id` is idle with an empty queue, and returns it.
+fn settle(server: &Server, id: &str) -> Value {
+    wait_for(Duration::from_secs(30), || {
+        let t = task(server, id);
+        (t["status"] != "running" && t["queue_depth"] == 0).then_some(t)
+    })
+    .unwrap_or_else(|| panic!("task {id} did not settle: {}", task(server, id)))
+}
+
+/// The user messages that webhooks queued on task `id`: (delivery id, text).
+fn webhook_messages(server: &Server, id: &str) -> Vec<(String, String)> {
+    events(server, id)
+        .iter()
+        .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "user")
+        .filter(|e| e["metadata"]["trigger"]["source"] == "webhook")
+        .map(|e| {
+            (
+                e["metadata"]["trigger"]["delivery_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    let data = root.path().join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    (root, dir, data)
+}
+
+const MERGED: &str = "pull_request.closed.merged.json";
+const MERGED_REPO: (&str, &str) = ("ailisp", "gcbapp-buildconfig-example");
+const MERGED_AUTHOR: &str = "byao1276";
+
+#[test]
+fn author_allow_list_grows_with_create_pr_calls() {
+    let (_root, dir, data) = dirs();
+    config(
+        &dir,
+        &[(
+            "opener",
+            "responses:
+  - tool_calls: [{name: github_pr_create_pr, arguments: {title: Fix, head: fix, author: alice}}]
+  - text: Opened a PR for alice.
+  - text: Alice's PR was merged.
+  - tool_calls: [{name: github_pr_create_pr, arguments: {title: Docs, head: docs, author: bob}}]
+  - text: Opened a PR for bob.
+  - text: Bob's PR was merged.
+",
+        )],
+    );
+    let (owner, repo) = MERGED_REPO;
+    std::fs::write(dir.join("opener.yaml"), agent("opener", owner, repo, "")).unwrap();
+    let server = start(&dir, &data);
+    let id = create_task(&server, "engineering/opener", "Open a PR for alice")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = settle(&server, &id);
+    assert_eq!(
+        t["allow_list"]["engineering/github-pr"]["author"],
+        json!(["alice"]),
+        "{t}"
+    );
+    assert_eq!(
+        t["allow_list"]["engineering/github-pr"]["owner"],
+        json!([owner]),
+        "bindings seal owner at task start: {t}"
+    );
+    let subs: Vec<&str> = t["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(subs, ["comment", "review", "pr_merged"], "{t}");
+
+    let merged = fixture(MERGED);
+    let alice = with_login(&merged, MERGED_AUTHOR, "alice");
+    let carol = with_login(&merged, MERGED_AUTHOR, "carol");
+    let bob = with_login(&merged, MERGED_AUTHOR, "bob");
+
+    let r = deliver(&server, "pull_request", "d-alice", &alice);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 1);
+    let r = deliver(&server, "pull_request", "d-carol", &carol);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 0, "carol is in no allow list");
+    let r = deliver(&server, "pull_request", "d-bob-1", &bob);
+    assert_eq!(r.json()["tasks"], 0, "bob is not in the allow list yet");
+    settle(&server, &id);
+    let got = webhook_messages(&server, &id);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "d-alice");
+    assert_eq!(got[0].1, "PR #3 by alice was merged.");
+
+    // A second call grows the set.
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/input"))
+        .json(&json!({"message": "Now one for bob"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let t = wait_for(Duration::from_secs(30), || {
+        let t = task(&server, &id);
+        (t["allow_list"]["engineering/github-pr"]["author"] == json!(["alice", "bob"])).then_some(t)
+    });
+    assert!(t.is_some(), "{}", task(&server, &id));
+    settle(&server, &id);
+    let r = deliver(&server, "pull_request", "d-bob-2", &bob);
+    assert_eq!(r.json()["tasks"], 1, "{}", r.text());
+    settle(&server, &id);
+    let got: Vec<String> = webhook_messages(&server, &id)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    assert_eq!(got, ["d-alice", "d-bob-2"]);
+}
+
+#[test]
+fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
+    let (_root, dir, data) = dirs();
+    // Both agents open a PR for the merged fixture's author, so both have `author` in their
+    // allow lists; only `wide` subscribes to `pr_merged`.
+    let opens = format!(
+        "responses:
+  - tool_calls: [{{name: github_pr_create_pr, arguments: {{title: Fix, head: fix, author: {MERGED_AUTHOR}}}}}]
+  - text: Opened.
+"
+    );
+    config(&dir, &[("narrow", &opens), ("wide", &opens)]);
+    let (owner, repo) = MERGED_REPO;
+    std::fs::write(
+        dir.join("narrow.yaml"),
+        agent("narrow", owner, repo, "    include: [create_pr, comment]\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("wide.yaml"), agent("wide", owner, repo, "")).unwrap();
+    let server = start(&dir, &data);
+    let narrow = create_task(&server, "engineering/narrow", "hello")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let wide = create_task(&server, "engineering/wide", "hello")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(&server, &narrow);
+    settle(&server, &wide);
+    let subs: Vec<Value> = task(&server, &narrow)["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["event"].clone())
+        .collect();
+    assert_eq!(
+        subs,
+        [json!("comment")],
+        "include keeps the `comment` event only"
+    );
+
+    let merged = fixture(MERGED);
+    let r = deliver(&server, "pull_request", "d-merged", &merged);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 1, "{}", r.text());
+    settle(&server, &narrow);
+    settle(&server, &wide);
+    assert!(
+        webhook_messages(&server, &narrow).is_empty(),
+        "`include` excludes pr_merged"
+    );
+    assert_eq!(webhook_messages(&server, &wide).len(), 1);
+    // Bad signature: 401, nothing queued.
+    let r = deliver_signed(
+        &server,
+        "engineering/github-pr",
+        "pull_request",
+        "d-bad",
+        &merged,
+        "wrong secret",
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "unauthorized");
+    let r = server
+        .request("POST", "/v1/webhooks/tools/engineering/github-pr")
+        .header("X-GitHub-Delivery", "d-unsigned")
+        .body(merged)
+        .send();
+    assert_eq!(r.status, 401, "unsigned: {}", r.text());
+
+    // A comment on the repository reaches both tasks: `wide` by default, `narrow` through include.
+    let comment = String::from_utf8(fixture("issue_comment.created.json"))
+        .unwrap()
+        .replace("\"Codertocat\"", &format!("\"{owner}\""))
+        .replace("\"Hello-World\"", &format!("\"{repo}\""))
+        .into_bytes();
+    let r = deliver(&server, "issue_comment", "d-comment", &comment);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 2);
+    // The same delivery again: 200, queued once.
+    let r = deliver(&server, "issue_comment", "d-comment", &comment);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "duplicate");
+    settle(&server, &narrow);
+    settle(&server, &wide);
+    for id in [&narrow, &wide] {
+        let got: Vec<String> = webhook_messages(&server, id)
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect();
+        assert_eq!(
+            got.iter().filter(|d| *d == "d-comment").count(),
+            1,
+            "{id}: {got:?}"
+        );
+    }
+    // Not JSON (but signed): 400.
+    let r = deliver_signed(
+        &server,
+        "engineering/github-pr",
+        "issue_comment",
+        "d-nojson",
+        b"not json",
+        SECRET,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Unknown tool: 404.
+    let r = deliver_signed(
+        &server,
+        "engineering/nope",
+        "issue_comment",
+        "d-x",
+        &comment,
+        SECRET,
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let metrics = server.request("GET", "/metrics").send().text();
+    assert!(
+        metrics.contains("agentmesh_webhooks_total{result=\"duplicate\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("agentmesh_webhooks_total{result=\"unauthorized\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn before_drops_bot_comments_and_after_transforms_the_message() {
+    let (_root, dir, data) = dirs();
+    config(&dir, &[("triage", "responses: []\n")]);
+    std::fs::write(
+        dir.join("triage.yaml"),
+        agent(
+            "triage",
+            "Codertocat",
+            "Hello-World",
+            "    before:
+      - assert: \"!has(event) || !event.payload.comment.user.login.endsWith('[bot]')\"
+    after:
+      - condition: \"has(event)\"
+        transform: \"'[ACTION REQUIRED] ' + input.message\"
+",
+        ),
+    )
+    .unwrap();
+    let server = start(&dir, &data);
+    let id = create_task(&server, "engineering/triage", "watch the repo")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(&server, &id);
+    let human = fixture("issue_comment.created.json");
+    // The same comment written by a bot: only the comment's author changes (the repository
+    // owner has the same login), so edit that object's login in the raw text.
+    let bot_comment = {
+        let text = String::from_utf8(human.clone()).unwrap();
+        let login = "\"login\": \"Codertocat\"";
+        let at = text.find("\"comment\": {").unwrap();
+        let user = at + text[at..].find(login).unwrap();
+        let mut edited = text;
+        edited.replace_range(user..user + login.len(), "\"login\": \"dependabot[bot]\"");
+        edited.into_bytes()
+    };
+    let r = deliver(&server, "issue_comment", "d-bot", &bot_comment);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        r.json()["tasks"],
+        0,
+        "the bot's comment is dropped by `before`"
+    );
+    let r = deliver(&server, "issue_comment", "d-human", &human);
+    assert_eq!(r.json()["tasks"], 1, "{}", r.text());
+    settle(&server, &id);
+    let got = webhook_messages(&server, &id);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0].1,
+        "[ACTION REQUIRED] Codertocat commented on #1: You are totally right! I'll get this fixed right away."
+    );
+}
+
+#[test]
+fn expired_subscription_drops_event_and_interrupt_suspends_until_new_input() {
+    let (_root, dir, data) = dirs();
+    config(
+        &dir,
+        &[("brief", "responses: []\n"), ("steady", "responses: []\n")],
+    );
+    std::fs::write(
+        dir.join("brief.yaml"),
+        agent(
+            "brief",
+            "Codertocat",
+            "Hello-World",
+            "    event_timeout: 1s\n",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("steady.yaml"),
+        agent(
+            "steady",
+            "Codertocat",
+            "Hello-World",
+            "    include: [comment, create_pr]\n",
+        ),
+    )
+    .unwrap();
+    let server = start(&dir, &data);
+    let brief = create_task(&server, "engineering/brief", "hi")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let steady = create_task(&server, "engineering/steady", "hi")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(&server, &brief);
+    settle(&server, &steady);
+    let t = task(&server, &brief);
+    assert!(t["subscriptions"][0]["expires_at"].is_string(), "{t}");
+
+    // Interrupt `steady`: its subscriptions go until new input.
+    let r = server
+        .request("POST", &format!("/v1/tasks/{steady}/interrupt"))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(task(&server, &steady)["subscriptions"], json!([]));
+
+    std::thread::sleep(Duration::from_millis(1500));
+    let comment = fixture("issue_comment.created.json");
+    let r = deliver(&server, "issue_comment", "d-1", &comment);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        r.json()["tasks"],
+        0,
+        "expired and interrupted: nobody hears it"
+    );
+    let t = settle(&server, &brief);
+    assert_eq!(t["status"], "idle");
+    assert!(webhook_messages(&server, &brief).is_empty());
+    assert!(webhook_messages(&server, &steady).is_empty());
+    let expired = wait_for(Duration::from_secs(5), || {
+        events(&server, &brief)
+            .into_iter()
+            .find(|e| e["key"] == "subscriptions_expired")
+    });
+    assert!(expired.is_some(), "expiry is recorded in the log");
+    assert_eq!(task(&server, &brief)["subscriptions"], json!([]));
+
+    // New input restores `steady`'s subscriptions.
+    let r = server
+        .request("POST", &format!("/v1/tasks/{steady}/input"))
+        .json(&json!({"message": "back"}))
+        .send();
+    assert_eq!(r.status, 202);
+    settle(&server, &steady);
+    assert_eq!(
+        task(&server, &steady)["subscriptions"][0]["event"],
+        "comment"
+    );
+    let r = deliver(&server, "issue_comment", "d-2", &comment);
+    assert_eq!(r.json()["tasks"], 1, "{}", r.text());
+    settle(&server, &steady);
+    assert_eq!(webhook_messages(&server, &steady).len(), 1);
+}
