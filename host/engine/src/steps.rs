@@ -265,8 +265,11 @@ async fn with_reviews(
         return Ok(act);
     }
     let reviewers = expr.reviewers(&act).unwrap_or_default();
+    // Routing an event cannot wait for a person: in an event activation every review is a
+    // denial, decided at once, and nothing is written to the task.
+    let routing = !vars.event.is_null() && !vars.guardrail;
     for reviewer in reviewers {
-        let approve = review(engine, record, &reviewer, vars.subject()).await?;
+        let approve = !routing && review(engine, record, &reviewer, vars.subject()).await?;
         act.set_review(&reviewer, approve);
     }
     Ok(act)

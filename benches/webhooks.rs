@@ -1,0 +1,287 @@
+//! `cargo bench --bench webhooks`: signed webhooks per second through the real binary over
+//! loopback, each answered only once its queue entry and dedupe record are on disk.
+//!
+//! The load generator is this bench's own HTTP/1.1 client: `CONNECTIONS` keep-alive
+//! connections, one thread each, sending GitHub-signed deliveries with unique delivery ids
+//! for `SECONDS` after a warm-up. The receiving task is parked in a `review()` nobody answers,
+//! so what is measured is acknowledgement (verify, route, middleware, message, one
+//! transaction, group-committed fsync), not the turns the inputs would start (see the `turn`
+//! bench). The run ends by checking that the task's queue holds exactly the acknowledged
+//! deliveries.
+
+// A bench is a program that reports; failing to set up is a crash worth seeing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentmesh_routing::signature::sign_github;
+use serde_json::{Value, json};
+
+const CONNECTIONS: usize = 16;
+const WARM_UP: Duration = Duration::from_secs(2);
+const SECONDS: u64 = 10;
+const SECRET: &str = "bench secret";
+
+fn config(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        "kind: commonagents.info/v1beta2/tool
+namespace: ops
+name: pager
+description: Pages.
+settings:
+  type: object
+  properties:
+    secret: {type: string}
+actions:
+  - name: ack
+    description: Acknowledge.
+    execute:
+      cel: {expression: \"{'ok': true}\"}
+events:
+  - name: alert
+    message: \"alert {event.payload.n} from {event.payload.service}\"
+    receive:
+      webhook:
+        secret: \"{settings.secret}\"
+        filter: \"event.payload.service != 'ignored'\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: ops
+name: oncall
+description: Hears alerts.
+prompt: You are on call.
+model: scripted/script.yaml
+capabilities:
+  pager:
+    before:
+      - condition: \"!has(event)\"
+        assert: \"review('user:ops')\"
+---
+kind: agentmesh/v1/host
+settings:
+  ops:
+    pager:
+      secret: {env: BENCH_SECRET}
+",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("script.yaml"),
+        "responses:\n  - tool_calls: [{name: pager, arguments: {}}]\n",
+    )
+    .unwrap();
+}
+
+/// One keep-alive connection.
+struct Connection {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Connection {
+    fn open(addr: SocketAddr) -> Connection {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Connection {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    /// Sends one request and reads its answer: status and body.
+    fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, Vec<u8>) {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        self.writer.write_all(head.as_bytes()).unwrap();
+        self.writer.write_all(body).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut length = 0;
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        (status, body)
+    }
+}
+
+fn start(dir: &std::path::Path, data: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--data", data.to_str().unwrap()])
+        .env("BENCH_SECRET", SECRET)
+        .env("AGENTMESH_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("serve exited").unwrap();
+        if let Some(a) = line.split("listening on http://").nth(1) {
+            break a.trim().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} CPUs, {cpu}")
+}
+
+fn main() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    config(&dir);
+    let (mut child, addr) = start(&dir, &root.path().join("data"));
+    let mut admin = Connection::open(addr);
+    let (status, body) = admin.send(
+        "POST",
+        "/v1/tasks",
+        &[],
+        json!({"agent": "ops/oncall", "input": {"message": "stand by"}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 201);
+    let task: Value = serde_json::from_slice(&body).unwrap();
+    let id = task["id"].as_str().unwrap().to_owned();
+    // Wait until the task is parked in review().
+    loop {
+        let (_, body) = admin.send("GET", &format!("/v1/tasks/{id}"), &[], b"");
+        let t: Value = serde_json::from_slice(&body).unwrap();
+        if t["status"] == "waiting" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let acked = Arc::new(Mutex::new(0u64));
+    let threads: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            let (measuring, stop) = (Arc::clone(&measuring), Arc::clone(&stop));
+            let (latencies, acked) = (Arc::clone(&latencies), Arc::clone(&acked));
+            std::thread::spawn(move || {
+                let mut conn = Connection::open(addr);
+                let mut mine = Vec::new();
+                let mut ok = 0;
+                for n in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let delivery = format!("{c}-{n}");
+                    let body = json!({"n": delivery, "service": "api", "detail": "x".repeat(512)})
+                        .to_string()
+                        .into_bytes();
+                    let signature = sign_github(SECRET, &body);
+                    let started = Instant::now();
+                    let (status, _) = conn.send(
+                        "POST",
+                        "/v1/webhooks/tools/ops/pager",
+                        &[
+                            ("X-GitHub-Delivery", &delivery),
+                            ("X-GitHub-Event", "alert"),
+                            ("X-Hub-Signature-256", &signature),
+                        ],
+                        &body,
+                    );
+                    assert_eq!(status, 202);
+                    ok += 1;
+                    if measuring.load(Ordering::Relaxed) {
+                        mine.push(started.elapsed());
+                    }
+                }
+                latencies.lock().unwrap().extend(mine);
+                *acked.lock().unwrap() += ok;
+            })
+        })
+        .collect();
+    std::thread::sleep(WARM_UP);
+    measuring.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(SECONDS));
+    measuring.store(false, Ordering::SeqCst);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut lat = latencies.lock().unwrap().clone();
+    lat.sort();
+    let acked = *acked.lock().unwrap();
+    let (_, body) = admin.send("GET", &format!("/v1/tasks/{id}"), &[], b"");
+    let t: Value = serde_json::from_slice(&body).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+
+    println!("machine: {}", machine());
+    println!(
+        "load generator: this bench's HTTP/1.1 client, {CONNECTIONS} keep-alive connections, GitHub-signed ~600-byte payloads, unique delivery ids"
+    );
+    println!(
+        "webhooks: {} acknowledged in {:.1} s (after {} s warm-up) = {:.0}/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        elapsed.as_secs_f64(),
+        WARM_UP.as_secs(),
+        lat.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&lat, 0.50).as_secs_f64() * 1e3,
+        percentile(&lat, 0.99).as_secs_f64() * 1e3,
+        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+    println!(
+        "queue check: {} acknowledged in all, the task's queue holds {}",
+        acked, t["queue_depth"]
+    );
+    assert_eq!(
+        t["queue_depth"].as_u64(),
+        Some(acked),
+        "every acknowledged delivery is queued once"
+    );
+}
