@@ -542,3 +542,130 @@ fn expired_subscription_drops_event_and_interrupt_suspends_until_new_input() {
     settle(&server, &steady);
     assert_eq!(webhook_messages(&server, &steady).len(), 1);
 }
+
+#[test]
+fn a_filter_component_decides_routing() {
+    let (_root, dir, data) = dirs();
+    let filter = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("guests/target/wasm32-wasip2/release/label_filter.wasm");
+    assert!(
+        filter.is_file(),
+        "build the guests first: {}",
+        filter.display()
+    );
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: tracker
+description: Issues.
+parameters:
+  type: object
+  properties:
+    labels: {{type: string}}
+actions:
+  - name: note
+    description: Note.
+    execute:
+      cel: {{expression: \"{{'ok': true}}\"}}
+events:
+  - name: issue
+    message: \"issue {{event.payload.title}}\"
+    receive:
+      webhook:
+        filter_component: {filter}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: bugs
+description: Hears about bugs.
+prompt: You fix bugs.
+model: scripted/script.yaml
+capabilities:
+  tracker:
+    bindings:
+      labels: \"'bug'\"
+",
+            filter = filter.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
+    let server = Server::start(&dir, &data, &[]);
+    let id = create_task(&server, "lab/bugs", "hello")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(&server, &id);
+    let send = |delivery: &str, body: Value| {
+        server
+            .request("POST", "/v1/webhooks/tools/lab/tracker")
+            .header("X-Delivery-Id", delivery)
+            .json(&body)
+            .send()
+    };
+    let r = send(
+        "d-docs",
+        json!({"title": "typo", "labels": [{"name": "docs"}]}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 0, "the component refuses a `docs` issue");
+    let r = send(
+        "d-bug",
+        json!({"title": "crash", "labels": [{"name": "bug"}, "p1"]}),
+    );
+    assert_eq!(
+        r.json()["tasks"],
+        1,
+        "the component passes a `bug` issue: {}",
+        r.text()
+    );
+    settle(&server, &id);
+    let got = webhook_messages(&server, &id);
+    assert_eq!(got, [("d-bug".to_owned(), "issue crash".to_owned())]);
+}
+
+#[test]
+fn a_review_in_event_middleware_denies_at_once() {
+    let (_root, dir, data) = dirs();
+    config(&dir, &[("gated", "responses: []\n")]);
+    std::fs::write(
+        dir.join("gated.yaml"),
+        agent(
+            "gated",
+            "Codertocat",
+            "Hello-World",
+            "    before:\n      - assert: \"review('user:ops')\"\n",
+        ),
+    )
+    .unwrap();
+    let server = start(&dir, &data);
+    let id = create_task(&server, "engineering/gated", "watch")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(&server, &id);
+    let r = deliver(
+        &server,
+        "issue_comment",
+        "d-1",
+        &fixture("issue_comment.created.json"),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        r.json()["tasks"],
+        0,
+        "nobody can review while routing: denied"
+    );
+    let t = task(&server, &id);
+    assert_eq!(
+        t["status"], "idle",
+        "routing wrote nothing to the task: {t}"
+    );
+    assert!(
+        !events(&server, &id)
+            .iter()
+            .any(|e| e["kind"] == "ReviewRequestEvent")
+    );
+}
