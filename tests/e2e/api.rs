@@ -261,6 +261,24 @@ fn read_until_kind(sse: &mut BufReader<TcpStream>, kind: &str) -> Value {
 }
 
 #[test]
+fn a_body_over_max_body_bytes_is_413() {
+    let (_root, dir, data) = dirs("kind: agentmesh/v1/host\npolicy: {max_body_bytes: 1KiB}\n");
+    let server = Server::start(&dir, &data, &[]);
+    let big = json!({"message": "x".repeat(4096)});
+    let r = server
+        .request("POST", "/v1/webhooks/tools/lab/echo")
+        .json(&big)
+        .send();
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "too_large");
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": "lab/careful", "input": big}))
+        .send();
+    assert_eq!(r.status, 413, "{}", r.text());
+}
+
+#[test]
 fn sigterm_drains_and_exits_zero() {
     let (_root, dir, data) = dirs("");
     let server = Server::start(&dir, &data, &[]);

@@ -174,4 +174,21 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
         &body,
     );
     assert_eq!(status, Some(200));
+    // The subscription came back with the task: a new delivery routes to it.
+    let body = json!({"n": "after-restart"}).to_string().into_bytes();
+    let status = crate::server::post_raw(
+        server.addr,
+        "/v1/webhooks/tools/ops/pager",
+        &[
+            ("X-GitHub-Delivery", "after-restart"),
+            ("X-Hub-Signature-256", &sign_github(SECRET, &body)),
+        ],
+        &body,
+    );
+    assert_eq!(status, Some(202));
+    let t = server
+        .request("GET", &format!("/v1/tasks/{task}"))
+        .send()
+        .json();
+    assert_eq!(t["subscriptions"][0]["event"], "alert", "{t}");
 }

@@ -370,6 +370,10 @@ fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
             1,
             "{id}: {got:?}"
         );
+        assert!(
+            !got.iter().any(|d| d == "d-bad" || d == "d-unsigned"),
+            "refused deliveries queue nothing: {got:?}"
+        );
     }
     // Not JSON (but signed): 400.
     let r = deliver_signed(
