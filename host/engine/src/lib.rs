@@ -7,6 +7,7 @@
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
 //! - `steps`: assert / invoke / transform steps and `review()`;
+//! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends and sub-agent delegation;
 //! - [`mount`]: the `file` mount backend.
 //!
@@ -16,6 +17,7 @@
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
 
 mod call;
+mod condense;
 mod deliver;
 pub mod mount;
 pub mod plan;

@@ -221,6 +221,8 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
             store.commit(&id, record, events)?;
             return Ok(true);
         }
+        let condensed = crate::condense::maybe_condense(engine, agent, record, &history).await?;
+        history.extend(condensed);
         let provider = engine.inner.providers.get(&plan, &agent.model);
         let response = match provider {
             Ok((provider, model)) => {

@@ -9,7 +9,7 @@
 //! | `ObservationEvent` | tool: the result as JSON text (a JSON string without its quotes) |
 //! | `UserRejectObservation` | tool: the reason |
 //! | `AgentErrorEvent` with a `tool_call_id` | tool: the error (without one: nothing) |
-//! | `CondensationSummaryEvent` | user: [`SUMMARY_PREFIX`] + the summary |
+//! | `CondensationSummaryEvent` | user: [`SUMMARY_PREFIX`] + the summary, in place of the events its `Condensation` (the next event) forgets |
 //! | `Condensation` | the events with `seq` in `forgotten_from..=forgotten_to` are left out |
 //! | every other kind | nothing (internal) |
 //!
@@ -32,22 +32,37 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation: ";
 
 /// Converts a task's event log to chat messages (see the module docs for the mapping).
 pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
-    let forgotten: Vec<(u64, u64)> = events
-        .iter()
-        .filter_map(|event| match event.kind {
-            EventKind::Condensation {
-                forgotten_from,
-                forgotten_to,
-                ..
-            } => Some((forgotten_from, forgotten_to)),
-            _ => None,
-        })
-        .collect();
+    let mut forgotten: Vec<(u64, u64)> = Vec::new();
+    // A summary written for a condensation (the summary event right before its `Condensation`)
+    // stands where the forgotten events were, not at the end of the log.
+    let mut summaries: Vec<(u64, u64)> = Vec::new();
+    for (i, event) in events.iter().enumerate() {
+        if let EventKind::Condensation {
+            forgotten_from,
+            forgotten_to,
+            ..
+        } = event.kind
+        {
+            forgotten.push((forgotten_from, forgotten_to));
+            if let Some(prev) = i.checked_sub(1).and_then(|p| events.get(p))
+                && matches!(prev.kind, EventKind::CondensationSummaryEvent { .. })
+            {
+                summaries.push((forgotten_from, prev.seq));
+            }
+        }
+    }
     let mut builder = Builder::default();
     for event in events {
-        if forgotten
-            .iter()
-            .any(|&(from, to)| (from..=to).contains(&event.seq))
+        if let Some(&(_, summary)) = summaries.iter().find(|(from, _)| *from == event.seq)
+            && let Some(s) = events.iter().find(|e| e.seq == summary)
+        {
+            builder.push(s);
+        }
+        let placed = summaries.iter().any(|(_, seq)| *seq == event.seq);
+        if placed
+            || forgotten
+                .iter()
+                .any(|&(from, to)| (from..=to).contains(&event.seq))
         {
             continue;
         }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod capabilities;
+mod condensation;
 mod lifecycle;
 mod limits;
 mod util;

@@ -46,6 +46,29 @@ pub struct HostConfig {
     /// Bounds on triggers, wakeups and webhooks.
     #[serde(default)]
     pub policy: Policy,
+    /// When the LLM's view of a task is condensed (the log itself is never shortened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condensation: Option<Condensation>,
+}
+
+/// Condensation: when the events the LLM sees pass a budget, the older ones are replaced in
+/// its view by a summary it writes itself.
+///
+/// ```yaml
+/// condensation: {max_events: 200, max_tokens: 60000, keep_recent: 20}
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Condensation {
+    /// Condense when the LLM would see more than this many conversation events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<u32>,
+    /// Condense when the prompt is estimated at more than this many tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Conversation events kept verbatim after a condensation (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_recent: Option<u32>,
 }
 
 /// A bearer token of the task API.

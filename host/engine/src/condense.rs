@@ -1,0 +1,209 @@
+//! Condensation (the event-log seed's "condenser"): when the events the LLM would see pass the
+//! host's budget (`condensation.max_events`, `condensation.max_tokens`), the older ones are
+//! replaced in its view by a summary the LLM writes. The log keeps everything: a
+//! `CondensationSummaryEvent` and a `Condensation` naming the forgotten range are appended.
+
+use agentmesh_llm::{ChatMessage, ChatRequest, estimate_prompt_tokens, to_messages};
+use agentmesh_manifest::model::host::Condensation;
+use agentmesh_store::event::{Event, EventKind, EventSource};
+use agentmesh_store::now_ms;
+
+use crate::plan::AgentPlan;
+use crate::task::TaskRecord;
+use crate::{Engine, Result};
+
+/// Conversation events kept verbatim when the host config says nothing.
+pub const DEFAULT_KEEP_RECENT: u32 = 10;
+
+/// What the LLM is asked when it condenses.
+const INSTRUCTION: &str = "Summarize the conversation below for your own later use: the user's \
+goals, decisions made, facts learned from tools, and what is still open. Be concise; keep \
+names, numbers and identifiers exactly.";
+
+/// Whether an event is part of the conversation the LLM sees.
+fn conversational(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::MessageEvent { .. }
+            | EventKind::ActionEvent { .. }
+            | EventKind::ObservationEvent { .. }
+            | EventKind::UserRejectObservation { .. }
+            | EventKind::AgentErrorEvent { .. }
+            | EventKind::CondensationSummaryEvent { .. }
+    )
+}
+
+/// Whether an event answers a call (it must stay with the call that it answers).
+fn answers_a_call(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::ObservationEvent { .. }
+            | EventKind::UserRejectObservation { .. }
+            | EventKind::AgentErrorEvent {
+                tool_call_id: Some(_),
+                ..
+            }
+    )
+}
+
+/// The range to forget, if `history` is past the budget: the conversation events in view
+/// except the last `keep_recent`, never separating a call from its answer.
+fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64, String)> {
+    let forgotten_to = history
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Condensation { forgotten_to, .. } => Some(forgotten_to),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let in_view: Vec<&Event> = history
+        .iter()
+        .filter(|e| e.seq > forgotten_to && conversational(&e.kind))
+        .filter(|e| !matches!(e.kind, EventKind::CondensationSummaryEvent { .. }))
+        .collect();
+    let events_over = config
+        .max_events
+        .filter(|max| in_view.len() > *max as usize)
+        .map(|max| format!("{} events in view exceed max_events {max}", in_view.len()));
+    let tokens_over = config.max_tokens.and_then(|max| {
+        let tokens = estimate_prompt_tokens(&to_messages(history));
+        (tokens > max).then(|| format!("~{tokens} prompt tokens exceed max_tokens {max}"))
+    });
+    let reason = events_over.or(tokens_over)?;
+    let keep = config.keep_recent.unwrap_or(DEFAULT_KEEP_RECENT) as usize;
+    let mut split = in_view.len().checked_sub(keep)?;
+    // Keep a call with its answers, and parallel calls together.
+    while split > 0 {
+        let first_kept = in_view[split];
+        let previous = in_view[split - 1];
+        let same_response = match (&previous.kind, &first_kept.kind) {
+            (
+                EventKind::ActionEvent {
+                    llm_response_id: a, ..
+                },
+                EventKind::ActionEvent {
+                    llm_response_id: b, ..
+                },
+            ) => a == b,
+            _ => false,
+        };
+        if answers_a_call(&first_kept.kind) || same_response {
+            split -= 1;
+        } else {
+            break;
+        }
+    }
+    if split == 0 {
+        return None;
+    }
+    Some((in_view[0].seq, in_view[split - 1].seq, reason))
+}
+
+/// The forgotten events as a transcript for the summarizing call.
+fn transcript(history: &[Event], from: u64, to: u64) -> String {
+    let part: Vec<Event> = history
+        .iter()
+        .filter(|e| (from..=to).contains(&e.seq))
+        .cloned()
+        .collect();
+    to_messages(&part)
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System { content } => format!("system: {content}"),
+            ChatMessage::User { content } => format!("user: {content}"),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let calls: Vec<String> = tool_calls
+                    .iter()
+                    .map(|c| format!("{}({})", c.name, c.arguments))
+                    .collect();
+                format!(
+                    "assistant: {}{}",
+                    content.clone().unwrap_or_default(),
+                    if calls.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [calls: {}]", calls.join(", "))
+                    }
+                )
+            }
+            ChatMessage::Tool { content, .. } => format!("tool result: {content}"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Condenses `record`'s view when `history` (its whole log) is past the host's budget: one
+/// summarizing LLM call (counted like any other), then the summary and the `Condensation`
+/// committed. Returns the events written (none when under budget or the call failed: the
+/// conversation then simply goes on uncondensed, and the failure is logged).
+pub(crate) async fn maybe_condense(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    history: &[Event],
+) -> Result<Vec<Event>> {
+    let plan = engine.plan();
+    let Some(config) = &plan.host.condensation else {
+        return Ok(Vec::new());
+    };
+    let Some((from, to, reason)) = range_to_forget(history, config) else {
+        return Ok(Vec::new());
+    };
+    let (provider, model) = match engine.inner.providers.get(&plan, &agent.model) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(task.id = %record.id, "condensation skipped: {e}");
+            return Ok(Vec::new());
+        }
+    };
+    let request = ChatRequest {
+        task_id: record.id.clone(),
+        call_index: record.llm_calls,
+        model,
+        messages: vec![
+            ChatMessage::System {
+                content: INSTRUCTION.into(),
+            },
+            ChatMessage::User {
+                content: transcript(history, from, to),
+            },
+        ],
+        tools: Vec::new(),
+    };
+    let response = match provider.complete(&request).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(task.id = %record.id, "condensation failed: {e}");
+            return Ok(Vec::new());
+        }
+    };
+    record.llm_calls += 1;
+    record.prompt_tokens += response.usage.prompt_tokens;
+    record.completion_tokens += response.usage.completion_tokens;
+    record.history.push("llm".into());
+    record.last_activity_ms = now_ms();
+    let events = vec![
+        (
+            EventSource::Agent,
+            EventKind::CondensationSummaryEvent {
+                summary: response.text,
+            },
+        ),
+        (
+            EventSource::Environment,
+            EventKind::Condensation {
+                forgotten_from: from,
+                forgotten_to: to,
+                reason: Some(reason),
+            },
+        ),
+    ];
+    Ok(engine
+        .inner
+        .store
+        .commit(&record.id.clone(), record, events)?)
+}
