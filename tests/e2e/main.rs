@@ -9,6 +9,7 @@ mod durability;
 mod reload;
 mod run;
 mod server;
+mod triggers;
 mod util;
 mod wasm;
 mod webhooks;

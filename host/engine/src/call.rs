@@ -48,6 +48,9 @@ pub(crate) async fn run(
             call.name
         )));
     };
+    if let Some(tool) = function.host {
+        return Ok(crate::wakeups::call(engine, record, tool, &call.arguments));
+    }
     let cap = &agent.capabilities[function.capability];
     let args = match &call.arguments {
         Value::Object(m) => m.clone(),

@@ -39,6 +39,9 @@ pub enum WebhookError {
     /// No tool `ns/name`, or it declares no webhook event.
     #[error("no tool `{0}` with webhook events")]
     UnknownTool(String),
+    /// No trigger source of this name in the host config.
+    #[error("no trigger source `{0}` in the host config")]
+    UnknownSource(String),
     /// No event of the tool accepts the signature.
     #[error("{0}")]
     Unauthorized(String),

@@ -9,7 +9,10 @@
 //! - `steps`: assert / invoke / transform steps and `review()`;
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends and sub-agent delegation;
-//! - [`mount`]: the `file` mount backend.
+//! - [`mount`]: the `file` mount backend;
+//! - [`triggers`]: trigger sources, cold-start triggers (webhook and API), their bounds and
+//!   status; `schedules`: schedules and the one scheduler; `wakeups`: the self-scheduling host
+//!   tools `request_wakeup` / `cancel_wakeup`.
 //!
 //! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably
 //! ([`Engine::submit`]) and processed in `queued_at` order, never two turns of one task at
@@ -24,10 +27,13 @@ pub mod plan;
 mod providers;
 mod routes;
 mod runtime;
+mod schedules;
 mod steps;
 pub mod subscription;
 pub mod task;
+pub mod triggers;
 mod turn;
+mod wakeups;
 mod wasm;
 
 use std::collections::{HashMap, HashSet};
@@ -45,9 +51,17 @@ use tokio::sync::oneshot;
 pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
 pub use plan::Plan;
 pub use task::{Reason, Status, TaskRecord, UserRef};
+pub use triggers::{FireError, SourceDelivery};
+pub use wakeups::HostTool;
 
 use plan::{AgentPlan, Target};
 use providers::Providers;
+
+/// How long a `review()` of a triggered turn (input with a trigger envelope: no human typed
+/// it, so none may be watching) waits when [`EngineOptions::review_timeout`] is `None`; a
+/// review nobody answers by then is a denial. Long enough for someone alerted to answer,
+/// short enough that an unattended trigger does not hold its task for ever.
+pub const TRIGGERED_REVIEW_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The deepest chain of delegations (a task delegating to an agent that delegates …).
 pub const MAX_DELEGATION_DEPTH: u32 = 4;
@@ -80,8 +94,8 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 pub struct EngineOptions {
     /// Where mounts live when the host config names no `mount.root`.
     pub mount_root: PathBuf,
-    /// How long `review()` waits for a decision; `None` waits for ever. A review nobody
-    /// answers in time is a denial.
+    /// How long `review()` waits for a decision; `None` waits for ever, except in triggered
+    /// turns ([`TRIGGERED_REVIEW_TIMEOUT`]). A review nobody answers in time is a denial.
     pub review_timeout: Option<Duration>,
     /// `runtime.*` values for expressions.
     pub runtime: Value,
@@ -148,6 +162,10 @@ struct Inner {
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
+    /// Triggers, schedules and wakeups: the timer, throttles, quota.
+    triggers: triggers::Runtime,
+    /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
+    triggered: Mutex<HashSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -170,6 +188,8 @@ impl Engine {
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
+                triggers: triggers::Runtime::default(),
+                triggered: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -218,6 +238,8 @@ impl Engine {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(plan);
         self.rebuild_routes().map_err(|e| e.to_string())?;
+        self.register_triggers().map_err(|e| e.to_string())?;
+        self.arm_schedules(false).await.map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -410,7 +432,14 @@ impl Engine {
                 continue;
             }
             let agent = self.agent(&record.agent)?;
+            let triggered = input.trigger.is_some();
+            if triggered {
+                lock(&self.inner.triggered).insert(id.to_owned());
+            }
             let ran = turn::run(self, &agent, &mut record, key, input).await;
+            if triggered {
+                lock(&self.inner.triggered).remove(id);
+            }
             self.sync_routes(&record);
             ran?;
             if record.status() == Status::Terminated
@@ -526,10 +555,22 @@ impl Engine {
         ];
         self.inner.store.commit(id, &record, events)?;
         self.sync_routes(&record);
+        self.delete_task_wakeups(id)?;
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
         }
         Ok(())
+    }
+
+    /// How long a `review()` in task `id`'s running turn waits: the configured timeout, or
+    /// in a triggered turn at most [`TRIGGERED_REVIEW_TIMEOUT`].
+    pub(crate) fn review_timeout(&self, id: &str) -> Option<Duration> {
+        let triggered = lock(&self.inner.triggered).contains(id);
+        match self.inner.options.review_timeout {
+            Some(t) => Some(t),
+            None if triggered => Some(TRIGGERED_REVIEW_TIMEOUT),
+            None => None,
+        }
     }
 
     /// Every task, optionally only those of `agent`, in `status`, or owned by `owner`.

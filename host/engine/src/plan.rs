@@ -21,6 +21,8 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
 use crate::EngineError;
+use crate::triggers::{SchedulePlan, SourcePlan, TriggerPlan};
+use crate::wakeups::HostTool;
 
 /// `github-pr` → `github_pr`.
 pub fn sanitize(name: &str) -> String {
@@ -47,6 +49,12 @@ pub struct Plan {
     pub base_dir: PathBuf,
     /// Model scripts by path.
     pub scripts: HashMap<String, Script>,
+    /// Triggers by `namespace/name`.
+    pub triggers: HashMap<String, Arc<TriggerPlan>>,
+    /// Schedules by `namespace/name`.
+    pub schedules: HashMap<String, Arc<SchedulePlan>>,
+    /// The host config's trigger sources by name, secrets resolved.
+    pub sources: HashMap<String, Arc<SourcePlan>>,
 }
 
 /// An agent, compiled.
@@ -143,6 +151,9 @@ pub struct Function {
     pub action: Option<usize>,
     /// The LLM-facing schema (bound parameters removed).
     pub schema: ToolSchema,
+    /// Set for a host tool every agent has (`request_wakeup`, `cancel_wakeup`); `capability`
+    /// and `action` mean nothing then.
+    pub host: Option<HostTool>,
 }
 
 /// A middleware, guardrail or trigger step, compiled.
@@ -307,11 +318,11 @@ pub enum BodyTemplate {
     Literal(Value),
 }
 
-fn compile(src: &str) -> Result<Expression, EngineError> {
+pub(crate) fn compile(src: &str) -> Result<Expression, EngineError> {
     Expression::compile(src).map_err(|e| EngineError::Config(format!("`{src}`: {e}")))
 }
 
-fn template(src: &str) -> Result<Template, EngineError> {
+pub(crate) fn template(src: &str) -> Result<Template, EngineError> {
     Template::parse(src).map_err(|e| EngineError::Config(format!("`{src}`: {e}")))
 }
 
@@ -332,9 +343,29 @@ impl Plan {
             let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
             agents.insert(plan.id(), Arc::new(plan));
         }
+        let mut sources = HashMap::new();
+        for (name, source) in &host.sources {
+            sources.insert(
+                name.clone(),
+                Arc::new(crate::triggers::source_plan(name, source, env)?),
+            );
+        }
+        let mut triggers = HashMap::new();
+        for t in &config.triggers {
+            let plan = crate::triggers::trigger_plan(&t.value, &host)?;
+            triggers.insert(plan.id(), Arc::new(plan));
+        }
+        let mut schedules = HashMap::new();
+        for s in &config.schedules {
+            let plan = crate::triggers::schedule_plan(&s.value, &host)?;
+            schedules.insert(plan.id(), Arc::new(plan));
+        }
         Ok(Plan {
             agents,
             tools,
+            triggers,
+            schedules,
+            sources,
             host,
             base_dir: config.base_dir(),
             scripts: config
@@ -652,6 +683,7 @@ fn agent_plan(
                         name: fname,
                         capability: index,
                         action: Some(ai),
+                        host: None,
                     });
                 }
                 if !single {
@@ -669,6 +701,7 @@ fn agent_plan(
                     name: sanitize(name),
                     capability: index,
                     action: None,
+                    host: None,
                     schema: ToolSchema {
                         name: sanitize(name),
                         description,
@@ -691,6 +724,18 @@ fn agent_plan(
         })
         .unwrap_or(Ok(Vec::new()))
     };
+    // Every agent can schedule itself (CONTRACT §5); a capability of the same name keeps it.
+    for tool in HostTool::ALL {
+        if !functions.iter().any(|f| f.name == tool.name()) {
+            functions.push(Function {
+                name: tool.name().to_owned(),
+                capability: usize::MAX,
+                action: None,
+                schema: tool.schema(),
+                host: Some(tool),
+            });
+        }
+    }
     let guardrails = agent.guardrails.clone().unwrap_or_default();
     Ok(AgentPlan {
         namespace: agent.namespace.clone(),

@@ -305,7 +305,7 @@ async fn review(
             status_event("waiting"),
         ],
     )?;
-    let decision = match engine.inner.options.review_timeout {
+    let decision = match engine.review_timeout(&record.id) {
         Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
         None => rx.await.ok(),
     };

@@ -4,6 +4,8 @@
 //!   delete, reviews; bearer-token auth with the spec's roles (`auth`);
 //! - `webhooks`: `/v1/webhooks/tools/{ns}/{tool}` — signature check on the raw bytes,
 //!   delivery-id dedupe, routing to subscribed tasks, durable acknowledgement;
+//! - `triggers`: `/v1/webhooks/sources/{source}`, `/v1/triggers…` (API fire, status) and
+//!   `/v1/schedules…` (schedules and self-scheduled wakeups; revocation);
 //! - `status`: `/v1/status`, `/healthz`, `/metrics` (Prometheus text);
 //! - `reload`: watches the config dir and swaps in a changed configuration atomically,
 //!   keeping the last good one when a change does not validate.
@@ -17,6 +19,7 @@ mod metrics;
 pub mod reload;
 mod status;
 mod tasks;
+mod triggers;
 mod webhooks;
 
 use std::future::Future;
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use agentmesh_engine::Engine;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tokio::sync::broadcast;
 
 pub use auth::{Auth, Role, Token};
@@ -90,6 +93,12 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/webhooks/tools/{namespace}/{tool}",
             post(webhooks::tool),
         )
+        .route("/v1/webhooks/sources/{source}", post(triggers::source))
+        .route("/v1/triggers", get(triggers::list))
+        .route("/v1/triggers/{namespace}/{name}", get(triggers::get))
+        .route("/v1/triggers/{namespace}/{name}/fire", post(triggers::fire))
+        .route("/v1/schedules", get(triggers::schedules))
+        .route("/v1/schedules/{*id}", delete(triggers::revoke))
         .route("/v1/status", get(status::status))
         .route("/healthz", get(status::healthz))
         .route("/metrics", get(status::metrics))

@@ -54,23 +54,30 @@ pub async fn tool(
             )
                 .into_response())
         }
-        Err(WebhookError::UnknownTool(id)) => {
+        Err(e) => Err(refused(metrics, e, &tool_id)),
+    }
+}
+
+/// The error answer to a refused delivery to `target` (a tool or a source), counted.
+pub(crate) fn refused(metrics: &Metrics, error: WebhookError, target: &str) -> ApiError {
+    match error {
+        WebhookError::UnknownTool(id) => {
             Metrics::inc(&metrics.webhooks_rejected);
-            Err(ApiError::not_found(format!(
-                "no tool `{id}` with webhook events"
-            )))
+            ApiError::not_found(format!("no tool `{id}` with webhook events"))
         }
-        Err(WebhookError::Unauthorized(why)) => {
+        WebhookError::UnknownSource(name) => {
+            Metrics::inc(&metrics.webhooks_rejected);
+            ApiError::not_found(format!("no trigger source `{name}` in the host config"))
+        }
+        WebhookError::Unauthorized(why) => {
             Metrics::inc(&metrics.webhooks_unauthorized);
-            tracing::info!(tool.name = %tool_id, "webhook refused: {why}");
-            Err(ApiError::unauthorized(why))
+            tracing::info!(webhook.target = %target, "delivery refused: {why}");
+            ApiError::unauthorized(why)
         }
-        Err(WebhookError::NotJson(why)) => {
+        WebhookError::NotJson(why) => {
             Metrics::inc(&metrics.webhooks_rejected);
-            Err(ApiError::bad_request(format!(
-                "the body is not JSON: {why}"
-            )))
+            ApiError::bad_request(format!("the body is not JSON: {why}"))
         }
-        Err(WebhookError::Engine(e)) => Err(e.into()),
+        WebhookError::Engine(e) => e.into(),
     }
 }

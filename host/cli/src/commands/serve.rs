@@ -94,6 +94,9 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let resumed = engine.recover()?;
+        // Schedules and wakeups are armed (what was missed while down fires now) before the
+        // first request: a wakeup the API revokes is already known.
+        engine.start_scheduler().await?;
         let state = Arc::new(AppState::new(
             engine.clone(),
             Auth::new(tokens),
@@ -112,9 +115,11 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
             RELOAD_POLL,
         ));
         let sweeper = tokio::spawn(sweep(engine.clone()));
+        let scheduler = tokio::spawn(engine.clone().run_scheduler());
         agentmesh_server::serve(Arc::clone(&state), listener, shutdown_signal()).await?;
         watcher.abort();
         sweeper.abort();
+        scheduler.abort();
         engine.shutdown().await;
         engine.store().flush()?;
         eprintln!("agentmesh: stopped");

@@ -62,7 +62,10 @@ async fn include_hides_actions() {
         "responses:\n  - text: ok\n",
     );
     let task = h.run("t/a", "go").await;
-    assert_eq!(functions(&h.events(&task)), ["echo_shout"]);
+    assert_eq!(
+        functions(&h.events(&task)),
+        ["echo_shout", "request_wakeup", "cancel_wakeup"]
+    );
 }
 
 #[tokio::test]

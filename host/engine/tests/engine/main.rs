@@ -8,4 +8,5 @@ mod capabilities;
 mod condensation;
 mod lifecycle;
 mod limits;
+mod queue;
 mod util;

@@ -1,0 +1,1040 @@
+//! Triggers (CONTRACT §1, §3, §5; the Trigger page): an event of a configured source, or an
+//! authenticated API call, *cold-starts* a new task for the trigger's agent, running as the
+//! trigger's `owner` (never as the sender).
+//!
+//! - [`SourcePlan`]: a host config `sources` entry, compiled: `github` and `standard-webhooks`
+//!   HMAC secrets, or `bearer` tokens kept only as SHA-256 digests and compared in constant time;
+//! - [`TriggerPlan`] and [`SchedulePlan`]: the manifests, compiled once per plan;
+//! - [`Engine::deliver_source_webhook`] (`POST /v1/webhooks/sources/{source}`) and
+//!   [`Engine::fire_trigger`] (`POST /v1/triggers/{ns}/{name}/fire`): signature, delivery-id
+//!   dedupe (shared with tool webhooks), `source.before` asserts over the raw payload, the
+//!   `message` template, the bounds, one new task per passing trigger;
+//! - the bounds every fire passes: the per-trigger [`Throttle`] (excess dropped and recorded,
+//!   never queued), the per-user [`DailyQuota`] of trigger-fired turns, and `ttl` (a fire at or
+//!   past it is the final one);
+//! - [`FireStatus`]: the read-only status of a trigger or schedule, kept in the store.
+//!
+//! Schedules are driven by `schedules`, self-scheduled wakeups by `wakeups`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use agentmesh_expr::{Activation, Expression, Template};
+use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
+use agentmesh_manifest::model::{Schedule, Trigger};
+use agentmesh_routing::{safe_headers, signature};
+use agentmesh_store::event::TriggerEnvelope;
+use agentmesh_store::{Delivery, now_ms, now_rfc3339};
+use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle, Timing};
+use http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError};
+use crate::plan::{compile, resolve_env, template};
+use crate::{Engine, EngineError, NewTask, QueuedInput, UserRef, lock, normalize_input};
+
+/// Lifetime of self-schedules (and of anything else given no `ttl`) by default: 7 days, the
+/// triggers page's recommendation.
+pub const DEFAULT_TRIGGER_TTL: Duration = Duration::from_secs(168 * 3600);
+/// How far ahead a wakeup may first fire by default.
+pub const DEFAULT_MAX_WAKEUP_HORIZON: Duration = Duration::from_secs(168 * 3600);
+/// Pending wakeups per task by default.
+pub const DEFAULT_MAX_WAKEUPS_PER_TASK: u32 = 50;
+/// Fires per trigger per rolling hour by default.
+pub const DEFAULT_TRIGGER_MAX_PER_HOUR: u32 = 60;
+/// Trigger-fired turns per user per UTC day by default.
+pub const DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY: u32 = 1000;
+
+/// The store namespace of trigger statuses.
+pub(crate) const TRIGGER_STATE: &str = "trigger";
+/// The store namespace of schedule statuses.
+pub(crate) const SCHEDULE_STATE: &str = "schedule";
+
+/// A `sources` entry of the host config, compiled. Holds no secret in a form worth logging and
+/// implements no `Debug`.
+pub enum SourcePlan {
+    /// HMAC-signed deliveries, verified on the raw bytes with this secret.
+    Signed {
+        /// `github` or `standard-webhooks`.
+        scheme: SignatureScheme,
+        /// The shared secret.
+        secret: String,
+    },
+    /// `Authorization: Bearer <token>`: the accepted tokens, as SHA-256 digests only.
+    Bearer(Vec<TokenDigest>),
+}
+
+/// One accepted bearer token: who it is and the SHA-256 of its value.
+pub struct TokenDigest {
+    /// Recorded as the fire's `auth_subject`.
+    pub subject: String,
+    digest: [u8; 32],
+}
+
+impl SourcePlan {
+    /// Authenticates a delivery: `Ok(auth_subject)` (a bearer token's subject; `None` for a
+    /// signed delivery), or why it is refused.
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> std::result::Result<Option<String>, String> {
+        match self {
+            SourcePlan::Signed { scheme, secret } => {
+                let checked = match scheme {
+                    SignatureScheme::Github => signature::verify_github(secret, headers, body),
+                    _ => signature::verify_standard_webhooks(
+                        secret,
+                        headers,
+                        body,
+                        SystemTime::now(),
+                    ),
+                };
+                checked.map(|()| None).map_err(|e| e.to_string())
+            }
+            SourcePlan::Bearer(tokens) => {
+                let presented = bearer(headers).ok_or("missing `Authorization: Bearer <token>`")?;
+                let presented = Sha256::digest(presented.as_bytes());
+                // Every digest is compared, in constant time, so timing tells nothing about
+                // which token (or whether any) is close.
+                let mut found = None;
+                for t in tokens {
+                    if bool::from(t.digest[..].ct_eq(&presented[..])) {
+                        found = Some(t.subject.clone());
+                    }
+                }
+                found
+                    .map(Some)
+                    .ok_or_else(|| "the bearer token is not valid for this source".to_owned())
+            }
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer …` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Compiles source `name`; its secret or tokens are read now (a missing variable names it).
+pub(crate) fn source_plan(
+    name: &str,
+    source: &SourceConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SourcePlan, EngineError> {
+    match source.signature {
+        SignatureScheme::Github | SignatureScheme::StandardWebhooks => {
+            let secret = source.secret.as_ref().ok_or_else(|| {
+                EngineError::Config(format!("source `{name}` is signed but has no `secret`"))
+            })?;
+            let secret = match resolve_env(secret, env)? {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            if secret.is_empty() {
+                return Err(EngineError::Config(format!(
+                    "source `{name}`: the secret is empty"
+                )));
+            }
+            Ok(SourcePlan::Signed {
+                scheme: source.signature,
+                secret,
+            })
+        }
+        SignatureScheme::Bearer => {
+            let mut tokens = Vec::new();
+            for t in &source.tokens {
+                let value = env(&t.env).filter(|v| !v.is_empty()).ok_or_else(|| {
+                    EngineError::Config(format!(
+                        "source `{name}`, token `{}`: environment variable `{}` is not set",
+                        t.subject, t.env
+                    ))
+                })?;
+                tokens.push(TokenDigest {
+                    subject: t.subject.clone(),
+                    digest: Sha256::digest(value.as_bytes()).into(),
+                });
+            }
+            Ok(SourcePlan::Bearer(tokens))
+        }
+    }
+}
+
+/// A `source.before` assert, compiled.
+pub struct TriggerAssert {
+    /// Skip unless true.
+    pub condition: Option<Expression>,
+    /// Must be true.
+    pub expr: Expression,
+    /// Said (and logged) when it fails.
+    pub error_message: Option<String>,
+}
+
+/// A trigger manifest, compiled.
+pub struct TriggerPlan {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// The agent, `namespace/name`.
+    pub agent: String,
+    /// The user the tasks run as.
+    pub owner: String,
+    /// The source name (`source.type`).
+    pub source: String,
+    /// `source.before`.
+    pub before: Vec<TriggerAssert>,
+    /// The first message's template over `event` and `now`.
+    pub message: Option<Template>,
+    /// Values for the agent's parameters.
+    pub inputs: Map<String, Value>,
+    /// Inactive triggers create no tasks.
+    pub enabled: bool,
+    /// Fires per rolling hour.
+    pub max_per_hour: u32,
+    /// Fires one final time when this has passed since it was first loaded.
+    pub ttl: Option<Duration>,
+}
+
+impl TriggerPlan {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A schedule manifest, compiled.
+pub struct SchedulePlan {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// The agent, `namespace/name`.
+    pub agent: String,
+    /// The user the tasks run as.
+    pub owner: String,
+    /// When it fires.
+    pub timing: Timing,
+    /// The task input.
+    pub inputs: Map<String, Value>,
+    /// Inactive schedules do not tick.
+    pub enabled: bool,
+    /// Fires per rolling hour.
+    pub max_per_hour: u32,
+    /// Fires one final time when this has passed since it was first loaded.
+    pub ttl: Option<Duration>,
+    /// The manifest (for the API).
+    pub manifest: Schedule,
+}
+
+impl SchedulePlan {
+    /// `namespace/name`, also its `schedule_id`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+fn agent_id(namespace: &str, agent: &str) -> String {
+    if agent.contains('/') {
+        agent.to_owned()
+    } else {
+        format!("{namespace}/{agent}")
+    }
+}
+
+fn max_per_hour(
+    throttle: Option<&agentmesh_manifest::model::trigger::Throttle>,
+    host: &HostConfig,
+) -> u32 {
+    throttle.map_or_else(
+        || {
+            host.policy
+                .trigger_max_per_hour
+                .unwrap_or(DEFAULT_TRIGGER_MAX_PER_HOUR)
+        },
+        |t| t.max_per_hour,
+    )
+}
+
+/// Compiles a trigger manifest. Only `assert` steps run in `source.before` (the page names no
+/// other); any other step is a configuration error rather than silently ignored.
+pub(crate) fn trigger_plan(t: &Trigger, host: &HostConfig) -> Result<TriggerPlan, EngineError> {
+    let mut before = Vec::new();
+    for step in t.source.before.iter().flatten() {
+        let Some(expr) = &step.assert_expr else {
+            return Err(EngineError::Config(format!(
+                "trigger `{}/{}`: `source.before` takes only `assert` steps",
+                t.namespace, t.name
+            )));
+        };
+        before.push(TriggerAssert {
+            condition: step.condition.as_deref().map(compile).transpose()?,
+            expr: compile(expr)?,
+            error_message: step.error_message.clone(),
+        });
+    }
+    Ok(TriggerPlan {
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        agent: agent_id(&t.namespace, &t.agent),
+        owner: t.owner.clone(),
+        source: t.source.source_type.clone(),
+        before,
+        message: t.message.as_deref().map(template).transpose()?,
+        inputs: t
+            .inputs
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        enabled: t.enabled,
+        max_per_hour: max_per_hour(t.throttle.as_ref(), host),
+        ttl: t.ttl.map(|d| d.0),
+    })
+}
+
+/// Compiles a schedule manifest.
+pub(crate) fn schedule_plan(s: &Schedule, host: &HostConfig) -> Result<SchedulePlan, EngineError> {
+    let timing = Timing::from_parts(
+        s.cron.as_deref(),
+        s.timezone.as_deref(),
+        s.interval.map(|d| d.0),
+        s.at.as_deref(),
+    )
+    .map_err(|e| EngineError::Config(format!("schedule `{}/{}`: {e}", s.namespace, s.name)))?;
+    Ok(SchedulePlan {
+        namespace: s.namespace.clone(),
+        name: s.name.clone(),
+        agent: agent_id(&s.namespace, &s.agent),
+        owner: s.owner.clone(),
+        timing,
+        inputs: s
+            .inputs
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        enabled: s.enabled,
+        max_per_hour: max_per_hour(s.throttle.as_ref(), host),
+        ttl: s.ttl.map(|d| d.0),
+        manifest: s.clone(),
+    })
+}
+
+/// The read-only status of a trigger or schedule (the spec's fields, plus this host's
+/// `dropped` count), persisted in the store.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FireStatus {
+    /// The last fire that created a task, RFC 3339.
+    pub last_triggered_at: Option<String>,
+    /// The task it created.
+    pub last_task_id: Option<String>,
+    /// Fires that created a task.
+    pub total_triggers: u64,
+    /// Fires that failed since the last one that did not.
+    pub consecutive_failures: u64,
+    /// Why the last failure failed.
+    pub last_error: Option<String>,
+    /// Fires dropped by the throttle or the daily quota (never queued).
+    #[serde(default)]
+    pub dropped: u64,
+    /// When the host first loaded it, epoch ms (its `ttl` counts from here).
+    #[serde(default)]
+    pub created_ms: i64,
+    /// The last tick fired (schedules), epoch ms: a tick after it missed while the host was
+    /// down fires once at start.
+    #[serde(default)]
+    pub last_fired_ms: Option<i64>,
+    /// It fired its final time at its `ttl` and is gone.
+    #[serde(default)]
+    pub expired: bool,
+    /// Revoked through the API.
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+impl FireStatus {
+    /// The status object of the API.
+    pub fn object(&self, ttl: Option<Duration>) -> Value {
+        let mut v = json!({
+            "last_triggered_at": self.last_triggered_at,
+            "last_task_id": self.last_task_id,
+            "total_triggers": self.total_triggers,
+            "consecutive_failures": self.consecutive_failures,
+            "last_error": self.last_error,
+            "dropped": self.dropped,
+        });
+        if let (Some(ttl), Value::Object(m)) = (ttl, &mut v) {
+            m.insert(
+                "expires_at".into(),
+                json!(agentmesh_triggers::clock::rfc3339(
+                    agentmesh_triggers::ttl::expires_at(self.created_ms, ttl)
+                )),
+            );
+        }
+        if let Value::Object(m) = &mut v {
+            if self.expired {
+                m.insert("expired".into(), json!(true));
+            }
+            if self.revoked {
+                m.insert("revoked".into(), json!(true));
+            }
+        }
+        v
+    }
+}
+
+/// What the scheduler's timer waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum TimerId {
+    /// A schedule manifest, by `namespace/name`.
+    Schedule(String),
+    /// A self-scheduled wakeup, by its `schedule_id`.
+    Wakeup(String),
+}
+
+/// The live state of triggers, schedules and wakeups: one per engine.
+#[derive(Default)]
+pub(crate) struct Runtime {
+    /// Every armed schedule and wakeup; one driver ([`Engine::run_scheduler`]) fires them.
+    pub(crate) timer: TimerHandle<TimerId>,
+    /// Schedule ids armed (so a reload can disarm the ones that went).
+    pub(crate) armed: Mutex<HashSet<String>>,
+    /// Fire-rate bounds by `trigger:ID` / `schedule:ID`, with the limit they were made for.
+    throttles: Mutex<HashMap<String, (u32, Throttle)>>,
+    /// The per-user daily quota, with the limit it was made for.
+    quota: Mutex<Option<(u32, DailyQuota)>>,
+    /// Source deliveries one at a time: dedupe of a cold start spans creating its tasks, so a
+    /// redelivery racing its original must wait for it to be recorded.
+    pub(crate) deliveries: tokio::sync::Mutex<()>,
+    /// Read-modify-writes of statuses and wakeups, one at a time.
+    pub(crate) state: Mutex<()>,
+}
+
+/// What became of a source delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceDelivery {
+    /// Durably queued: the tasks created (none when no trigger passed), and how many fires
+    /// the bounds dropped.
+    Accepted {
+        /// The new tasks.
+        tasks: Vec<String>,
+        /// Fires dropped by a throttle or the daily quota.
+        dropped: u64,
+    },
+    /// A repeat of a delivery id seen within the dedupe window: nothing was created.
+    Duplicate,
+}
+
+/// Why an API fire was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FireError {
+    /// No such trigger.
+    #[error("no trigger `{0}`")]
+    NotFound(String),
+    /// A missing or wrong token, or a trigger whose source is not a `bearer` one.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Over the trigger's hourly cap or its owner's daily quota: dropped and recorded.
+    #[error("{0}")]
+    Throttled(String),
+    /// The trigger is disabled or expired, or `source.before` refused the call.
+    #[error("{0}")]
+    Refused(String),
+    /// The body is not a JSON object, or the input does not fit the agent.
+    #[error("{0}")]
+    BadRequest(String),
+    /// A repeat of a delivery id: nothing was created.
+    #[error("duplicate delivery")]
+    Duplicate,
+    /// The host failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Whether a trigger takes an event.
+enum Admit {
+    /// It does: the normalized input of the new task.
+    Ready(Value),
+    /// It does not (disabled, expired, `source.before`): why.
+    Skipped(String),
+    /// A bound dropped the fire: why.
+    Dropped(String),
+    /// The fire failed (a message that cannot render, input the agent refuses): why.
+    Failed(String),
+}
+
+impl Engine {
+    /// The bounds of one fire at `now`: the throttle of `key`, then `owner`'s daily quota.
+    /// `Some(reason)` when the fire is dropped.
+    pub(crate) fn bound_fire(
+        &self,
+        key: &str,
+        max_per_hour: u32,
+        owner: &str,
+        now: i64,
+    ) -> Option<String> {
+        {
+            let mut throttles = lock(&self.inner.triggers.throttles);
+            let entry = throttles
+                .entry(key.to_owned())
+                .or_insert_with(|| (max_per_hour, Throttle::new(max_per_hour)));
+            if entry.0 != max_per_hour {
+                *entry = (max_per_hour, Throttle::new(max_per_hour));
+            }
+            if !entry.1.allow(now) {
+                return Some(format!(
+                    "`{key}` is over its limit of {max_per_hour} fires per hour; the fire was dropped"
+                ));
+            }
+        }
+        let per_day = self
+            .plan()
+            .host
+            .policy
+            .triggered_turns_per_user_per_day
+            .unwrap_or(DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY);
+        let mut quota = lock(&self.inner.triggers.quota);
+        let q = match &mut *quota {
+            Some((limit, q)) if *limit == per_day => q,
+            slot => &mut slot.insert((per_day, DailyQuota::new(per_day))).1,
+        };
+        if !q.take(owner, now) {
+            return Some(format!(
+                "`{owner}` has used its {per_day} trigger-fired turns for today; the fire was dropped"
+            ));
+        }
+        None
+    }
+
+    /// The status of trigger or schedule `id` in store namespace `ns`.
+    pub(crate) fn fire_status(&self, ns: &str, id: &str) -> crate::Result<FireStatus> {
+        Ok(self.store().state(ns, id)?.unwrap_or_default())
+    }
+
+    /// Changes the status of `id` in `ns` durably; creates it (created now) when absent.
+    pub(crate) fn update_status(
+        &self,
+        ns: &str,
+        id: &str,
+        change: impl FnOnce(&mut FireStatus),
+    ) -> crate::Result<FireStatus> {
+        let _serial = lock(&self.inner.triggers.state);
+        let mut status: FireStatus = self.store().state(ns, id)?.unwrap_or_else(|| FireStatus {
+            created_ms: now_ms(),
+            ..FireStatus::default()
+        });
+        change(&mut status);
+        self.store().set_state(ns, id, &status)?;
+        Ok(status)
+    }
+
+    /// Records a fire's outcome: a task created, a drop, or a failure.
+    pub(crate) fn record_fire(
+        &self,
+        ns: &str,
+        id: &str,
+        outcome: std::result::Result<&str, FireOutcome<'_>>,
+    ) {
+        let updated = self.update_status(ns, id, |s| match outcome {
+            Ok(task) => {
+                s.last_triggered_at = Some(now_rfc3339());
+                s.last_task_id = Some(task.to_owned());
+                s.total_triggers += 1;
+                s.consecutive_failures = 0;
+            }
+            Err(FireOutcome::Dropped) => s.dropped += 1,
+            Err(FireOutcome::Failed(why)) => {
+                s.consecutive_failures += 1;
+                s.last_error = Some(why.to_owned());
+            }
+        });
+        if let Err(e) = updated {
+            tracing::warn!(trigger.id = %id, "recording a fire failed: {e}");
+        }
+    }
+
+    /// Creates the task of a cold start (its input, already normalized, is queued by the
+    /// caller, so that it can share a transaction with the delivery id).
+    pub(crate) async fn cold_start(
+        &self,
+        agent: &str,
+        owner: &str,
+        io: Value,
+        envelope: TriggerEnvelope,
+    ) -> crate::Result<(String, QueuedInput)> {
+        let record = self
+            .create(
+                NewTask {
+                    agent: agent.to_owned(),
+                    input: None,
+                    user: UserRef {
+                        id: owner.to_owned(),
+                        email: None,
+                    },
+                },
+                None,
+                0,
+            )
+            .await?;
+        let input = QueuedInput {
+            io,
+            queued_at: envelope.fired_at,
+            trigger: Some(envelope),
+        };
+        Ok((record.id, input))
+    }
+
+    /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
+    /// caller's message (an API fire), used when the trigger has no `message` template;
+    /// `params` are parameter values laid over the trigger's `inputs`.
+    fn admit_trigger(
+        &self,
+        t: &TriggerPlan,
+        status: &FireStatus,
+        event: &Value,
+        message: Option<&Value>,
+        params: &Map<String, Value>,
+        now: i64,
+    ) -> Admit {
+        if !t.enabled {
+            return Admit::Skipped(format!("trigger `{}` is disabled", t.id()));
+        }
+        if status.expired || status.revoked {
+            return Admit::Skipped(format!("trigger `{}` has expired", t.id()));
+        }
+        let mut act = Activation::new();
+        act.set("event", event.clone())
+            .set("now", json!(now_rfc3339()));
+        for step in &t.before {
+            if let Some(cond) = &step.condition
+                && !cond.evaluate_bool(&act).unwrap_or(false)
+            {
+                continue;
+            }
+            let passed = match step.expr.evaluate_bool(&act) {
+                Ok(pass) => pass,
+                Err(e) => {
+                    tracing::debug!(trigger.id = %t.id(), "source.before `{}` failed: {e}", step.expr.source());
+                    false
+                }
+            };
+            if !passed {
+                return Admit::Skipped(step.error_message.clone().unwrap_or_else(|| {
+                    format!(
+                        "`source.before` refused the event: `{}`",
+                        step.expr.source()
+                    )
+                }));
+            }
+        }
+        let agent = match self.agent(&t.agent) {
+            Ok(a) => a,
+            Err(e) => return Admit::Failed(e.to_string()),
+        };
+        let mut io = t.inputs.clone();
+        // The caller's other fields are the event's payload; those naming a parameter of the
+        // agent also set it.
+        let declared = agent.parameters.as_ref().map(|p| &p.properties);
+        for (k, v) in params {
+            if declared.is_some_and(|d| d.contains_key(k)) {
+                io.insert(k.clone(), v.clone());
+            }
+        }
+        match (&t.message, message) {
+            (Some(tpl), _) => match tpl.render(&act) {
+                Ok(text) => {
+                    io.insert("message".into(), Value::String(text));
+                }
+                Err(e) => {
+                    return Admit::Failed(format!(
+                        "the message `{}` cannot be rendered: {e}",
+                        tpl.source()
+                    ));
+                }
+            },
+            (None, Some(m)) => {
+                io.insert("message".into(), m.clone());
+            }
+            (None, None) => {}
+        }
+        let io = match normalize_input(&agent, &Value::Object(io)) {
+            Ok(io) => io,
+            Err(e) => return Admit::Failed(e.to_string()),
+        };
+        if let Some(why) = self.bound_fire(
+            &format!("trigger:{}", t.id()),
+            t.max_per_hour,
+            &t.owner,
+            now,
+        ) {
+            return Admit::Dropped(why);
+        }
+        Admit::Ready(io)
+    }
+
+    /// Whether this fire of trigger `t` is its final one (its `ttl` has passed); marks it
+    /// expired if so.
+    fn final_fire(
+        &self,
+        ns: &str,
+        id: &str,
+        ttl: Option<Duration>,
+        status: &FireStatus,
+        now: i64,
+    ) -> bool {
+        let Some(ttl) = ttl else { return false };
+        if !agentmesh_triggers::ttl::expired(status.created_ms, ttl, now) {
+            return false;
+        }
+        if let Err(e) = self.update_status(ns, id, |s| s.expired = true) {
+            tracing::warn!(trigger.id = %id, "marking expired failed: {e}");
+        }
+        tracing::info!(trigger.id = %id, "fired its final time: its ttl has passed");
+        true
+    }
+
+    /// `POST /v1/webhooks/sources/{source}`: authenticates the delivery with the source, and
+    /// creates one task per enabled trigger of that source whose `source.before` passes. A 2xx
+    /// may be answered once this returns `Ok`: what was queued is on disk.
+    pub async fn deliver_source_webhook(
+        &self,
+        source: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> std::result::Result<SourceDelivery, WebhookError> {
+        let plan = self.plan();
+        let src = plan
+            .sources
+            .get(source)
+            .ok_or_else(|| WebhookError::UnknownSource(source.to_owned()))?;
+        let auth_subject = src
+            .authenticate(headers, body)
+            .map_err(WebhookError::Unauthorized)?;
+        let payload: Value =
+            serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
+        let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
+        let _serial = self.inner.triggers.deliveries.lock().await;
+        if let Some(id) = &delivery_id
+            && self.store().seen_delivery(id).map_err(EngineError::from)?
+        {
+            return Ok(SourceDelivery::Duplicate);
+        }
+        let safe = Value::Object(safe_headers(headers));
+        let name = headers
+            .get("x-github-event")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(source);
+        let event = json!({
+            "name": name,
+            "payload": payload,
+            "headers": safe,
+            "delivery_id": delivery_id,
+            "received_at": now_rfc3339(),
+        });
+        let fired_at = now_ms();
+        let envelope = TriggerEnvelope {
+            source: "webhook".into(),
+            fired_at,
+            schedule_id: None,
+            delivery_id: delivery_id.clone(),
+            headers: Some(safe),
+            auth_subject,
+        };
+        let mut triggers: Vec<&Arc<TriggerPlan>> = plan
+            .triggers
+            .values()
+            .filter(|t| t.source == source)
+            .collect();
+        triggers.sort_by_key(|t| t.id());
+        let mut queued: Vec<(String, String, QueuedInput)> = Vec::new();
+        let mut dropped = 0;
+        for t in triggers {
+            let id = t.id();
+            let status = self.fire_status(TRIGGER_STATE, &id)?;
+            match self.admit_trigger(t, &status, &event, None, &Map::new(), fired_at) {
+                Admit::Ready(io) => {
+                    self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
+                    match self
+                        .cold_start(&t.agent, &t.owner, io, envelope.clone())
+                        .await
+                    {
+                        Ok((task, input)) => queued.push((id, task, input)),
+                        Err(e) => self.record_fire(
+                            TRIGGER_STATE,
+                            &id,
+                            Err(FireOutcome::Failed(&e.to_string())),
+                        ),
+                    }
+                }
+                Admit::Skipped(why) => {
+                    tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
+                }
+                Admit::Dropped(why) => {
+                    tracing::info!(trigger.id = %id, "{why}");
+                    dropped += 1;
+                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Dropped));
+                }
+                Admit::Failed(why) => {
+                    tracing::warn!(trigger.id = %id, "trigger failed: {why}");
+                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
+                }
+            }
+        }
+        let entries: Vec<(String, QueuedInput)> = queued
+            .iter()
+            .map(|(_, task, input)| (task.clone(), input.clone()))
+            .collect();
+        match self.queue_durably(delivery_id.as_deref(), entries).await? {
+            Delivery::Duplicate => return Ok(SourceDelivery::Duplicate),
+            Delivery::Queued(_) => {}
+        }
+        let mut tasks = Vec::new();
+        for (id, task, _) in queued {
+            self.record_fire(TRIGGER_STATE, &id, Ok(&task));
+            self.kick(&task);
+            tasks.push(task);
+        }
+        Ok(SourceDelivery::Accepted { tasks, dropped })
+    }
+
+    /// Queues `entries` (task, input) and remembers `delivery_id` for the dedupe window, in
+    /// one flushed transaction, off the async workers.
+    pub(crate) async fn queue_durably(
+        &self,
+        delivery_id: Option<&str>,
+        entries: Vec<(String, QueuedInput)>,
+    ) -> crate::Result<Delivery> {
+        let window = self
+            .plan()
+            .host
+            .policy
+            .dedupe_window
+            .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
+        let until = now_ms().saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        let store = Arc::clone(&self.inner.store);
+        let delivery = delivery_id.map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<(&str, i64, &QueuedInput)> = entries
+                .iter()
+                .map(|(task, input)| (task.as_str(), input.queued_at, input))
+                .collect();
+            store.deliver(delivery.as_deref().map(|id| (id, until)), &refs)
+        })
+        .await
+        .map_err(|e| EngineError::Config(format!("queueing did not finish: {e}")))?
+        .map_err(EngineError::from)
+    }
+
+    /// `POST /v1/triggers/{ns}/{name}/fire`: authenticated with a token of the trigger's
+    /// `bearer` source (recorded as `auth_subject`); the body is `{"message": …, …}` and is
+    /// the event's payload for `source.before` and the `message` template. Its `message`
+    /// is the task's when the trigger has no template; its fields naming a parameter of the
+    /// agent set that parameter (over the trigger's `inputs`). Returns the
+    /// new task's id once its input is on disk.
+    pub async fn fire_trigger(
+        &self,
+        id: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> std::result::Result<String, FireError> {
+        let plan = self.plan();
+        let t = plan
+            .triggers
+            .get(id)
+            .ok_or_else(|| FireError::NotFound(id.to_owned()))?;
+        let auth_subject = match plan.sources.get(&t.source).map(AsRef::as_ref) {
+            Some(src @ SourcePlan::Bearer(_)) => src
+                .authenticate(headers, body)
+                .map_err(FireError::Unauthorized)?,
+            _ => {
+                return Err(FireError::Unauthorized(format!(
+                    "trigger `{id}` cannot be fired over the API: its source `{}` is not a `bearer` source",
+                    t.source
+                )));
+            }
+        };
+        let payload: Value = if body.iter().all(u8::is_ascii_whitespace) {
+            json!({})
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| FireError::BadRequest(format!("the body is not JSON: {e}")))?
+        };
+        let Value::Object(fields) = &payload else {
+            return Err(FireError::BadRequest(
+                "the body must be a JSON object `{\"message\": …, …params}`".into(),
+            ));
+        };
+        let message = fields.get("message");
+        let params: Map<String, Value> = fields
+            .iter()
+            .filter(|(k, _)| *k != "message")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
+        let _serial = self.inner.triggers.deliveries.lock().await;
+        if let Some(d) = &delivery_id
+            && self.store().seen_delivery(d).map_err(EngineError::from)?
+        {
+            return Err(FireError::Duplicate);
+        }
+        let safe = Value::Object(safe_headers(headers));
+        let event = json!({
+            "name": "api",
+            "payload": payload,
+            "headers": safe,
+            "delivery_id": delivery_id,
+            "received_at": now_rfc3339(),
+        });
+        let fired_at = now_ms();
+        let status = self.fire_status(TRIGGER_STATE, id)?;
+        let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {
+            Admit::Ready(io) => io,
+            Admit::Skipped(why) => return Err(FireError::Refused(why)),
+            Admit::Dropped(why) => {
+                self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Dropped));
+                return Err(FireError::Throttled(why));
+            }
+            Admit::Failed(why) => {
+                self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Failed(&why)));
+                return Err(FireError::BadRequest(why));
+            }
+        };
+        self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
+        let envelope = TriggerEnvelope {
+            source: "api".into(),
+            fired_at,
+            schedule_id: None,
+            delivery_id: delivery_id.clone(),
+            headers: Some(safe),
+            auth_subject,
+        };
+        let (task, input) = self.cold_start(&t.agent, &t.owner, io, envelope).await?;
+        if let Delivery::Duplicate = self
+            .queue_durably(delivery_id.as_deref(), vec![(task.clone(), input)])
+            .await?
+        {
+            return Err(FireError::Duplicate);
+        }
+        self.record_fire(TRIGGER_STATE, id, Ok(&task));
+        self.kick(&task);
+        Ok(task)
+    }
+
+    /// The triggers (optionally only those `owner` owns), with their read-only status, sorted
+    /// by id.
+    pub fn trigger_objects(&self, owner: Option<&str>) -> crate::Result<Vec<Value>> {
+        let plan = self.plan();
+        let mut triggers: Vec<&Arc<TriggerPlan>> = plan
+            .triggers
+            .values()
+            .filter(|t| owner.is_none_or(|o| t.owner == o))
+            .collect();
+        triggers.sort_by_key(|t| t.id());
+        triggers
+            .into_iter()
+            .map(|t| self.trigger_value(t))
+            .collect()
+    }
+
+    /// Trigger `id` with its read-only status.
+    pub fn trigger_object(&self, id: &str) -> crate::Result<(String, Value)> {
+        let plan = self.plan();
+        let t = plan
+            .triggers
+            .get(id)
+            .ok_or_else(|| EngineError::NotFound(format!("trigger `{id}`")))?;
+        Ok((t.owner.clone(), self.trigger_value(t)?))
+    }
+
+    fn trigger_value(&self, t: &TriggerPlan) -> crate::Result<Value> {
+        let status = self.fire_status(TRIGGER_STATE, &t.id())?;
+        Ok(json!({
+            "id": t.id(),
+            "namespace": t.namespace,
+            "name": t.name,
+            "agent": t.agent,
+            "owner": t.owner,
+            "source": {"type": t.source},
+            "enabled": t.enabled,
+            "throttle": {"max_per_hour": t.max_per_hour},
+            "status": status.object(t.ttl),
+        }))
+    }
+
+    /// Gives every trigger with a `ttl` its creation time (the first time this host saw it),
+    /// so its lifetime counts from there.
+    pub(crate) fn register_triggers(&self) -> crate::Result<()> {
+        let plan = self.plan();
+        for t in plan.triggers.values().filter(|t| t.ttl.is_some()) {
+            if self
+                .store()
+                .state::<FireStatus>(TRIGGER_STATE, &t.id())?
+                .is_none()
+            {
+                self.update_status(TRIGGER_STATE, &t.id(), |_| {})?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A fire that created no task.
+#[derive(Clone, Copy)]
+pub(crate) enum FireOutcome<'a> {
+    /// A bound dropped it.
+    Dropped,
+    /// It failed, for this reason.
+    Failed(&'a str),
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn bearer_source(tokens: &[(&str, &str)]) -> SourcePlan {
+        SourcePlan::Bearer(
+            tokens
+                .iter()
+                .map(|(subject, token)| TokenDigest {
+                    subject: (*subject).to_owned(),
+                    digest: Sha256::digest(token.as_bytes()).into(),
+                })
+                .collect(),
+        )
+    }
+
+    fn auth(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::AUTHORIZATION, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn bearer_source_names_the_subject_of_the_matching_token() {
+        let src = bearer_source(&[("svc:a", "token-a"), ("svc:b", "token-b")]);
+        assert_eq!(
+            src.authenticate(&auth("Bearer token-b"), b"{}").unwrap(),
+            Some("svc:b".to_owned())
+        );
+    }
+
+    #[test]
+    fn bearer_source_refuses_a_wrong_or_missing_token() {
+        let src = bearer_source(&[("svc:a", "token-a")]);
+        assert!(src.authenticate(&auth("Bearer token-"), b"{}").is_err());
+        assert!(src.authenticate(&auth("Basic token-a"), b"{}").is_err());
+        assert!(src.authenticate(&HeaderMap::new(), b"{}").is_err());
+    }
+}

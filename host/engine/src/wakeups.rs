@@ -1,0 +1,455 @@
+//! Self-scheduling (the triggers page, CONTRACT §5): the host tools `request_wakeup` and
+//! `cancel_wakeup` every agent has, and the wakeups they keep.
+//!
+//! A wakeup is persisted in the store before the tool answers (so it survives a crash) and
+//! fires as a user message in the *same* task, with `trigger.source = "self-schedule"` and its
+//! `schedule_id`, queued FIFO with every other input. Bounds: the first fire no further ahead
+//! than `policy.max_wakeup_horizon`, at most `policy.max_wakeups_per_task` pending per task,
+//! and a lifetime of `policy.trigger_ttl` (7 days by default): a wakeup still pending then
+//! fires one final time and deletes itself. Deleting a task deletes its wakeups; its user can
+//! list and revoke them over the API.
+
+use std::time::Duration;
+
+use agentmesh_store::event::{ContentPart, ToolSchema, TriggerEnvelope};
+use agentmesh_store::now_ms;
+use agentmesh_triggers::clock::rfc3339;
+use agentmesh_triggers::{Cron, Wakeup, When};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::call::CallEnd;
+use crate::task::{Status, TaskRecord};
+use crate::triggers::{
+    DEFAULT_MAX_WAKEUP_HORIZON, DEFAULT_MAX_WAKEUPS_PER_TASK, DEFAULT_TRIGGER_MAX_PER_HOUR,
+    DEFAULT_TRIGGER_TTL, TimerId,
+};
+use crate::{Engine, lock};
+
+/// The store namespace of wakeups.
+const WAKEUP_STATE: &str = "wakeup";
+
+/// A host tool every agent has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostTool {
+    /// `request_wakeup({when, prompt, reason})` → `{schedule_id}`.
+    RequestWakeup,
+    /// `cancel_wakeup({schedule_id})`.
+    CancelWakeup,
+}
+
+impl HostTool {
+    /// Both, in the order the LLM sees them.
+    pub const ALL: [HostTool; 2] = [HostTool::RequestWakeup, HostTool::CancelWakeup];
+
+    /// The function name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostTool::RequestWakeup => "request_wakeup",
+            HostTool::CancelWakeup => "cancel_wakeup",
+        }
+    }
+
+    /// The schema the LLM is given.
+    pub fn schema(self) -> ToolSchema {
+        match self {
+            HostTool::RequestWakeup => ToolSchema {
+                name: self.name().into(),
+                description: "Schedules a wakeup of this task: when it comes, `prompt` arrives as \
+                              a new user message in this conversation. Returns a schedule_id."
+                    .into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "when": {
+                            "type": "object",
+                            "description": "{\"kind\": \"delay_ms\", \"value\": 300000}, {\"kind\": \"cron\", \"value\": \"*/5 * * * *\"} (UTC) or {\"kind\": \"at\", \"value\": \"2026-06-01T12:00:00Z\"}",
+                            "properties": {
+                                "kind": {"type": "string", "enum": ["delay_ms", "cron", "at"]},
+                                "value": {"type": ["integer", "string"]}
+                            },
+                            "required": ["kind", "value"]
+                        },
+                        "prompt": {"type": "string", "description": "The message to receive when woken."},
+                        "reason": {"type": "string", "description": "Why, in a few words; shown to the user."}
+                    },
+                    "required": ["when", "prompt", "reason"]
+                }),
+            },
+            HostTool::CancelWakeup => ToolSchema {
+                name: self.name().into(),
+                description: "Cancels a wakeup this task requested.".into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {"schedule_id": {"type": "string"}},
+                    "required": ["schedule_id"]
+                }),
+            },
+        }
+    }
+}
+
+/// A pending wakeup, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WakeupRecord {
+    /// The `schedule_id`.
+    pub id: String,
+    /// The task it wakes.
+    pub task_id: String,
+    /// The task's user when it was requested.
+    pub owner: String,
+    /// The request's `when`, as `{kind, value}`.
+    pub when: Value,
+    /// For a recurring wakeup: its cron expression (UTC).
+    #[serde(default)]
+    pub cron: Option<String>,
+    /// The message it delivers.
+    pub prompt: String,
+    /// Why the agent asked.
+    pub reason: String,
+    /// Epoch ms.
+    pub created_ms: i64,
+    /// The next fire, epoch ms.
+    pub next_ms: i64,
+    /// The final fire, epoch ms (its TTL).
+    pub expires_ms: i64,
+    /// How often it has fired.
+    #[serde(default)]
+    pub fires: u64,
+}
+
+/// Decodes a `when`: the page's `{kind, value}` or the shorthand `{delay_ms: N}`,
+/// `{cron: "…"}`, `{at: "…"}`.
+fn decode_when(when: &Value) -> Result<When, String> {
+    let (kind, value) = match (when.get("kind").and_then(Value::as_str), when.get("value")) {
+        (Some(kind), Some(value)) => (kind, value),
+        _ => match when
+            .as_object()
+            .filter(|m| m.len() == 1)
+            .and_then(|m| m.iter().next())
+        {
+            Some((kind, value)) => (kind.as_str(), value),
+            None => {
+                return Err(
+                    "`when` must be {\"kind\": \"delay_ms\"|\"cron\"|\"at\", \"value\": …}".into(),
+                );
+            }
+        },
+    };
+    match kind {
+        "delay_ms" => value
+            .as_u64()
+            .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+            .map(When::DelayMs)
+            .ok_or_else(|| "`delay_ms` must be a whole number of milliseconds".to_owned()),
+        "cron" => value
+            .as_str()
+            .map(|s| When::Cron(s.to_owned()))
+            .ok_or_else(|| "`cron` must be a string such as \"*/5 * * * *\"".to_owned()),
+        "at" => value
+            .as_str()
+            .map(|s| When::At(s.to_owned()))
+            .ok_or_else(|| "`at` must be an RFC 3339 string".to_owned()),
+        other => Err(format!(
+            "unknown `when` kind `{other}`: use delay_ms, cron or at"
+        )),
+    }
+}
+
+fn when_value(when: &When) -> Value {
+    match when {
+        When::DelayMs(ms) => json!({"kind": "delay_ms", "value": ms}),
+        When::Cron(expr) => json!({"kind": "cron", "value": expr}),
+        When::At(at) => json!({"kind": "at", "value": at}),
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Runs host tool `tool` for task `record`.
+pub(crate) fn call(engine: &Engine, record: &TaskRecord, tool: HostTool, args: &Value) -> CallEnd {
+    let result = match tool {
+        HostTool::RequestWakeup => engine.request_wakeup(record, args),
+        HostTool::CancelWakeup => engine.cancel_wakeup(record, args),
+    };
+    match result {
+        Ok(Ok(v)) => CallEnd::Observation(v),
+        Ok(Err(message)) => CallEnd::Error(message),
+        Err(e) => CallEnd::Error(format!("the host could not do it: {e}")),
+    }
+}
+
+impl Engine {
+    /// `request_wakeup`: the outer error is the host's, the inner one the agent's.
+    fn request_wakeup(
+        &self,
+        record: &TaskRecord,
+        args: &Value,
+    ) -> crate::Result<Result<Value, String>> {
+        let Some(when) = args.get("when") else {
+            return Ok(Err("missing `when`".into()));
+        };
+        let when = match decode_when(when) {
+            Ok(w) => w,
+            Err(e) => return Ok(Err(e)),
+        };
+        let Some(prompt) = args.get("prompt").and_then(Value::as_str) else {
+            return Ok(Err("missing `prompt` (a string)".into()));
+        };
+        let reason = args
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let policy = self.plan().host.policy.clone();
+        let horizon = policy
+            .max_wakeup_horizon
+            .map_or(DEFAULT_MAX_WAKEUP_HORIZON, |d| d.0);
+        let max = policy
+            .max_wakeups_per_task
+            .unwrap_or(DEFAULT_MAX_WAKEUPS_PER_TASK);
+        let ttl = policy.trigger_ttl.map_or(DEFAULT_TRIGGER_TTL, |d| d.0);
+        let now = now_ms();
+        let wakeup = match Wakeup::request(&when, now, horizon) {
+            Ok(w) => w,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let _serial = lock(&self.inner.triggers.state);
+        let pending = self
+            .wakeups()?
+            .iter()
+            .filter(|w| w.task_id == record.id)
+            .count();
+        if pending >= usize::try_from(max).unwrap_or(usize::MAX) {
+            return Ok(Err(format!(
+                "this task already has {pending} pending wakeups, the most this host allows; cancel one first"
+            )));
+        }
+        let id = format!("wk_{:x}{:06x}", now, self.store().generate_id()?);
+        let expires_ms = now.saturating_add(millis(ttl));
+        let w = WakeupRecord {
+            id: id.clone(),
+            task_id: record.id.clone(),
+            owner: record.user.id.clone(),
+            when: when_value(&when),
+            cron: match &when {
+                When::Cron(expr) => Some(expr.clone()),
+                _ => None,
+            },
+            prompt: prompt.to_owned(),
+            reason: reason.to_owned(),
+            created_ms: now,
+            next_ms: wakeup.first_ms.min(expires_ms),
+            expires_ms,
+            fires: 0,
+        };
+        self.store().set_state(WAKEUP_STATE, &id, &w)?;
+        self.inner
+            .triggers
+            .timer
+            .arm(TimerId::Wakeup(id.clone()), w.next_ms);
+        tracing::info!(task.id = %record.id, schedule.id = %id, reason, "wakeup requested");
+        Ok(Ok(json!({
+            "schedule_id": id,
+            "next_trigger_at": rfc3339(w.next_ms),
+            "expires_at": rfc3339(expires_ms),
+        })))
+    }
+
+    /// `cancel_wakeup`: only a wakeup of this task.
+    fn cancel_wakeup(
+        &self,
+        record: &TaskRecord,
+        args: &Value,
+    ) -> crate::Result<Result<Value, String>> {
+        let Some(id) = args.get("schedule_id").and_then(Value::as_str) else {
+            return Ok(Err("missing `schedule_id` (a string)".into()));
+        };
+        match self.wakeup(id)? {
+            Some(w) if w.task_id == record.id => {
+                self.delete_wakeup(id)?;
+                Ok(Ok(json!({"cancelled": id})))
+            }
+            _ => Ok(Err(format!("this task has no pending wakeup `{id}`"))),
+        }
+    }
+
+    /// Every stored wakeup.
+    fn wakeups(&self) -> crate::Result<Vec<WakeupRecord>> {
+        Ok(self
+            .store()
+            .states::<WakeupRecord>(WAKEUP_STATE)?
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect())
+    }
+
+    /// Wakeup `id`.
+    pub(crate) fn wakeup(&self, id: &str) -> crate::Result<Option<WakeupRecord>> {
+        Ok(self.store().state(WAKEUP_STATE, id)?)
+    }
+
+    /// Deletes wakeup `id`; whether there was one.
+    pub(crate) fn delete_wakeup(&self, id: &str) -> crate::Result<bool> {
+        self.inner
+            .triggers
+            .timer
+            .disarm(&TimerId::Wakeup(id.to_owned()));
+        if self.wakeup(id)?.is_none() {
+            return Ok(false);
+        }
+        self.store().delete_state(WAKEUP_STATE, id)?;
+        Ok(true)
+    }
+
+    /// Deletes every wakeup of task `task` (the task is being deleted); returns how many.
+    pub(crate) fn delete_task_wakeups(&self, task: &str) -> crate::Result<usize> {
+        let mut n = 0;
+        for w in self.wakeups()?.iter().filter(|w| w.task_id == task) {
+            n += usize::from(self.delete_wakeup(&w.id)?);
+        }
+        Ok(n)
+    }
+
+    /// Arms every stored wakeup; one whose time passed while the host was down fires now,
+    /// once. Wakeups of tasks that are gone or terminated are deleted.
+    pub(crate) async fn arm_wakeups(&self) -> crate::Result<()> {
+        let now = now_ms();
+        for w in self.wakeups()? {
+            if self
+                .task(&w.task_id)
+                .is_ok_and(|t| t.status() != Status::Terminated)
+            {
+                self.inner
+                    .triggers
+                    .timer
+                    .arm(TimerId::Wakeup(w.id.clone()), w.next_ms.max(now));
+            } else {
+                self.delete_wakeup(&w.id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires wakeup `id`: a user message with the self-schedule envelope in its task, then its
+    /// next fire (a cron wakeup before its TTL) or its deletion.
+    pub(crate) async fn fire_wakeup(&self, id: &str) {
+        if let Err(e) = self.try_fire_wakeup(id) {
+            tracing::warn!(schedule.id = %id, "wakeup fire failed: {e}");
+        }
+    }
+
+    fn try_fire_wakeup(&self, id: &str) -> crate::Result<()> {
+        let Some(mut w) = self.wakeup(id)? else {
+            return Ok(());
+        };
+        let now = now_ms();
+        let alive = self
+            .task(&w.task_id)
+            .is_ok_and(|t| t.status() != Status::Terminated);
+        if !alive {
+            self.delete_wakeup(id)?;
+            return Ok(());
+        }
+        let max_per_hour = self
+            .plan()
+            .host
+            .policy
+            .trigger_max_per_hour
+            .unwrap_or(DEFAULT_TRIGGER_MAX_PER_HOUR);
+        match self.bound_fire(&format!("wakeup:{id}"), max_per_hour, &w.owner, now) {
+            Some(why) => tracing::info!(task.id = %w.task_id, schedule.id = %id, "{why}"),
+            None => {
+                let envelope = TriggerEnvelope {
+                    source: "self-schedule".into(),
+                    fired_at: now,
+                    schedule_id: Some(id.to_owned()),
+                    ..TriggerEnvelope::default()
+                };
+                let io = json!({"message": [ContentPart::text(w.prompt.clone())]});
+                self.enqueue(&w.task_id, io, Some(envelope))?;
+                self.kick(&w.task_id);
+            }
+        }
+        let last = now >= w.expires_ms;
+        let next = w
+            .cron
+            .as_deref()
+            .filter(|_| !last)
+            .and_then(|expr| Cron::new(expr, chrono_tz::Tz::UTC).ok())
+            .and_then(|cron| cron.next_after(now));
+        match next {
+            Some(next) => {
+                w.fires += 1;
+                w.next_ms = next.min(w.expires_ms);
+                self.store().set_state(WAKEUP_STATE, id, &w)?;
+                self.inner
+                    .triggers
+                    .timer
+                    .arm(TimerId::Wakeup(id.to_owned()), w.next_ms);
+            }
+            None => {
+                if last {
+                    tracing::info!(schedule.id = %id, "wakeup fired its final time: its ttl has passed");
+                }
+                self.delete_wakeup(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pending wakeups (of task `task`, or of tasks `owner` owns) for the API.
+    pub(crate) fn wakeup_objects(
+        &self,
+        task: Option<&str>,
+        owner: Option<&str>,
+    ) -> crate::Result<Vec<Value>> {
+        let mut wakeups: Vec<WakeupRecord> = self
+            .wakeups()?
+            .into_iter()
+            .filter(|w| task.is_none_or(|t| w.task_id == t))
+            .filter(|w| owner.is_none_or(|o| w.owner == o))
+            .collect();
+        wakeups.sort_by_key(|w| (w.created_ms, w.id.clone()));
+        Ok(wakeups
+            .into_iter()
+            .map(|w| {
+                json!({
+                    "id": w.id,
+                    "kind": "wakeup",
+                    "task_id": w.task_id,
+                    "owner": w.owner,
+                    "when": w.when,
+                    "prompt": w.prompt,
+                    "reason": w.reason,
+                    "created_at": rfc3339(w.created_ms),
+                    "next_trigger_at": rfc3339(w.next_ms),
+                    "expires_at": rfc3339(w.expires_ms),
+                    "fires": w.fires,
+                })
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn when_takes_the_pages_shape_and_the_shorthand() {
+        assert_eq!(
+            decode_when(&json!({"kind": "delay_ms", "value": 2000})).unwrap(),
+            When::DelayMs(2000)
+        );
+        assert_eq!(
+            decode_when(&json!({"cron": "*/5 * * * *"})).unwrap(),
+            When::Cron("*/5 * * * *".into())
+        );
+        assert!(decode_when(&json!({"kind": "soon", "value": 1})).is_err());
+        assert!(decode_when(&json!({})).is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! One FIFO per task: human input, webhook events and wakeups arriving in any interleaving,
+//! while turns run, are processed one turn at a time in `queued_at` order.
+
+use std::time::Duration;
+
+use agentmesh_store::event::{EventKind, EventSource, TriggerEnvelope};
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::util::harness;
+
+const AGENT: &str = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Answers.
+prompt: Answer.
+model: scripted/script.yaml
+";
+
+/// Who sends an input.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    Human,
+    Webhook,
+    Wakeup,
+}
+
+fn origin() -> impl Strategy<Value = Origin> {
+    prop_oneof![
+        Just(Origin::Human),
+        Just(Origin::Webhook),
+        Just(Origin::Wakeup)
+    ]
+}
+
+fn envelope(origin: Origin, n: usize) -> Option<TriggerEnvelope> {
+    let now = agentmesh_store::now_ms();
+    match origin {
+        Origin::Human => None,
+        Origin::Webhook => Some(TriggerEnvelope {
+            source: "webhook".into(),
+            fired_at: now,
+            delivery_id: Some(format!("d-{n}")),
+            ..TriggerEnvelope::default()
+        }),
+        Origin::Wakeup => Some(TriggerEnvelope {
+            source: "self-schedule".into(),
+            fired_at: now,
+            schedule_id: Some(format!("wk_{n}")),
+            ..TriggerEnvelope::default()
+        }),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn interleaved_inputs_run_one_turn_at_a_time_in_queued_at_order(
+        inputs in prop::collection::vec((origin(), 0u64..3), 1..12)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let h = harness(AGENT, "responses:\n  - text: first\n");
+            let task = h
+                .engine
+                .create_task(agentmesh_engine::NewTask {
+                    agent: "t/a".into(),
+                    input: None,
+                    user: agentmesh_engine::UserRef { id: "user:alice".into(), email: None },
+                })
+                .await
+                .unwrap();
+            // Inputs arrive while earlier ones run: each is queued and the runner kicked.
+            for (n, (origin, pause_ms)) in inputs.iter().enumerate() {
+                h.engine
+                    .submit(&task.id, &json!({"message": format!("m{n}")}), envelope(*origin, n))
+                    .unwrap();
+                h.engine.kick(&task.id);
+                tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
+            }
+            for _ in 0..400 {
+                if !h.engine.is_busy(&task.id) && h.engine.store().queue_depth(&task.id) == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let events = h.engine.events(&task.id, 0).unwrap();
+            let mut texts = Vec::new();
+            let mut queued = Vec::new();
+            let mut status = "idle".to_owned();
+            for e in &events {
+                match &e.kind {
+                    EventKind::MessageEvent { content, metadata } if e.source == EventSource::User => {
+                        // A turn starts only when the previous one has ended.
+                        assert_eq!(status, "idle", "a turn started while another ran");
+                        let text = content[0].text.clone().unwrap_or_default();
+                        let n: usize = text[1..].parse().unwrap();
+                        texts.push(text);
+                        let meta = metadata.as_ref().unwrap();
+                        queued.push(meta.queued_at.unwrap());
+                        assert_eq!(
+                            meta.trigger.as_ref().map(|t| t.source.as_str()),
+                            envelope(inputs[n].0, n).map(|t| t.source).as_deref(),
+                        );
+                    }
+                    EventKind::ConversationStateUpdateEvent { key, value } if key == "status" => {
+                        status = value.as_str().unwrap().to_owned();
+                    }
+                    _ => {}
+                }
+            }
+            let expected: Vec<String> = (0..inputs.len()).map(|n| format!("m{n}")).collect();
+            assert_eq!(texts, expected, "every input, in arrival order");
+            assert!(queued.windows(2).all(|w| w[0] <= w[1]), "in queued_at order: {queued:?}");
+        });
+    }
+}

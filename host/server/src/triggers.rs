@@ -1,0 +1,178 @@
+//! Triggers and schedules over HTTP (CONTRACT §3):
+//!
+//! - `POST /v1/webhooks/sources/{source}`: a delivery for the triggers of a host config
+//!   source — 202 accepted (`tasks`: the new task ids) · 200 duplicate delivery · 401 bad or
+//!   missing signature or token · 400 not JSON · 413 too large · 404 unknown source;
+//! - `POST /v1/triggers/{namespace}/{name}/fire`: 202 `{task_id}` · 401 · 429 throttled
+//!   (dropped and recorded) · 404 · 409 disabled, expired or refused by `source.before`;
+//! - `GET /v1/triggers`, `GET /v1/triggers/{namespace}/{name}`: triggers with their
+//!   read-only status;
+//! - `GET /v1/schedules[?task=ID]`, `DELETE /v1/schedules/{id}`: schedules and self-scheduled
+//!   wakeups with `next_trigger_at`; delete revokes.
+//!
+//! The reading and revoking routes use the task API's tokens and roles: an `agent_user` sees
+//! only the triggers and schedules it owns and the wakeups of its own tasks.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use agentmesh_engine::{FireError, SourceDelivery};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::Role;
+use crate::error::{ApiError, ApiResult, Body};
+use crate::metrics::Metrics;
+
+/// `POST /v1/webhooks/sources/{source}`.
+pub async fn source(
+    State(state): State<Arc<AppState>>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Result<Body, ApiError>,
+) -> ApiResult<Response> {
+    let metrics = &state.metrics;
+    let Body(body) = body.inspect_err(|_| Metrics::inc(&metrics.webhooks_rejected))?;
+    match state
+        .engine()
+        .deliver_source_webhook(&source, &headers, &body)
+        .await
+    {
+        Ok(SourceDelivery::Accepted { tasks, dropped }) => {
+            Metrics::inc(&metrics.webhooks_accepted);
+            if tasks.is_empty() && dropped == 0 {
+                Metrics::inc(&metrics.webhooks_unmatched);
+            }
+            metrics
+                .trigger_fires
+                .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            metrics
+                .trigger_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"status": "accepted", "tasks": tasks, "dropped": dropped})),
+            )
+                .into_response())
+        }
+        Ok(SourceDelivery::Duplicate) => {
+            Metrics::inc(&metrics.webhooks_duplicate);
+            Ok((StatusCode::OK, Json(json!({"status": "duplicate"}))).into_response())
+        }
+        Err(e) => Err(crate::webhooks::refused(metrics, e, &source)),
+    }
+}
+
+/// `POST /v1/triggers/{namespace}/{name}/fire`.
+pub async fn fire(
+    State(state): State<Arc<AppState>>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    let id = format!("{namespace}/{name}");
+    let metrics = &state.metrics;
+    match state.engine().fire_trigger(&id, &headers, &body).await {
+        Ok(task_id) => {
+            Metrics::inc(&metrics.trigger_fires);
+            Ok((StatusCode::ACCEPTED, Json(json!({"task_id": task_id}))).into_response())
+        }
+        Err(FireError::Duplicate) => {
+            Ok((StatusCode::OK, Json(json!({"status": "duplicate"}))).into_response())
+        }
+        Err(FireError::NotFound(id)) => Err(ApiError::not_found(format!("no trigger `{id}`"))),
+        Err(FireError::Unauthorized(why)) => {
+            tracing::info!(trigger.id = %id, "API fire refused: {why}");
+            Err(ApiError::unauthorized(why))
+        }
+        Err(FireError::Throttled(why)) => {
+            Metrics::inc(&metrics.trigger_dropped);
+            Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled",
+                why,
+            ))
+        }
+        Err(FireError::Refused(why)) => Err(ApiError::new(StatusCode::CONFLICT, "refused", why)),
+        Err(FireError::BadRequest(why)) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            why,
+        )),
+        Err(FireError::Engine(e)) => Err(e.into()),
+    }
+}
+
+/// `GET /v1/triggers`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    let caller = state.auth.caller(&headers)?;
+    let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
+    let triggers = state.engine().trigger_objects(owner)?;
+    Ok(Json(json!({ "triggers": triggers })))
+}
+
+/// `GET /v1/triggers/{namespace}/{name}`.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((namespace, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let caller = state.auth.caller(&headers)?;
+    let id = format!("{namespace}/{name}");
+    let (owner, trigger) = state.engine().trigger_object(&id)?;
+    if !caller.may_see(&owner) {
+        return Err(ApiError::not_found(format!("not found: trigger `{id}`")));
+    }
+    Ok(Json(trigger))
+}
+
+/// `GET /v1/schedules` query.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulesQuery {
+    task: Option<String>,
+}
+
+/// `GET /v1/schedules[?task=ID]`.
+pub async fn schedules(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<SchedulesQuery>,
+) -> ApiResult<Json<Value>> {
+    let caller = state.auth.caller(&headers)?;
+    let engine = state.engine();
+    if let Some(task) = &q.task {
+        let record = engine.task(task)?;
+        if !caller.may_see(&record.user.id) {
+            return Err(ApiError::not_found(format!("not found: task `{task}`")));
+        }
+    }
+    let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
+    let schedules = engine.schedule_objects(q.task.as_deref(), owner)?;
+    Ok(Json(json!({ "schedules": schedules })))
+}
+
+/// `DELETE /v1/schedules/{id}` (a schedule's id is `namespace/name`, a wakeup's `wk_…`).
+pub async fn revoke(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let caller = state.auth.caller(&headers)?;
+    caller.require_write()?;
+    let engine = state.engine();
+    let owner = engine.schedule_owner(&id)?;
+    if !caller.may_see(&owner) {
+        return Err(ApiError::not_found(format!("not found: schedule `{id}`")));
+    }
+    engine.revoke_schedule(&id)?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,554 @@
+//! Triggers, schedules and self-scheduled wakeups over real HTTP: cold starts from a GitHub
+//! source and the API, dedupe, throttling, interval schedules that do not wait for earlier
+//! tasks, wakeups (and their cancellation, TTL and survival of a SIGKILL).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentmesh_routing::signature::sign_github;
+use serde_json::{Value, json};
+
+use crate::server::{Response, Server, wait_for};
+use crate::webhooks::fixture;
+
+const SECRET: &str = "e2e trigger secret";
+const OPS_TOKEN: &str = "e2e ops token";
+
+fn env() -> [(&'static str, &'static str); 2] {
+    [("E2E_TRIGGER_SECRET", SECRET), ("E2E_OPS_TOKEN", OPS_TOKEN)]
+}
+
+/// A config dir: sources `github` and `ops` (bearer), agents `lab/triage` (answers at once),
+/// `lab/slow` (waits in a review nobody answers) and `lab/sleeper` (requests two wakeups),
+/// plus `extra` manifests and host `policy` lines.
+fn config(dir: &Path, policy: &str, extra: &str) {
+    std::fs::write(
+        dir.join("host.yaml"),
+        format!(
+            "kind: agentmesh/v1/host
+sources:
+  github: {{signature: github, secret: {{env: E2E_TRIGGER_SECRET}}}}
+  ops: {{signature: bearer, tokens: [{{subject: \"svc:deployer\", env: E2E_OPS_TOKEN}}]}}
+{policy}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("agents.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: echo
+description: Echoes.
+actions:
+  - name: say
+    description: Say it.
+    parameters: {{type: object, properties: {{text: {{type: string}}}}}}
+    execute:
+      cel: {{expression: \"{{'said': input.text}}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: triage
+description: Triages.
+prompt: Triage.
+model: scripted/triage.yaml
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: slow
+description: Asks before echoing.
+prompt: Echo.
+model: scripted/slow.yaml
+capabilities:
+  echo:
+    before:
+      - assert: \"review('user:ops')\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: sleeper
+description: Sleeps.
+prompt: Sleep.
+model: scripted/sleeper.yaml
+---
+{extra}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("triage.yaml"), "responses:\n  - text: Triaged.\n").unwrap();
+    std::fs::write(
+        dir.join("slow.yaml"),
+        "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("sleeper.yaml"),
+        "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 2000}, prompt: Wake up A, reason: check}}
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 2500}, prompt: Wake up B, reason: check}}
+  - text: Sleeping.
+",
+    )
+    .unwrap();
+}
+
+const TRIGGERS: &str = "kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: new-issues
+agent: triage
+owner: user:bot@example.com
+source:
+  type: github
+  before:
+    - assert: \"event.payload.action == 'opened'\"
+message: \"New issue: {event.payload.issue.title}\"
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: public-repos
+agent: triage
+owner: user:bot@example.com
+source:
+  type: github
+  before:
+    - assert: \"!event.payload.repository.private\"
+message: \"Activity in {event.payload.repository.full_name}\"
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: closed-issues
+agent: triage
+owner: user:bot@example.com
+source:
+  type: github
+  before:
+    - assert: \"event.payload.action == 'closed'\"
+message: Closed.
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: deploy
+agent: triage
+owner: user:ops@example.com
+source: {type: ops}
+message: \"Deployed {event.payload.version}\"
+throttle: {max_per_hour: 2}
+";
+
+fn deliver(server: &Server, delivery: &str, body: &[u8], secret: &str) -> Response {
+    server
+        .request("POST", "/v1/webhooks/sources/github")
+        .header("Content-Type", "application/json")
+        .header("X-GitHub-Event", "issues")
+        .header("X-GitHub-Delivery", delivery)
+        .header("X-Hub-Signature-256", &sign_github(secret, body))
+        .body(body.to_vec())
+        .send()
+}
+
+fn tasks(server: &Server, agent: &str) -> Vec<Value> {
+    let r = server
+        .request("GET", &format!("/v1/tasks?agent={agent}"))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["tasks"].as_array().unwrap().clone()
+}
+
+fn events(server: &Server, task: &str) -> Vec<Value> {
+    let r = server
+        .request("GET", &format!("/v1/tasks/{task}/events"))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["events"].as_array().unwrap().clone()
+}
+
+/// The user messages of a task: (text, metadata.trigger).
+fn user_messages(server: &Server, task: &str) -> Vec<(String, Value)> {
+    events(server, task)
+        .into_iter()
+        .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "user")
+        .map(|e| {
+            (
+                e["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["metadata"]["trigger"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn schedules(server: &Server, query: &str) -> Vec<Value> {
+    let r = server
+        .request("GET", &format!("/v1/schedules{query}"))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["schedules"].as_array().unwrap().clone()
+}
+
+fn fire(server: &Server, trigger: &str, token: &str, body: &Value) -> Response {
+    server
+        .request("POST", &format!("/v1/triggers/{trigger}/fire"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .json(body)
+        .send()
+}
+
+#[test]
+fn github_issue_cold_starts_one_task_per_matching_trigger_and_redelivery_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", TRIGGERS);
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let body = fixture("issues.opened.json");
+
+    let r = deliver(&server, "d-1", &body, "wrong secret");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(tasks(&server, "lab/triage").is_empty());
+
+    let r = deliver(&server, "d-1", &body, SECRET);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let created = r.json()["tasks"].as_array().unwrap().clone();
+    // new-issues and public-repos pass; closed-issues' `source.before` fails.
+    assert_eq!(created.len(), 2, "{created:?}");
+
+    let mut texts = Vec::new();
+    for task in tasks(&server, "lab/triage") {
+        assert_eq!(task["owner"], "user:bot@example.com", "runs as the owner");
+        let id = task["id"].as_str().unwrap();
+        let messages = wait_for(Duration::from_secs(10), || {
+            let m = user_messages(&server, id);
+            (!m.is_empty()).then_some(m)
+        })
+        .expect("the trigger's message is processed");
+        let (text, trigger) = &messages[0];
+        assert_eq!(trigger["source"], "webhook");
+        assert_eq!(trigger["delivery_id"], "d-1");
+        assert!(trigger["fired_at"].as_i64().is_some());
+        texts.push(text.clone());
+    }
+    texts.sort();
+    assert_eq!(
+        texts,
+        [
+            "Activity in Codertocat/Hello-World",
+            "New issue: Spelling error in the README file"
+        ]
+    );
+
+    let r = deliver(&server, "d-1", &body, SECRET);
+    assert_eq!(r.status, 200, "a redelivery is a duplicate: {}", r.text());
+    assert_eq!(tasks(&server, "lab/triage").len(), 2, "and creates nothing");
+
+    let status = server
+        .request("GET", "/v1/triggers/lab/new-issues")
+        .send()
+        .json();
+    assert_eq!(status["status"]["total_triggers"], 1);
+    assert!(created.contains(&status["status"]["last_task_id"]));
+    assert!(status["status"]["last_triggered_at"].is_string());
+    let closed = server
+        .request("GET", "/v1/triggers/lab/closed-issues")
+        .send()
+        .json();
+    assert_eq!(closed["status"]["total_triggers"], 0);
+    let all = server.request("GET", "/v1/triggers").send().json();
+    assert_eq!(all["triggers"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn api_fire_needs_the_sources_token_and_drops_fires_over_the_hourly_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", TRIGGERS);
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+
+    let r = fire(
+        &server,
+        "lab/deploy",
+        "not the token",
+        &json!({"version": "1.0"}),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = fire(&server, "lab/new-issues", OPS_TOKEN, &json!({}));
+    assert_eq!(
+        r.status, 401,
+        "a github-source trigger is not fired over the API"
+    );
+    assert!(
+        tasks(&server, "lab/triage").is_empty(),
+        "a refused fire creates nothing"
+    );
+
+    let r = fire(&server, "lab/deploy", OPS_TOKEN, &json!({"version": "1.0"}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let task = r.json()["task_id"].as_str().unwrap().to_owned();
+    let messages = wait_for(Duration::from_secs(10), || {
+        let m = user_messages(&server, &task);
+        (!m.is_empty()).then_some(m)
+    })
+    .unwrap();
+    assert_eq!(messages[0].0, "Deployed 1.0");
+    assert_eq!(messages[0].1["source"], "api");
+    assert_eq!(messages[0].1["auth_subject"], "svc:deployer");
+    let record = server
+        .request("GET", &format!("/v1/tasks/{task}"))
+        .send()
+        .json();
+    assert_eq!(record["owner"], "user:ops@example.com");
+
+    assert_eq!(
+        fire(&server, "lab/deploy", OPS_TOKEN, &json!({"version": "1.1"})).status,
+        202
+    );
+    let r = fire(&server, "lab/deploy", OPS_TOKEN, &json!({"version": "1.2"}));
+    assert_eq!(
+        r.status,
+        429,
+        "the third fire in an hour is over the cap: {}",
+        r.text()
+    );
+    assert_eq!(
+        tasks(&server, "lab/triage").len(),
+        2,
+        "a dropped fire is never queued"
+    );
+    let status = server
+        .request("GET", "/v1/triggers/lab/deploy")
+        .send()
+        .json();
+    assert_eq!(status["status"]["total_triggers"], 2);
+    assert_eq!(status["status"]["dropped"], 1, "the drop is recorded");
+}
+
+#[test]
+fn interval_schedule_creates_a_task_every_tick_while_earlier_ones_still_run() {
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        "",
+        "kind: commonagents.info/v1/schedule
+namespace: lab
+name: tick
+agent: slow
+owner: user:ops@example.com
+interval: 2s
+inputs:
+  message: Tick.
+",
+    );
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let all = wait_for(Duration::from_secs(12), || {
+        let t = tasks(&server, "lab/slow");
+        (t.len() >= 3).then_some(t)
+    })
+    .expect("three ticks within 12 s");
+    // The first tick's task still waits in its review: the later ticks did not wait for it.
+    let mut fired: Vec<i64> = Vec::new();
+    for task in &all {
+        let id = task["id"].as_str().unwrap();
+        let (_, trigger) = wait_for(Duration::from_secs(5), || {
+            user_messages(&server, id).into_iter().next()
+        })
+        .unwrap();
+        assert_eq!(trigger["source"], "schedule");
+        assert_eq!(trigger["schedule_id"], "lab/tick");
+        fired.push(trigger["fired_at"].as_i64().unwrap());
+    }
+    fired.sort_unstable();
+    let first = fired[0];
+    let first_task = all
+        .iter()
+        .find(|t| {
+            user_messages(&server, t["id"].as_str().unwrap())
+                .first()
+                .is_some_and(|(_, tr)| tr["fired_at"] == first)
+        })
+        .unwrap();
+    let first_now = server
+        .request(
+            "GET",
+            &format!("/v1/tasks/{}", first_task["id"].as_str().unwrap()),
+        )
+        .send()
+        .json();
+    assert_eq!(
+        first_now["status"], "waiting",
+        "the earliest task is still in its turn"
+    );
+    for pair in fired.windows(2).take(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (1_500..=2_700).contains(&gap),
+            "ticks 2 s apart, got {gap} ms"
+        );
+    }
+    let listed = schedules(&server, "");
+    let tick = listed.iter().find(|s| s["id"] == "lab/tick").unwrap();
+    assert!(tick["next_trigger_at"].is_string());
+    assert!(tick["status"]["total_triggers"].as_u64().unwrap() >= 3);
+}
+
+/// Creates a `lab/sleeper` task (it requests wakeups A in 2 s and B in 2.5 s) and waits until
+/// its first turn is done.
+fn sleeper(server: &Server) -> String {
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": "lab/sleeper", "input": {"message": "Sleep."}}))
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(10), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        (t["status"] == "idle" && t["output"].as_array().is_some_and(|o| !o.is_empty()))
+            .then_some(())
+    })
+    .expect("the first turn finishes");
+    id
+}
+
+fn wakeup_messages(server: &Server, task: &str) -> Vec<(String, Value)> {
+    user_messages(server, task)
+        .into_iter()
+        .filter(|(_, t)| t["source"] == "self-schedule")
+        .collect()
+}
+
+#[test]
+fn wakeup_arrives_in_the_same_task_and_a_cancelled_one_never_does() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", "");
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let task = sleeper(&server);
+    let pending = schedules(&server, &format!("?task={task}"));
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    let b = pending.iter().find(|w| w["prompt"] == "Wake up B").unwrap();
+    let b_id = b["id"].as_str().unwrap();
+    let r = server
+        .request("DELETE", &format!("/v1/schedules/{b_id}"))
+        .send();
+    assert_eq!(r.status, 204, "{}", r.text());
+
+    let woken = wait_for(Duration::from_secs(8), || {
+        let w = wakeup_messages(&server, &task);
+        (!w.is_empty()).then_some(w)
+    })
+    .expect("wakeup A arrives");
+    assert_eq!(woken[0].0, "Wake up A");
+    let a_id = pending.iter().find(|w| w["prompt"] == "Wake up A").unwrap()["id"].clone();
+    assert_eq!(woken[0].1["schedule_id"], a_id);
+    std::thread::sleep(Duration::from_secs(2));
+    let all = wakeup_messages(&server, &task);
+    assert_eq!(all.len(), 1, "the cancelled wakeup never fires: {all:?}");
+    assert!(schedules(&server, &format!("?task={task}")).is_empty());
+}
+
+#[test]
+fn self_schedule_past_its_ttl_fires_once_more_and_disappears() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "policy: {trigger_ttl: 3s}\n", "");
+    std::fs::write(
+        dir.path().join("sleeper.yaml"),
+        "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 600000}, prompt: Much later, reason: ttl}}
+  - text: Sleeping.
+",
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let started = Instant::now();
+    let task = sleeper(&server);
+    let pending = schedules(&server, &format!("?task={task}"));
+    assert_eq!(pending.len(), 1);
+    let woken = wait_for(Duration::from_secs(10), || {
+        let w = wakeup_messages(&server, &task);
+        (!w.is_empty()).then_some(w)
+    })
+    .expect("the wakeup fires its final time at its TTL");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(woken[0].0, "Much later");
+    assert!(
+        schedules(&server, &format!("?task={task}")).is_empty(),
+        "and deletes itself"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(wakeup_messages(&server, &task).len(), 1);
+}
+
+#[test]
+fn schedules_and_pending_wakeups_survive_sigkill_and_fire_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = agentmesh_triggers::clock::rfc3339(agentmesh_triggers::clock::now_ms() + 6_000);
+    config(
+        dir.path(),
+        "",
+        &format!(
+            "kind: commonagents.info/v1/schedule
+namespace: lab
+name: once
+agent: triage
+owner: user:ops@example.com
+at: \"{at}\"
+inputs:
+  message: Once.
+"
+        ),
+    );
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, &env());
+    let task = sleeper(&server);
+    assert_eq!(schedules(&server, &format!("?task={task}")).len(), 2);
+    assert!(tasks(&server, "lab/triage").is_empty());
+    server.kill();
+
+    // Down past both wakeups and the schedule's `at`.
+    std::thread::sleep(Duration::from_secs(7));
+    let server = Server::start(dir.path(), &data, &env());
+    let woken = wait_for(Duration::from_secs(10), || {
+        let w = wakeup_messages(&server, &task);
+        (w.len() == 2).then_some(w)
+    })
+    .expect("both pending wakeups fire after the restart");
+    let mut prompts: Vec<&str> = woken.iter().map(|(t, _)| t.as_str()).collect();
+    prompts.sort_unstable();
+    assert_eq!(prompts, ["Wake up A", "Wake up B"]);
+    let scheduled = wait_for(Duration::from_secs(10), || {
+        let t = tasks(&server, "lab/triage");
+        (!t.is_empty()).then_some(t)
+    })
+    .expect("the missed `at` tick fires at start");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(scheduled.len(), 1);
+    assert_eq!(
+        tasks(&server, "lab/triage").len(),
+        1,
+        "the missed tick fires once"
+    );
+    assert_eq!(
+        wakeup_messages(&server, &task).len(),
+        2,
+        "each wakeup fires once"
+    );
+    assert!(schedules(&server, &format!("?task={task}")).is_empty());
+}
+
+#[test]
+fn deleting_a_task_deletes_its_wakeups() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", "");
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let task = sleeper(&server);
+    assert_eq!(schedules(&server, &format!("?task={task}")).len(), 2);
+    let r = server
+        .request("DELETE", &format!("/v1/tasks/{task}"))
+        .send();
+    assert_eq!(r.status, 204);
+    assert!(schedules(&server, "").is_empty());
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(wakeup_messages(&server, &task).is_empty());
+}
