@@ -141,26 +141,24 @@ pub(crate) async fn run(
     let output = match result {
         ActionResult::Ok(v) => v,
         ActionResult::Recoverable(e) => {
-            stats(
+            return Ok(errored(
                 record,
                 &call.name,
-                Outcome::Errored,
                 input,
-                json!({"error": e}),
+                e,
                 child.as_deref(),
-            );
-            return Ok(CallEnd::Error(e));
+                CallEnd::Error,
+            ));
         }
         ActionResult::Fatal(e) => {
-            stats(
+            return Ok(errored(
                 record,
                 &call.name,
-                Outcome::Errored,
                 input,
-                json!({"error": e}),
+                e,
                 child.as_deref(),
-            );
-            return Ok(CallEnd::Fatal(e));
+                CallEnd::Fatal,
+            ));
         }
     };
     vars.output = Some(output.clone());
@@ -209,6 +207,26 @@ pub(crate) async fn run(
             Ok(CallEnd::Locked(reason))
         }
     }
+}
+
+/// Records a failed call and ends it as `end` says (an error for the LLM, or fatal).
+fn errored(
+    record: &mut TaskRecord,
+    name: &str,
+    input: Value,
+    error: String,
+    child: Option<&str>,
+    end: fn(String) -> CallEnd,
+) -> CallEnd {
+    stats(
+        record,
+        name,
+        Outcome::Errored,
+        input,
+        json!({"error": error}),
+        child,
+    );
+    end(error)
 }
 
 fn stats(

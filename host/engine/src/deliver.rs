@@ -330,10 +330,15 @@ fn message_text(
     event_json: &Value,
     record: &crate::TaskRecord,
 ) -> String {
+    let mut needs = agentmesh_expr::Needs::default();
+    needs.add_template(&event.message, &["context", "c"]);
     let mut act = agentmesh_expr::Activation::new();
     act.set("event", event_json.clone())
-        .set_aliased("context", "c", record.context(agent))
         .set("now", json!(now_rfc3339()));
+    // Most messages read only the event: the context is built only for what they read.
+    if !needs.is_empty() {
+        act.set_aliased("context", "c", record.context_for(agent, &needs));
+    }
     event.message.render(&act).unwrap_or_else(|e| {
         format!(
             "{} (the message could not be rendered: {e})",

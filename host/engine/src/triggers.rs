@@ -23,15 +23,13 @@ use std::time::{Duration, SystemTime};
 use agentmesh_expr::{Activation, Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
-use agentmesh_routing::{safe_headers, signature};
+use agentmesh_routing::{BearerTokens, safe_headers, signature};
 use agentmesh_store::event::TriggerEnvelope;
 use agentmesh_store::{Delivery, now_ms, now_rfc3339};
 use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle, Timing};
 use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError};
 use crate::plan::{compile, resolve_env, template};
@@ -65,14 +63,7 @@ pub enum SourcePlan {
         secret: String,
     },
     /// `Authorization: Bearer <token>`: the accepted tokens, as SHA-256 digests only.
-    Bearer(Vec<TokenDigest>),
-}
-
-/// One accepted bearer token: who it is and the SHA-256 of its value.
-pub struct TokenDigest {
-    /// Recorded as the fire's `auth_subject`.
-    pub subject: String,
-    digest: [u8; 32],
+    Bearer(BearerTokens<String>),
 }
 
 impl SourcePlan {
@@ -96,33 +87,15 @@ impl SourcePlan {
                 };
                 checked.map(|()| None).map_err(|e| e.to_string())
             }
-            SourcePlan::Bearer(tokens) => {
-                let presented = bearer(headers).ok_or("missing `Authorization: Bearer <token>`")?;
-                let presented = Sha256::digest(presented.as_bytes());
-                // Every digest is compared, in constant time, so timing tells nothing about
-                // which token (or whether any) is close.
-                let mut found = None;
-                for t in tokens {
-                    if bool::from(t.digest[..].ct_eq(&presented[..])) {
-                        found = Some(t.subject.clone());
-                    }
+            SourcePlan::Bearer(tokens) => match tokens.find(headers) {
+                Ok(subject) => Ok(Some(subject.clone())),
+                Err(agentmesh_routing::Error::UnknownToken) => {
+                    Err("the bearer token is not valid for this source".to_owned())
                 }
-                found
-                    .map(Some)
-                    .ok_or_else(|| "the bearer token is not valid for this source".to_owned())
-            }
+                Err(_) => Err("missing `Authorization: Bearer <token>`".to_owned()),
+            },
         }
     }
-}
-
-/// The token of an `Authorization: Bearer …` header.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }
 
 /// Compiles source `name`; its secret or tokens are read now (a missing variable names it).
@@ -159,12 +132,9 @@ pub(crate) fn source_plan(
                         t.subject, t.env
                     ))
                 })?;
-                tokens.push(TokenDigest {
-                    subject: t.subject.clone(),
-                    digest: Sha256::digest(value.as_bytes()).into(),
-                });
+                tokens.push((t.subject.clone(), value));
             }
-            Ok(SourcePlan::Bearer(tokens))
+            Ok(SourcePlan::Bearer(BearerTokens::new(tokens)))
         }
     }
 }
@@ -1004,15 +974,11 @@ mod tests {
     use super::*;
 
     fn bearer_source(tokens: &[(&str, &str)]) -> SourcePlan {
-        SourcePlan::Bearer(
+        SourcePlan::Bearer(BearerTokens::new(
             tokens
                 .iter()
-                .map(|(subject, token)| TokenDigest {
-                    subject: (*subject).to_owned(),
-                    digest: Sha256::digest(token.as_bytes()).into(),
-                })
-                .collect(),
-        )
+                .map(|(subject, token)| ((*subject).to_owned(), *token)),
+        ))
     }
 
     fn auth(value: &str) -> HeaderMap {

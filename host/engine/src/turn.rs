@@ -152,6 +152,29 @@ fn terminate(
     events.push(status_event("terminated"));
 }
 
+/// Terminates the task for exceeding `limit`, committing `events` (answers to calls that will
+/// not run) with the events saying why. Returns `true` (the task terminated).
+fn exceeded(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    limit: &str,
+    message: &str,
+    mut events: Events,
+) -> Result<bool> {
+    terminate(
+        record,
+        Reason::LimitExceeded,
+        Some(limit),
+        message,
+        &mut events,
+    );
+    engine
+        .inner
+        .store
+        .commit(&record.id.clone(), record, events)?;
+    Ok(true)
+}
+
 /// The first limit the task is past, if any (checked before an LLM call).
 fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static str, String)> {
     let l = &agent.limits;
@@ -210,16 +233,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
             return Ok(false);
         }
         if let Some((limit, message)) = limit_before_llm(agent, record) {
-            let mut events = Vec::new();
-            terminate(
-                record,
-                Reason::LimitExceeded,
-                Some(limit),
-                &message,
-                &mut events,
-            );
-            store.commit(&id, record, events)?;
-            return Ok(true);
+            return exceeded(engine, record, limit, &message, Vec::new());
         }
         let condensed = crate::condense::maybe_condense(engine, agent, record, &history).await?;
         history.extend(condensed);
@@ -259,16 +273,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
         record.history.push("llm".into());
         record.last_activity_ms = now_ms();
         if let Some((limit, message)) = tokens_exceeded(agent, record) {
-            let mut events = Vec::new();
-            terminate(
-                record,
-                Reason::LimitExceeded,
-                Some(limit),
-                &message,
-                &mut events,
-            );
-            store.commit(&id, record, events)?;
-            return Ok(true);
+            return exceeded(engine, record, limit, &message, Vec::new());
         }
         if response.tool_calls.is_empty() {
             return finish(engine, agent, record, response.text).await;
@@ -314,15 +319,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                     "{} capability calls reached the limit of {max}",
                     record.tool_calls
                 );
-                terminate(
-                    record,
-                    Reason::LimitExceeded,
-                    Some("max_tool_calls"),
-                    &message,
-                    &mut events,
-                );
-                store.commit(&id, record, events)?;
-                return Ok(true);
+                return exceeded(engine, record, "max_tool_calls", &message, events);
             }
             record.tool_calls += 1;
             let end = call::run(engine, agent, record, tool_call).await?;

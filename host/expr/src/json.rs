@@ -209,97 +209,110 @@ impl JsonMap {
     }
 }
 
-impl Val for JsonMap {
-    fn get_type(&self) -> &Type {
-        &MAP_TYPE
-    }
+/// The `Val`, `StaticVal` and `Indexer` impls of a deferred container: everything delegates to
+/// the converted CEL value (`$inner`), which is what the interpreter's downcasts must see.
+macro_rules! deferred_container {
+    ($ty:ident, $inner:ident, $type:ident, $builtin:ident $(, $extra:item)*) => {
+        impl Val for $ty {
+            fn get_type(&self) -> &Type {
+                &$type
+            }
 
-    fn cel_type() -> &'static Type {
-        &MAP_TYPE
-    }
+            fn cel_type() -> &'static Type {
+                &$type
+            }
 
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self.map())
-    }
+            $($extra)*
 
-    fn as_indexer<'b, 'w>(&'b self) -> Option<&'b (dyn Indexer + 'w)>
-    where
-        Self: 'w,
-    {
-        Some(self.map())
-    }
+            fn as_container(&self) -> Option<&dyn Container> {
+                Some(self.$inner())
+            }
 
-    fn into_indexer<'w>(self: Box<Self>) -> Option<Box<dyn Indexer + 'w>>
-    where
-        Self: 'w,
-    {
-        Some(self)
-    }
+            fn as_indexer<'b, 'w>(&'b self) -> Option<&'b (dyn Indexer + 'w)>
+            where
+                Self: 'w,
+            {
+                Some(self.$inner())
+            }
 
-    fn as_iterable<'b, 'w>(&'b self) -> Option<&'b (dyn Iterable + 'w)>
-    where
-        Self: 'w,
-    {
-        Some(self.map())
-    }
+            fn into_indexer<'w>(self: Box<Self>) -> Option<Box<dyn Indexer + 'w>>
+            where
+                Self: 'w,
+            {
+                Some(self)
+            }
 
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        Some(self.map())
-    }
+            fn as_iterable<'b, 'w>(&'b self) -> Option<&'b (dyn Iterable + 'w)>
+            where
+                Self: 'w,
+            {
+                Some(self.$inner())
+            }
 
-    fn as_zeroer(&self) -> Option<&dyn Zeroer> {
-        Some(self.map())
-    }
+            fn as_sizer(&self) -> Option<&dyn Sizer> {
+                Some(self.$inner())
+            }
 
-    fn equals(&self, other: &dyn Val) -> bool {
-        self.map().equals(other)
-    }
+            fn as_zeroer(&self) -> Option<&dyn Zeroer> {
+                Some(self.$inner())
+            }
 
-    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
-    where
-        Self: 'w,
-    {
-        Box::new(self.clone())
-    }
+            fn equals(&self, other: &dyn Val) -> bool {
+                self.$inner().equals(other)
+            }
 
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
+            fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
+            where
+                Self: 'w,
+            {
+                Box::new(self.clone())
+            }
 
-    fn as_builtin<'b, 'w>(&'b self) -> BuiltinRef<'b, 'w>
-    where
-        Self: 'w,
-    {
-        BuiltinRef::Map(self.map())
-    }
+            fn as_any(&self) -> Option<&dyn Any> {
+                Some(self)
+            }
 
-    fn into_builtin<'w>(self: Box<Self>) -> Option<Builtin<'w>>
-    where
-        Self: 'w,
-    {
-        Some(Builtin::Map(self.map().clone()))
-    }
+            fn as_builtin<'b, 'w>(&'b self) -> BuiltinRef<'b, 'w>
+            where
+                Self: 'w,
+            {
+                BuiltinRef::$builtin(self.$inner())
+            }
+
+            fn into_builtin<'w>(self: Box<Self>) -> Option<Builtin<'w>>
+            where
+                Self: 'w,
+            {
+                Some(Builtin::$builtin(self.$inner().clone()))
+            }
+        }
+
+        impl StaticVal for $ty {}
+
+        /// Indexing a wrapper the interpreter owns (`[x][0].k`) copies out the entry, not the
+        /// whole container.
+        impl Indexer for $ty {
+            fn get<'b, 'w>(&'b self, index: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
+            where
+                Self: 'w,
+            {
+                self.$inner().get(index)
+            }
+
+            fn steal<'w>(
+                self: Box<Self>,
+                index: &dyn Val,
+            ) -> Result<Box<dyn Val + 'w>, ExecutionError>
+            where
+                Self: 'w,
+            {
+                self.$inner().get(index).map(CowVal::into_owned)
+            }
+        }
+    };
 }
 
-impl StaticVal for JsonMap {}
-
-/// Indexing a wrapper the interpreter owns (`[x][0].k`) copies out the entry, not the whole
-/// container.
-impl Indexer for JsonMap {
-    fn get<'b, 'w>(&'b self, index: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
-    where
-        Self: 'w,
-    {
-        self.map().get(index)
-    }
-
-    fn steal<'w>(self: Box<Self>, index: &dyn Val) -> Result<Box<dyn Val + 'w>, ExecutionError>
-    where
-        Self: 'w,
-    {
-        self.map().get(index).map(CowVal::into_owned)
-    }
-}
+deferred_container!(JsonMap, map, MAP_TYPE, Map);
 
 /// A JSON array as a CEL list, converted on first use.
 #[derive(Debug, Clone)]
@@ -316,104 +329,18 @@ impl JsonList {
     }
 }
 
-impl Val for JsonList {
-    fn get_type(&self) -> &Type {
-        &LIST_TYPE
-    }
-
-    fn cel_type() -> &'static Type {
-        &LIST_TYPE
-    }
-
+deferred_container!(
+    JsonList,
+    list,
+    LIST_TYPE,
+    List,
     fn as_adder<'b, 'w>(&'b self) -> Option<&'b (dyn Adder + 'w)>
     where
         Self: 'w,
     {
         Some(self.list())
     }
-
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self.list())
-    }
-
-    fn as_indexer<'b, 'w>(&'b self) -> Option<&'b (dyn Indexer + 'w)>
-    where
-        Self: 'w,
-    {
-        Some(self.list())
-    }
-
-    fn into_indexer<'w>(self: Box<Self>) -> Option<Box<dyn Indexer + 'w>>
-    where
-        Self: 'w,
-    {
-        Some(self)
-    }
-
-    fn as_iterable<'b, 'w>(&'b self) -> Option<&'b (dyn Iterable + 'w)>
-    where
-        Self: 'w,
-    {
-        Some(self.list())
-    }
-
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        Some(self.list())
-    }
-
-    fn as_zeroer(&self) -> Option<&dyn Zeroer> {
-        Some(self.list())
-    }
-
-    fn equals(&self, other: &dyn Val) -> bool {
-        self.list().equals(other)
-    }
-
-    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
-    where
-        Self: 'w,
-    {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-
-    fn as_builtin<'b, 'w>(&'b self) -> BuiltinRef<'b, 'w>
-    where
-        Self: 'w,
-    {
-        BuiltinRef::List(self.list())
-    }
-
-    fn into_builtin<'w>(self: Box<Self>) -> Option<Builtin<'w>>
-    where
-        Self: 'w,
-    {
-        Some(Builtin::List(self.list().clone()))
-    }
-}
-
-impl StaticVal for JsonList {}
-
-/// Indexing a wrapper the interpreter owns (`[x][0].k`) copies out the entry, not the whole
-/// container.
-impl Indexer for JsonList {
-    fn get<'b, 'w>(&'b self, index: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
-    where
-        Self: 'w,
-    {
-        self.list().get(index)
-    }
-
-    fn steal<'w>(self: Box<Self>, index: &dyn Val) -> Result<Box<dyn Val + 'w>, ExecutionError>
-    where
-        Self: 'w,
-    {
-        self.list().get(index).map(CowVal::into_owned)
-    }
-}
+);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -55,4 +55,4 @@ pub use delivery::{delivery_id, safe_headers};
 pub use error::{Error, Result};
 pub use filter::{Event, Filter, MAX_COMBINATIONS};
 pub use index::SubscriptionIndex;
-pub use signature::Scheme;
+pub use signature::{BearerTokens, Scheme};

@@ -183,41 +183,88 @@ pub fn sign_standard_webhooks(
     Ok(format!("v1,{}", BASE64.encode(mac)))
 }
 
+/// Bearer tokens, kept only as SHA-256 digests, each with what it stands for (a subject, a
+/// caller with a role, …).
+#[derive(Clone)]
+pub struct BearerTokens<T> {
+    entries: Vec<(T, [u8; 32])>,
+}
+
+impl<T> Default for BearerTokens<T> {
+    fn default() -> Self {
+        BearerTokens {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for BearerTokens<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BearerTokens({} tokens)", self.entries.len())
+    }
+}
+
+impl<T> BearerTokens<T> {
+    /// Digests `tokens` (`(what it stands for, token)` pairs); the tokens are not kept.
+    pub fn new<S: AsRef<str>>(tokens: impl IntoIterator<Item = (T, S)>) -> Self {
+        BearerTokens {
+            entries: tokens
+                .into_iter()
+                .map(|(value, token)| (value, Sha256::digest(token.as_ref().as_bytes()).into()))
+                .collect(),
+        }
+    }
+
+    /// Whether there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// What the token in `Authorization: Bearer <token>` stands for. Every entry is compared,
+    /// in constant time over the digests, so neither which entry matched nor how long a token
+    /// is leaks through timing.
+    pub fn find(&self, headers: &HeaderMap) -> Result<&T> {
+        let value = header(headers, AUTHORIZATION)?;
+        let presented = value
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or(Error::MalformedHeader {
+                header: AUTHORIZATION,
+                reason: "expected `Bearer <token>`",
+            })?;
+        let presented = Sha256::digest(presented.as_bytes());
+        let mut found = Choice::from(0);
+        let mut index = 0u64;
+        for (i, (_, digest)) in self.entries.iter().enumerate() {
+            let hit = digest.as_slice().ct_eq(presented.as_slice());
+            index.conditional_assign(&(i as u64), hit);
+            found |= hit;
+        }
+        if !bool::from(found) {
+            return Err(Error::UnknownToken);
+        }
+        self.entries
+            .get(index as usize)
+            .map(|(value, _)| value)
+            .ok_or(Error::UnknownToken)
+    }
+}
+
 /// The subject of the bearer token in `Authorization: Bearer <token>`, looked up in
-/// `tokens` (`(subject, token)` pairs). Every entry is compared, in constant time over their
-/// SHA-256 digests, so neither which entry matched nor how long a token is leaks through
-/// timing.
+/// `tokens` (`(subject, token)` pairs), as [`BearerTokens::find`] does.
 pub fn bearer_subject<'a, S: AsRef<str>>(
     tokens: &'a [(S, S)],
     headers: &HeaderMap,
 ) -> Result<&'a str> {
-    let value = header(headers, AUTHORIZATION)?;
-    let presented = value
-        .split_once(' ')
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .filter(|token| !token.is_empty())
-        .ok_or(Error::MalformedHeader {
-            header: AUTHORIZATION,
-            reason: "expected `Bearer <token>`",
-        })?;
-    let presented = Sha256::digest(presented.as_bytes());
-    let mut found = Choice::from(0);
-    let mut index = 0u64;
-    for (i, (_, token)) in tokens.iter().enumerate() {
-        let hit = Sha256::digest(token.as_ref().as_bytes())
-            .as_slice()
-            .ct_eq(presented.as_slice());
-        index.conditional_assign(&(i as u64), hit);
-        found |= hit;
-    }
-    if !bool::from(found) {
-        return Err(Error::UnknownToken);
-    }
-    tokens
-        .get(index as usize)
-        .map(|(subject, _)| subject.as_ref())
-        .ok_or(Error::UnknownToken)
+    BearerTokens::new(
+        tokens
+            .iter()
+            .map(|(subject, token)| (subject.as_ref(), token)),
+    )
+    .find(headers)
+    .copied()
 }
 
 /// The key of a Standard Webhooks secret: `whsec_` (optional) then base64.

@@ -3,8 +3,8 @@
 //! With no `api_tokens` configured (allowed only on a loopback address) every caller is an
 //! anonymous admin.
 
+use agentmesh_routing::{BearerTokens, Error as RoutingError};
 use axum::http::HeaderMap;
-use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 
@@ -73,21 +73,24 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// The configured tokens.
+/// The configured tokens, kept as digests.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
-    tokens: Vec<Token>,
+    tokens: BearerTokens<Caller>,
 }
 
 impl Auth {
     /// Auth over `tokens` (none: open).
     pub fn new(tokens: Vec<Token>) -> Self {
-        Auth { tokens }
-    }
-
-    /// Whether tokens are required.
-    pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty()
+        Auth {
+            tokens: BearerTokens::new(tokens.into_iter().map(|t| {
+                let caller = Caller {
+                    subject: t.subject,
+                    role: t.role,
+                };
+                (caller, t.secret)
+            })),
+        }
     }
 
     /// The caller of a request.
@@ -98,34 +101,14 @@ impl Auth {
                 role: Role::Admin,
             });
         }
-        let presented = bearer(headers)
-            .ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <token>`"))?;
-        // Compare against every token, in constant time, so timing says nothing about which
-        // (or whether any) token is close.
-        let mut found = None;
-        for t in &self.tokens {
-            if bool::from(t.secret.as_bytes().ct_eq(presented.as_bytes())) {
-                found = Some(t);
+        match self.tokens.find(headers) {
+            Ok(caller) => Ok(caller.clone()),
+            Err(RoutingError::UnknownToken) => {
+                Err(ApiError::unauthorized("the bearer token is not valid"))
             }
+            Err(_) => Err(ApiError::unauthorized(
+                "missing `Authorization: Bearer <token>`",
+            )),
         }
-        found
-            .map(|t| Caller {
-                subject: t.subject.clone(),
-                role: t.role,
-            })
-            .ok_or_else(|| ApiError::unauthorized("the bearer token is not valid"))
     }
-}
-
-/// The token of an `Authorization: Bearer …` header.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }

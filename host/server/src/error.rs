@@ -53,11 +53,6 @@ impl ApiError {
             "the host failed to handle the request; see its log",
         )
     }
-
-    /// The status.
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
 }
 
 impl From<EngineError> for ApiError {

@@ -39,7 +39,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
+    pub fn render(&self) -> String {
         let mut out = String::new();
         let counter = |out: &mut String, name: &str, help: &str, labels: &str, v: &AtomicU64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -111,9 +111,6 @@ impl Metrics {
             "",
             &self.trigger_dropped,
         );
-        for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
         out
     }
 }
