@@ -19,6 +19,10 @@ use agentmesh_expr::{Activation, Expression};
 use agentmesh_store::Store;
 use serde_json::json;
 
+/// The allocator of the `agentmesh` binary, so the figures are the shipped host's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TURNS_PER_TASK: usize = 5;
 
 fn config(dir: &std::path::Path) {
@@ -84,6 +88,16 @@ fn engine(dir: &std::path::Path) -> Engine {
 struct Sample {
     submit: Duration,
     turn: Duration,
+    /// Of `turn`, the time this thread was on a CPU (`None` when the turn moved threads or
+    /// the kernel does not report it).
+    on_cpu: Option<Duration>,
+}
+
+/// This thread's CPU time so far, and its id. The machine is shared, so wall time includes
+/// waiting for a CPU; this does not.
+fn cpu_time() -> Option<(Duration, std::thread::ThreadId)> {
+    let t = cpu_time::ThreadTime::try_now().ok()?;
+    Some((t.as_duration(), std::thread::current().id()))
 }
 
 /// Runs `TURNS_PER_TASK` turns on a new task; one sample per turn.
@@ -109,13 +123,19 @@ async fn task_turns(engine: &Engine) -> Vec<Sample> {
                 None,
             )
             .unwrap();
+        let cpu_start = cpu_time();
         let submitted = Instant::now();
         let record = engine.run_until_idle(&task.id).await.unwrap();
         let done = Instant::now();
+        let cpu_end = cpu_time();
         assert_eq!(record.outputs.len(), i + 1);
         samples.push(Sample {
             submit: submitted - start,
             turn: done - submitted,
+            on_cpu: match (cpu_start, cpu_end) {
+                (Some((a, t1)), Some((b, t2))) if t1 == t2 => Some(b - a),
+                _ => None,
+            },
         });
     }
     samples
@@ -129,8 +149,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn report(label: &str, samples: &[Sample], wall: Duration) {
     let mut turns: Vec<Duration> = samples.iter().map(|s| s.turn).collect();
     let mut submits: Vec<Duration> = samples.iter().map(|s| s.submit).collect();
+    let mut on_cpu: Vec<Duration> = samples.iter().filter_map(|s| s.on_cpu).collect();
     turns.sort();
     submits.sort();
+    on_cpu.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
         "{label:<28} {:>6} turns  {:>8.0} turns/s  turn p50 {:>7.1} µs  p99 {:>7.1} µs   submit+fsync p50 {:>7.1} µs  p99 {:>7.1} µs",
@@ -141,6 +163,15 @@ fn report(label: &str, samples: &[Sample], wall: Duration) {
         us(percentile(&submits, 0.5)),
         us(percentile(&submits, 0.99)),
     );
+    if on_cpu.len() * 10 >= samples.len() * 9 {
+        println!(
+            "{:<28} {:>6} turns on one thread: on-CPU p50 {:>7.1} µs  p99 {:>7.1} µs",
+            "",
+            on_cpu.len(),
+            us(percentile(&on_cpu, 0.5)),
+            us(percentile(&on_cpu, 0.99)),
+        );
+    }
 }
 
 fn cel_assert() {

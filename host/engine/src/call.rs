@@ -49,6 +49,7 @@ pub(crate) async fn run(
         )));
     };
     if let Some(tool) = function.host {
+        engine.write_ahead(record)?;
         return Ok(crate::wakeups::call(engine, record, tool, &call.arguments));
     }
     let cap = &agent.capabilities[function.capability];
@@ -123,6 +124,13 @@ pub(crate) async fn run(
         }
     }
     let input = vars.input.clone();
+    let inside = match (&cap.target, function.action) {
+        (Target::Tool(tool), Some(action)) => runtime::stays_inside(agent, tool, action),
+        _ => false,
+    };
+    if !inside {
+        engine.write_ahead(record)?;
+    }
     let (result, child) = match (&cap.target, function.action) {
         (Target::Tool(tool), Some(action)) => (
             runtime::run_action(engine, agent, record, tool, action, &input).await,

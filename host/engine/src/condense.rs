@@ -136,28 +136,29 @@ fn transcript(history: &[Event], from: u64, to: u64) -> String {
         .join("\n")
 }
 
-/// Condenses `record`'s view when `history` (its whole log) is past the host's budget: one
-/// summarizing LLM call (counted like any other), then the summary and the `Condensation`
-/// committed. Returns the events written (none when under budget or the call failed: the
-/// conversation then simply goes on uncondensed, and the failure is logged).
+/// Condenses `record`'s view when its log (the journal's view) is past the host's budget:
+/// one summarizing LLM call (counted like any other), then the summary and the `Condensation`
+/// logged. Nothing happens when under budget or when the call fails (the conversation then
+/// simply goes on uncondensed, and the failure is logged).
 pub(crate) async fn maybe_condense(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
-    history: &[Event],
-) -> Result<Vec<Event>> {
+) -> Result<()> {
     let plan = engine.plan();
     let Some(config) = &plan.host.condensation else {
-        return Ok(Vec::new());
+        return Ok(());
     };
+    let history = record.journal.view();
     let Some((from, to, reason)) = range_to_forget(history, config) else {
-        return Ok(Vec::new());
+        return Ok(());
     };
+    let transcript = transcript(history, from, to);
     let (provider, model) = match engine.inner.providers.get(&plan, &agent.model) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(task.id = %record.id, "condensation skipped: {e}");
-            return Ok(Vec::new());
+            return Ok(());
         }
     };
     let request = ChatRequest {
@@ -169,16 +170,19 @@ pub(crate) async fn maybe_condense(
                 content: INSTRUCTION.into(),
             },
             ChatMessage::User {
-                content: transcript(history, from, to),
+                content: transcript,
             },
         ],
-        tools: Vec::new(),
+        tools: Vec::new().into(),
     };
+    if !provider.in_process() {
+        engine.write_ahead(record)?;
+    }
     let response = match provider.complete(&request).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(task.id = %record.id, "condensation failed: {e}");
-            return Ok(Vec::new());
+            return Ok(());
         }
     };
     record.llm_calls += 1;
@@ -202,8 +206,5 @@ pub(crate) async fn maybe_condense(
             },
         ),
     ];
-    Ok(engine
-        .inner
-        .store
-        .commit(&record.id.clone(), record, events)?)
+    engine.log(record, events)
 }

@@ -4,6 +4,8 @@
 //! - [`plan`]: a validated config compiled once (expressions, templates, functions, steps);
 //! - [`task`]: the task record in the store and the context object built from it;
 //! - `turn`: one input at a time per task: guardrails, the LLM loop, limits, outputs;
+//! - `records`: records between turns (a cache) and a turn's journal, written in one
+//!   transaction wherever the turn reaches outside the process and when it ends;
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
 //! - `steps`: assert / invoke / transform steps and `review()`;
@@ -25,6 +27,7 @@ mod deliver;
 pub mod mount;
 pub mod plan;
 mod providers;
+mod records;
 mod routes;
 mod runtime;
 mod schedules;
@@ -166,6 +169,8 @@ struct Inner {
     triggers: triggers::Runtime,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
     triggered: Mutex<HashSet<String>>,
+    /// Records of tasks between turns.
+    records: records::RecordCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -190,6 +195,7 @@ impl Engine {
                 plugins: OnceLock::new(),
                 triggers: triggers::Runtime::default(),
                 triggered: Mutex::new(HashSet::new()),
+                records: records::RecordCache::default(),
             }),
         }
     }
@@ -287,10 +293,7 @@ impl Engine {
 
     /// Task `id`'s record.
     pub fn task(&self, id: &str) -> Result<TaskRecord> {
-        self.inner
-            .store
-            .task(id)?
-            .ok_or_else(|| EngineError::NotFound(format!("task `{id}`")))
+        self.peek(id, TaskRecord::clone)
     }
 
     /// Task `id`'s events after `after`.
@@ -300,8 +303,7 @@ impl Engine {
 
     /// The task object (CONTRACT §3).
     pub fn task_object(&self, id: &str) -> Result<Value> {
-        let record = self.task(id)?;
-        Ok(record.object(self.inner.store.queue_depth(id)))
+        self.peek(id, |record| record.object(self.inner.store.queue_depth(id)))
     }
 
     /// Creates a task and queues its first input (when given). Bound parameters' allow lists
@@ -352,7 +354,7 @@ impl Engine {
                 },
             ));
         }
-        self.inner.store.commit(&id, &record, events)?;
+        self.save(&mut record, events)?;
         self.sync_routes(&record);
         if let Some(io) = io {
             self.enqueue(&id, io, None)?;
@@ -392,11 +394,11 @@ impl Engine {
 
     /// Queues input for task `id`, durably (flushed) before returning; returns `queued_at`.
     pub fn submit(&self, id: &str, input: &Value, trigger: Option<TriggerEnvelope>) -> Result<i64> {
-        let record = self.task(id)?;
-        if record.status() == Status::Terminated {
+        let (status, agent) = self.peek(id, |r| (r.status(), r.agent.clone()))?;
+        if status == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
-        let agent = self.agent(&record.agent)?;
+        let agent = self.agent(&agent)?;
         let io = normalize_input(&agent, input)?;
         self.enqueue(id, io, trigger)
     }
@@ -414,21 +416,20 @@ impl Engine {
 
     /// Processes task `id`'s queued inputs, in order, until none is left or the task
     /// terminates; returns the record. Concurrent callers for one task take turns.
-    pub async fn run_until_idle(&self, id: &str) -> Result<TaskRecord> {
+    pub async fn run_until_idle(&self, id: &str) -> Result<Arc<TaskRecord>> {
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
+        let mut record = self.checkout(id)?;
         loop {
-            let mut record = self.task(id)?;
             if self.interrupt_requested(id) {
-                return Ok(record);
+                return Ok(self.checkin(record));
             }
             let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
-                return Ok(record);
+                return Ok(self.checkin(record));
             };
+            record.journal.take(key);
             if record.status() == Status::Terminated {
-                self.inner
-                    .store
-                    .take_queued(id, &key, &record, Vec::new())?;
+                self.save(&mut record, Vec::new())?;
                 continue;
             }
             let agent = self.agent(&record.agent)?;
@@ -436,7 +437,7 @@ impl Engine {
             if triggered {
                 lock(&self.inner.triggered).insert(id.to_owned());
             }
-            let ran = turn::run(self, &agent, &mut record, key, input).await;
+            let ran = turn::run(self, &agent, &mut record, input).await;
             if triggered {
                 lock(&self.inner.triggered).remove(id);
             }
@@ -488,15 +489,14 @@ impl Engine {
     /// Interrupts task `id`: its running turn stops at the next step, and its subscriptions
     /// are suspended until it takes new input. Returns once the interrupt is recorded.
     pub async fn interrupt(&self, id: &str) -> Result<()> {
-        let record = self.task(id)?;
-        if record.status() == Status::Terminated {
+        if self.peek(id, TaskRecord::status)? == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
         lock(&self.inner.interrupts).insert(id.to_owned());
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
-        let mut record = self.task(id)?;
+        let mut record = self.checkout(id)?;
         if record.status() == Status::Terminated {
             return Ok(());
         }
@@ -514,7 +514,7 @@ impl Engine {
                 },
             ),
         ];
-        self.inner.store.commit(id, &record, events)?;
+        self.save(&mut record, events)?;
         self.sync_routes(&record);
         drop(_turn);
         if self.inner.store.queue_depth(id) > 0 {
@@ -536,7 +536,7 @@ impl Engine {
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
-        let mut record = self.task(id)?;
+        let mut record = self.checkout(id)?;
         self.inner.store.clear_queue(id)?;
         if record.status() != Status::Terminated {
             record.status = Some(Status::Terminated);
@@ -553,7 +553,7 @@ impl Engine {
             ),
             steps::status_event("terminated"),
         ];
-        self.inner.store.commit(id, &record, events)?;
+        self.save(&mut record, events)?;
         self.sync_routes(&record);
         self.delete_task_wakeups(id)?;
         if let Some(Ok(p)) = self.inner.plugins.get() {
@@ -611,7 +611,7 @@ impl Engine {
                 },
             ));
             events.push(steps::status_event("idle"));
-            self.inner.store.commit(&record.id, &record, events)?;
+            self.save(&mut record, events)?;
         }
         self.rebuild_routes()?;
         for id in self.inner.store.tasks_with_queued_input()? {
@@ -666,12 +666,13 @@ impl Engine {
             let Ok(_turn) = task_lock.try_lock() else {
                 continue;
             };
-            let mut record = self.task(&id)?;
+            let mut record = self.checkout(&id)?;
             if let Some(event) = subscription::prune_expired(&mut record, now) {
-                self.inner.store.commit(&id, &record, vec![event])?;
+                self.save(&mut record, vec![event])?;
                 n += 1;
             }
             self.sync_routes(&record);
+            self.checkin(record);
         }
         Ok(n)
     }
@@ -689,12 +690,12 @@ impl Engine {
         approve: bool,
         user: &str,
     ) -> Result<()> {
-        let record = self.task(task_id)?;
-        if record
-            .pending_review
-            .as_ref()
-            .is_none_or(|r| r.review_id != review_id)
-        {
+        let pending = self.peek(task_id, |r| {
+            r.pending_review
+                .as_ref()
+                .is_some_and(|r| r.review_id == review_id)
+        })?;
+        if !pending {
             return Err(EngineError::NotFound(format!(
                 "review `{review_id}` of task `{task_id}`"
             )));

@@ -77,6 +77,8 @@ pub struct AgentPlan {
     pub capabilities: Vec<CapabilityPlan>,
     /// The functions the LLM sees, in order.
     pub functions: Vec<Function>,
+    /// Their schemas, as every LLM request sends them.
+    pub tools: Arc<[agentmesh_store::event::ToolSchema]>,
     /// Aggregate context entries for tools with several actions: key → function names.
     pub aggregates: Vec<(String, Vec<String>)>,
     /// `guardrails.before`.
@@ -746,6 +748,7 @@ fn agent_plan(
         mount: agent.mount,
         parameters: agent.parameters.clone(),
         capabilities,
+        tools: functions.iter().map(|f| f.schema.clone()).collect(),
         functions,
         aggregates,
         guard_before: guard(guardrails.before.as_ref())?,

@@ -44,6 +44,17 @@ pub(crate) fn mount_of(
 }
 
 /// Runs action `action` of `tool` with resolved `input`.
+/// Whether running `tool`'s `action` for `agent` stays inside the process: a `cel`
+/// expression with no mount to write to. Anything else may be seen outside, so a turn writes
+/// its progress first ([`Engine::write_ahead`]).
+pub(crate) fn stays_inside(agent: &AgentPlan, tool: &ToolPlan, action: usize) -> bool {
+    agent.mount == agentmesh_manifest::model::agent::MountScope::None
+        && tool
+            .actions
+            .get(action)
+            .is_some_and(|a| matches!(a.runtime, Runtime::Cel(_)))
+}
+
 pub(crate) async fn run_action(
     engine: &Engine,
     agent: &AgentPlan,

@@ -104,6 +104,9 @@ pub(crate) async fn run(
                     sanitize(&tool.actions[*action].name)
                 );
                 let input = Value::Object(params);
+                if !runtime::stays_inside(agent, tool, *action) {
+                    engine.write_ahead(record)?;
+                }
                 let result =
                     runtime::run_action(engine, agent, record, tool, *action, &input).await;
                 let (outcome, output, failure) = match result {
@@ -123,6 +126,7 @@ pub(crate) async fn run(
                 failure
             }
             StepKind::Wasm { path, config } => {
+                engine.write_ahead(record)?;
                 match wasm_step(
                     engine,
                     record,
@@ -290,8 +294,7 @@ async fn review(
         review_id: review_id.clone(),
         reviewer: reviewer.to_owned(),
     });
-    engine.inner.store.commit(
-        &record.id,
+    engine.save(
         record,
         vec![
             (
@@ -313,8 +316,7 @@ async fn review(
     let (approve, decided_by) = decision.unwrap_or((false, "timeout".into()));
     record.status = Some(Status::Running);
     record.pending_review = None;
-    engine.inner.store.commit(
-        &record.id,
+    engine.save(
         record,
         vec![
             (

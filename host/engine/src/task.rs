@@ -187,6 +187,9 @@ pub struct TaskRecord {
     pub subscriptions: Vec<Subscription>,
     /// Interrupted: the subscriptions are suspended until the task takes new input.
     pub interrupted: bool,
+    /// What the running turn has done but not written yet.
+    #[serde(skip)]
+    pub(crate) journal: crate::records::Journal,
 }
 
 impl TaskRecord {

@@ -4,7 +4,9 @@
 use agentmesh_expr::{Activation, Needs};
 use agentmesh_llm::ChatRequest;
 use agentmesh_store::event::{ContentPart, EventKind, EventSource, MessageMetadata};
-use agentmesh_store::{QueueKey, now_ms, now_rfc3339};
+use agentmesh_store::{now_ms, now_rfc3339};
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::call::{self, CallEnd};
@@ -20,7 +22,6 @@ pub(crate) async fn run(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
-    key: QueueKey,
     input: QueuedInput,
 ) -> Result<()> {
     let store = &engine.inner.store;
@@ -80,18 +81,13 @@ pub(crate) async fn run(
     record.last_activity_ms = now;
     if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
         terminate(record, Reason::Locked, None, &reason, &mut events);
-        store.take_queued(&record.id.clone(), &key, record, events)?;
+        engine.save(record, events)?;
         store.clear_queue(&record.id)?;
         return Ok(());
     }
     record.status = Some(Status::Running);
     events.push(status_event("running"));
-    if store
-        .take_queued(&record.id.clone(), &key, record, events)?
-        .is_none()
-    {
-        return Ok(());
-    }
+    engine.log(record, events)?;
     let ended = llm_loop(engine, agent, record).await?;
     if ended {
         store.clear_queue(&record.id)?;
@@ -119,7 +115,7 @@ fn system_prompt(
         EventSource::Agent,
         EventKind::SystemPromptEvent {
             prompt,
-            tools: agent.functions.iter().map(|f| f.schema.clone()).collect(),
+            tools: agent.tools.to_vec(),
         },
     )
 }
@@ -168,10 +164,7 @@ fn exceeded(
         message,
         &mut events,
     );
-    engine
-        .inner
-        .store
-        .commit(&record.id.clone(), record, events)?;
+    engine.save(record, events)?;
     Ok(true)
 }
 
@@ -222,11 +215,11 @@ fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static s
 /// Calls the LLM until it answers without calling functions, or the task ends. Returns
 /// whether the task terminated.
 async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -> Result<bool> {
-    let store = &engine.inner.store;
     let id = record.id.clone();
     let plan = engine.plan();
-    // The log is read once per turn; what the turn writes is appended as it is committed.
-    let mut history = store.events(&id, 0)?;
+    // The log is read once per turn (with what the turn has not written yet); what the turn
+    // adds is appended as it goes.
+    engine.log_view(record)?;
     loop {
         if engine.interrupt_requested(&id) {
             pause(record);
@@ -235,17 +228,19 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
         if let Some((limit, message)) = limit_before_llm(agent, record) {
             return exceeded(engine, record, limit, &message, Vec::new());
         }
-        let condensed = crate::condense::maybe_condense(engine, agent, record, &history).await?;
-        history.extend(condensed);
+        crate::condense::maybe_condense(engine, agent, record).await?;
         let provider = engine.inner.providers.get(&plan, &agent.model);
         let response = match provider {
             Ok((provider, model)) => {
+                if !provider.in_process() {
+                    engine.write_ahead(record)?;
+                }
                 let request = ChatRequest {
                     task_id: id.clone(),
                     call_index: record.llm_calls,
                     model,
-                    messages: agentmesh_llm::to_messages(&history),
-                    tools: agent.functions.iter().map(|f| f.schema.clone()).collect(),
+                    messages: agentmesh_llm::to_messages(record.journal.view()),
+                    tools: Arc::clone(&agent.tools),
                 };
                 provider.complete(&request).await.map_err(|e| e.to_string())
             }
@@ -263,7 +258,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                     },
                 )];
                 terminate(record, Reason::Error, None, &message, &mut events);
-                store.commit(&id, record, events)?;
+                engine.save(record, events)?;
                 return Ok(true);
             }
         };
@@ -297,7 +292,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                 )
             })
             .collect();
-        history.extend(store.commit(&id, record, actions)?);
+        engine.log(record, actions)?;
         for (i, tool_call) in response.tool_calls.iter().enumerate() {
             if engine.interrupt_requested(&id) {
                 let mut events = Vec::new();
@@ -306,7 +301,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                     "not run: the task was interrupted",
                     &mut events,
                 );
-                store.commit(&id, record, events)?;
+                engine.save(record, events)?;
                 pause(record);
                 return Ok(false);
             }
@@ -387,10 +382,10 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
             if let Some((reason, message)) = terminal {
                 skip_rest(&response.tool_calls[i + 1..], &mut events);
                 terminate(record, reason, None, &message, &mut events);
-                store.commit(&id, record, events)?;
+                engine.save(record, events)?;
                 return Ok(true);
             }
-            history.extend(store.commit(&id, record, events)?);
+            engine.log(record, events)?;
             // The call may have grown an allow list: events for the new values route now.
             engine.sync_routes(record);
         }
@@ -428,8 +423,6 @@ async fn finish(
     record: &mut TaskRecord,
     text: String,
 ) -> Result<bool> {
-    let store = &engine.inner.store;
-    let id = record.id.clone();
     let message = json!([ContentPart::text(text.clone())]);
     let mut vars = StepVars {
         input: Value::Null,
@@ -450,7 +443,7 @@ async fn finish(
     if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
         let mut events = Vec::new();
         terminate(record, Reason::Locked, None, &reason, &mut events);
-        store.commit(&id, record, events)?;
+        engine.save(record, events)?;
         return Ok(true);
     }
     let mut output = serde_json::Map::new();
@@ -491,6 +484,6 @@ async fn finish(
         ),
         status_event("idle"),
     ];
-    store.commit(&id, record, events)?;
+    engine.save(record, events)?;
     Ok(false)
 }

@@ -36,7 +36,7 @@
 //!     call_index: 0,
 //!     model: "scripts/hello.yaml".into(),
 //!     messages: to_messages(&log),
-//!     tools: vec![],
+//!     tools: Vec::new().into(),
 //! };
 //! assert_eq!(request.messages, vec![ChatMessage::User { content: "Hi".into() }]);
 //! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -106,8 +106,9 @@ pub struct ChatRequest {
     pub model: String,
     /// The conversation, usually [`to_messages`] of the task's log.
     pub messages: Vec<ChatMessage>,
-    /// The functions the LLM may call (the `SystemPromptEvent`'s `tools`).
-    pub tools: Vec<ToolSchema>,
+    /// The functions the LLM may call (the `SystemPromptEvent`'s `tools`), shared by every
+    /// request of an agent.
+    pub tools: std::sync::Arc<[ToolSchema]>,
 }
 
 /// The LLM's answer to a [`ChatRequest`].
@@ -155,6 +156,13 @@ pub enum LlmError {
 pub trait LlmProvider: Send + Sync {
     /// Answers one request. Transient failures are retried inside; an `Err` ends the task.
     fn complete<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse>>;
+
+    /// Whether it answers from inside the process, reaching nothing outside (so a crash
+    /// during a call loses nothing anyone saw). The engine writes a turn's progress before
+    /// every call that is not.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// A rough token estimate (chars / 4, at least 1 for non-empty text) used when a provider reports no usage.

@@ -85,4 +85,8 @@ impl LlmProvider for ScriptedProvider {
         tracing::debug!(task.id = %request.task_id, llm.call_index = request.call_index, llm.response_id = %response.id, "scripted response");
         Box::pin(std::future::ready(Ok(response)))
     }
+
+    fn in_process(&self) -> bool {
+        true
+    }
 }

@@ -1,13 +1,14 @@
 //! The agentmesh store: everything stateful the host owns, on sled.
 //!
 //! - [`event`]: the event-log types (CONTRACT §4);
-//! - [`Store`]: task records, per-task append-only event logs (a `u64` sequence per task), FIFO
+//! - [`Store`]: task records, per-task append-only event logs (a `u64` sequence per task; the
+//!   events of one write are one entry, keyed by the first's number), FIFO
 //!   input queues ordered by `queued_at`, and plugin key-value, in sled trees.
 //!
-//! Every change that spans keys is one sled transaction: [`Store::commit`] writes a task's
-//! record together with the events of the step that changed it, and [`Store::take_queued`]
-//! removes a queue entry in the same transaction that records its processing, so an input is
-//! processed exactly once across crashes. Input is flushed to disk before it is acknowledged
+//! Every change that spans keys is one sled transaction: [`Store::write`] writes a task's
+//! record together with the events that changed it and, when it starts processing an input,
+//! removes that queue entry in the same transaction, so an input is processed exactly once
+//! across crashes ([`Store::commit`] and [`Store::take_queued`] number the events too). Input is flushed to disk before it is acknowledged
 //! ([`Store::enqueue`]); concurrent flushes are grouped into one fsync.
 //!
 //! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
@@ -51,6 +52,9 @@ pub enum StoreError {
     /// Filesystem trouble outside sled.
     #[error("store: {0}")]
     Io(String),
+    /// Two writers raced on one task's log.
+    #[error("store: {0}")]
+    Conflict(String),
 }
 
 /// The store's result.
@@ -157,17 +161,9 @@ impl Store {
         record: &R,
         events: Vec<(EventSource, EventKind)>,
     ) -> Result<Vec<Event>> {
-        let record = serde_json::to_vec(record)?;
-        let stamped = self.stamp(events);
-        let written = (&self.tasks, &self.events, &self.seqs)
-            .transaction(|(tasks, log, seqs)| {
-                tasks.insert(task_id.as_bytes(), record.as_slice())?;
-                append(log, seqs, task_id, &stamped)
-            })
-            .map_err(tx_error)?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.appended(task_id);
-        Ok(written)
+        let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
+        self.write(task_id, record, &stamped, None)?;
+        Ok(stamped)
     }
 
     /// Like [`Store::commit`], and removes the queue entry `key` in the same transaction: the
@@ -179,19 +175,80 @@ impl Store {
         record: &R,
         events: Vec<(EventSource, EventKind)>,
     ) -> Result<Option<Vec<Event>>> {
+        let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
+        Ok(self
+            .write(task_id, record, &stamped, Some(key))?
+            .then_some(stamped))
+    }
+
+    /// Gives `events` their ids, a timestamp and the sequence numbers `first_seq`,
+    /// `first_seq + 1`, …, ready for [`Store::write`].
+    pub fn stamp(&self, first_seq: u64, events: Vec<(EventSource, EventKind)>) -> Vec<Event> {
+        let timestamp = now_rfc3339();
+        events
+            .into_iter()
+            .zip(first_seq..)
+            .map(|((source, kind), seq)| Event {
+                seq,
+                id: format!("ev_{:016x}", self.db.generate_id().unwrap_or_default()),
+                timestamp: timestamp.clone(),
+                source,
+                kind,
+            })
+            .collect()
+    }
+
+    /// In one transaction: writes `record` as task `task_id`'s record, appends `events`
+    /// (stamped by [`Store::stamp`], continuing the log without a gap) and, with `take`,
+    /// removes that queue entry. Returns `false`, writing nothing, when `take` is gone; fails,
+    /// writing nothing, when the events do not continue the log (another writer appended).
+    pub fn write<R: Serialize>(
+        &self,
+        task_id: &str,
+        record: &R,
+        events: &[Event],
+        take: Option<&QueueKey>,
+    ) -> Result<bool> {
         let record = serde_json::to_vec(record)?;
-        let stamped = self.stamp(events);
+        // One write's events are one entry of the log tree, keyed by the first's number.
+        let chunk = match events.first() {
+            Some(first) => Some((
+                task_key(task_id, &first.seq.to_be_bytes()),
+                serde_json::to_vec(events)?,
+            )),
+            None => None,
+        };
+        let first = events.first().map(|e| e.seq);
+        let last = events.last().map(|e| e.seq);
         let written = (&self.tasks, &self.events, &self.seqs, &self.queue)
             .transaction(|(tasks, log, seqs, queue)| {
-                if queue.remove(key.0.as_slice())?.is_none() {
-                    return Ok(None);
+                if let Some(key) = take
+                    && queue.remove(key.0.as_slice())?.is_none()
+                {
+                    return Ok(false);
+                }
+                if let (Some(first), Some(last)) = (first, last) {
+                    let seq = seqs.get(task_id.as_bytes())?.map_or(0, |v| decode_u64(&v));
+                    if first != seq + 1 {
+                        return Err(abort(StoreError::Conflict(format!(
+                            "task `{task_id}`: events from {first} do not continue its log at {seq}"
+                        ))));
+                    }
+                    if let Some((key, bytes)) = &chunk {
+                        log.insert(key.as_slice(), bytes.as_slice())?;
+                    }
+                    seqs.insert(task_id.as_bytes(), &last.to_be_bytes())?;
                 }
                 tasks.insert(task_id.as_bytes(), record.as_slice())?;
-                append(log, seqs, task_id, &stamped).map(Some)
+                Ok(true)
             })
             .map_err(tx_error)?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.appended(task_id);
+        if written {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            if !events.is_empty() {
+                self.appended(task_id);
+            }
+        }
         Ok(written)
     }
 
@@ -205,20 +262,6 @@ impl Store {
         if let Some(hook) = self.on_append.get() {
             hook(task_id);
         }
-    }
-
-    fn stamp(
-        &self,
-        events: Vec<(EventSource, EventKind)>,
-    ) -> Vec<(String, String, EventSource, EventKind)> {
-        let timestamp = now_rfc3339();
-        events
-            .into_iter()
-            .map(|(source, kind)| {
-                let id = format!("ev_{:016x}", self.db.generate_id().unwrap_or_default());
-                (id, timestamp.clone(), source, kind)
-            })
-            .collect()
     }
 
     /// A new unique id (monotonic, also across restarts).
@@ -252,12 +295,27 @@ impl Store {
 
     /// Task `task_id`'s events with `seq > after`, in order.
     pub fn events(&self, task_id: &str, after: u64) -> Result<Vec<Event>> {
-        let start = task_key(task_id, &(after + 1).to_be_bytes());
+        let from = task_key(task_id, &(after + 1).to_be_bytes());
         let end = task_key(task_id, &u64::MAX.to_be_bytes());
+        // The entry holding event `after + 1` starts at it or before it.
+        let start = match self
+            .events
+            .range(prefix(task_id)..=from.clone())
+            .next_back()
+        {
+            Some(entry) => entry?.0.to_vec(),
+            None => from,
+        };
         let mut out = Vec::new();
         for entry in self.events.range(start..=end) {
             let (_, value) = entry?;
-            out.push(serde_json::from_slice(&value)?);
+            let chunk: Vec<Event> = if value.first() == Some(&b'[') {
+                serde_json::from_slice(&value)?
+            } else {
+                // One event an entry, as earlier versions wrote them.
+                vec![serde_json::from_slice(&value)?]
+            };
+            out.extend(chunk.into_iter().filter(|e| e.seq > after));
         }
         Ok(out)
     }
@@ -488,30 +546,4 @@ fn decode_u64(bytes: &[u8]) -> u64 {
         buf.copy_from_slice(bytes);
     }
     u64::from_be_bytes(buf)
-}
-
-/// Appends stamped events to a task's log inside a transaction.
-fn append(
-    log: &sled::transaction::TransactionalTree,
-    seqs: &sled::transaction::TransactionalTree,
-    task_id: &str,
-    stamped: &[(String, String, EventSource, EventKind)],
-) -> std::result::Result<Vec<Event>, ConflictableTransactionError<StoreError>> {
-    let mut seq = seqs.get(task_id.as_bytes())?.map_or(0, |v| decode_u64(&v));
-    let mut written = Vec::with_capacity(stamped.len());
-    for (id, timestamp, source, kind) in stamped {
-        seq += 1;
-        let event = Event {
-            seq,
-            id: id.clone(),
-            timestamp: timestamp.clone(),
-            source: *source,
-            kind: kind.clone(),
-        };
-        let bytes = serde_json::to_vec(&event).map_err(abort)?;
-        log.insert(task_key(task_id, &seq.to_be_bytes()), bytes)?;
-        written.push(event);
-    }
-    seqs.insert(task_id.as_bytes(), &seq.to_be_bytes())?;
-    Ok(written)
 }

@@ -27,14 +27,15 @@ fn events_get_gapless_sequence_numbers_per_task() {
     store.commit("b", &json!({}), vec![message("x")]).unwrap();
     let third = store.commit("a", &json!({}), vec![message("3")]).unwrap();
     assert_eq!(third[0].seq, 3);
-    let seqs: Vec<u64> = store
-        .events("a", 0)
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(seqs, [1, 2, 3]);
-    assert_eq!(store.events("a", 2).unwrap().len(), 1);
+    let seqs = |after| -> Vec<u64> {
+        let events = store.events("a", after).unwrap();
+        events.iter().map(|e| e.seq).collect()
+    };
+    assert_eq!(seqs(0), [1, 2, 3]);
+    assert_eq!(seqs(2), [3]);
+    // From inside one write's events (1 and 2 were written together).
+    assert_eq!(seqs(1), [2, 3]);
+    assert!(seqs(3).is_empty());
     assert_eq!(store.events("b", 0).unwrap().len(), 1);
     assert_eq!(store.last_seq("a").unwrap(), 3);
 }

@@ -53,11 +53,11 @@ pub fn engine_at(dir: &Path) -> Engine {
 
 impl Harness {
     /// Runs a new task of `agent` with `message` to idle or termination.
-    pub async fn run(&self, agent: &str, message: &str) -> TaskRecord {
+    pub async fn run(&self, agent: &str, message: &str) -> Arc<TaskRecord> {
         self.run_input(agent, json!({"message": message})).await
     }
 
-    pub async fn run_input(&self, agent: &str, input: Value) -> TaskRecord {
+    pub async fn run_input(&self, agent: &str, input: Value) -> Arc<TaskRecord> {
         let task = self
             .engine
             .create_task(NewTask {

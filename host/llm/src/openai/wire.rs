@@ -278,7 +278,7 @@ mod tests {
             call_index: 3,
             model: "m".into(),
             messages,
-            tools: vec![],
+            tools: Vec::new().into(),
         }
     }
 

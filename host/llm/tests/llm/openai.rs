@@ -28,7 +28,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
         call_index: 2,
         model: "gpt-4o".into(),
         messages,
-        tools: vec![],
+        tools: Vec::new().into(),
     }
 }
 
@@ -257,7 +257,8 @@ async fn request_body_has_the_chat_completions_shape() {
         name: "get_weather".into(),
         description: "The weather in a city".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-    }];
+    }]
+    .into();
     provider(&server.base_url, Some("sk-test"), 0)
         .complete(&request)
         .await

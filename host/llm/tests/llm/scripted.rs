@@ -34,7 +34,7 @@ fn request(task_id: &str, call_index: u64) -> ChatRequest {
         messages: vec![ChatMessage::User {
             content: "Please fix the bug in the parser".into(),
         }],
-        tools: vec![],
+        tools: Vec::new().into(),
     }
 }
 
