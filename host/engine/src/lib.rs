@@ -330,6 +330,7 @@ impl Engine {
             depth,
             last_activity_ms: now_ms(),
             subscriptions: subscription::for_agent(&agent),
+            journal: records::Journal::new_task(),
             ..TaskRecord::default()
         };
         self.seal_allow_lists(&agent, &mut record);
@@ -356,6 +357,8 @@ impl Engine {
         }
         self.save(&mut record, events)?;
         self.sync_routes(&record);
+        // Its first turn starts from memory.
+        self.checkin(record.clone());
         if let Some(io) = io {
             self.enqueue(&id, io, None)?;
         }

@@ -49,6 +49,15 @@ pub struct Journal {
 }
 
 impl Journal {
+    /// The journal of a task with no log yet: what it logs is its whole log.
+    pub(crate) fn new_task() -> Journal {
+        Journal {
+            complete: true,
+            next_seq: Some(1),
+            ..Journal::default()
+        }
+    }
+
     /// Makes the next write also remove queue entry `key` (the input being processed).
     pub(crate) fn take(&mut self, key: QueueKey) {
         self.take = Some(key);

@@ -286,11 +286,11 @@ impl TaskRecord {
             );
         }
         for f in agent.functions.iter().filter(|f| want(&f.name)) {
-            let stats = self.capabilities.get(&f.name).cloned().unwrap_or_default();
-            caps.insert(
-                f.name.clone(),
-                serde_json::to_value(stats).unwrap_or(Value::Null),
-            );
+            let stats = match self.capabilities.get(&f.name) {
+                Some(stats) => serde_json::to_value(stats),
+                None => serde_json::to_value(CapStats::default()),
+            };
+            caps.insert(f.name.clone(), stats.unwrap_or(Value::Null));
         }
         for (key, names) in agent.aggregates.iter().filter(|(k, _)| want(k)) {
             caps.insert(

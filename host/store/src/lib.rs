@@ -2,7 +2,7 @@
 //!
 //! - [`event`]: the event-log types (CONTRACT §4);
 //! - [`Store`]: task records, per-task append-only event logs (a `u64` sequence per task; the
-//!   events of one write are one entry, keyed by the first's number), FIFO
+//!   events of one write are one entry, keyed by the last one's number), FIFO
 //!   input queues ordered by `queued_at`, and plugin key-value, in sled trees.
 //!
 //! Every change that spans keys is one sled transaction: [`Store::write`] writes a task's
@@ -81,7 +81,6 @@ pub struct Store {
     db: sled::Db,
     tasks: sled::Tree,
     events: sled::Tree,
-    seqs: sled::Tree,
     queue: sled::Tree,
     kv: sled::Tree,
     /// Delivery ids seen, with the epoch ms until which they are remembered.
@@ -141,7 +140,6 @@ impl Store {
         Ok(Store {
             tasks: db.open_tree("tasks")?,
             events: db.open_tree("events")?,
-            seqs: db.open_tree("seqs")?,
             queue: db.open_tree("queue")?,
             kv: db.open_tree("kv")?,
             dedupe: db.open_tree("dedupe")?,
@@ -210,34 +208,35 @@ impl Store {
         take: Option<&QueueKey>,
     ) -> Result<bool> {
         let record = serde_json::to_vec(record)?;
-        // One write's events are one entry of the log tree, keyed by the first's number.
-        let chunk = match events.first() {
-            Some(first) => Some((
-                task_key(task_id, &first.seq.to_be_bytes()),
+        // One write's events are one entry of the log tree, keyed by the last one's number
+        // (so the last key of a task is its last event).
+        let chunk = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => Some((
+                first.seq,
+                task_key(task_id, &last.seq.to_be_bytes()),
                 serde_json::to_vec(events)?,
             )),
-            None => None,
+            _ => None,
         };
-        let first = events.first().map(|e| e.seq);
-        let last = events.last().map(|e| e.seq);
-        let written = (&self.tasks, &self.events, &self.seqs, &self.queue)
-            .transaction(|(tasks, log, seqs, queue)| {
+        let written = (&self.tasks, &self.events, &self.queue)
+            .transaction(|(tasks, log, queue)| {
                 if let Some(key) = take
                     && queue.remove(key.0.as_slice())?.is_none()
                 {
                     return Ok(false);
                 }
-                if let (Some(first), Some(last)) = (first, last) {
-                    let seq = seqs.get(task_id.as_bytes())?.map_or(0, |v| decode_u64(&v));
-                    if first != seq + 1 {
+                if let Some((first, key, bytes)) = &chunk {
+                    // The entry before ends right before `first`, and none ends where this one does.
+                    let follows = *first == 1
+                        || log
+                            .get(task_key(task_id, &(first - 1).to_be_bytes()))?
+                            .is_some();
+                    if !follows || log.get(key.as_slice())?.is_some() {
                         return Err(abort(StoreError::Conflict(format!(
-                            "task `{task_id}`: events from {first} do not continue its log at {seq}"
+                            "task `{task_id}`: events from {first} do not continue its log"
                         ))));
                     }
-                    if let Some((key, bytes)) = &chunk {
-                        log.insert(key.as_slice(), bytes.as_slice())?;
-                    }
-                    seqs.insert(task_id.as_bytes(), &last.to_be_bytes())?;
+                    log.insert(key.as_slice(), bytes.as_slice())?;
                 }
                 tasks.insert(task_id.as_bytes(), record.as_slice())?;
                 Ok(true)
@@ -295,17 +294,9 @@ impl Store {
 
     /// Task `task_id`'s events with `seq > after`, in order.
     pub fn events(&self, task_id: &str, after: u64) -> Result<Vec<Event>> {
-        let from = task_key(task_id, &(after + 1).to_be_bytes());
+        // Entries are keyed by their last event: the first to read ends at `after + 1` or later.
+        let start = task_key(task_id, &(after + 1).to_be_bytes());
         let end = task_key(task_id, &u64::MAX.to_be_bytes());
-        // The entry holding event `after + 1` starts at it or before it.
-        let start = match self
-            .events
-            .range(prefix(task_id)..=from.clone())
-            .next_back()
-        {
-            Some(entry) => entry?.0.to_vec(),
-            None => from,
-        };
         let mut out = Vec::new();
         for entry in self.events.range(start..=end) {
             let (_, value) = entry?;
@@ -322,10 +313,11 @@ impl Store {
 
     /// The sequence number of task `task_id`'s last event (0 for none).
     pub fn last_seq(&self, task_id: &str) -> Result<u64> {
-        Ok(self
-            .seqs
-            .get(task_id.as_bytes())?
-            .map_or(0, |v| decode_u64(&v)))
+        let end = task_key(task_id, &u64::MAX.to_be_bytes());
+        match self.events.range(prefix(task_id)..=end).next_back() {
+            Some(entry) => Ok(decode_u64(&entry?.0[task_id.len() + 1..])),
+            None => Ok(0),
+        }
     }
 
     /// Queues an input for task `task_id` and flushes it to disk before returning, so the

@@ -36,6 +36,12 @@ fn events_get_gapless_sequence_numbers_per_task() {
     // From inside one write's events (1 and 2 were written together).
     assert_eq!(seqs(1), [2, 3]);
     assert!(seqs(3).is_empty());
+    // A write that would leave a gap or number an event twice is refused, writing nothing.
+    for first in [5, 3, 2] {
+        let events = store.stamp(first, vec![message("stray")]);
+        assert!(store.write("a", &json!({}), &events, None).is_err());
+    }
+    assert_eq!(seqs(0), [1, 2, 3]);
     assert_eq!(store.events("b", 0).unwrap().len(), 1);
     assert_eq!(store.last_seq("a").unwrap(), 3);
 }
