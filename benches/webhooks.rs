@@ -12,14 +12,14 @@
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentmesh_routing::signature::sign_github;
+use common::{Connection, Server, load_average, machine, percentile};
 use serde_json::{Value, json};
 
 const CONNECTIONS: usize = 16;
@@ -78,106 +78,13 @@ settings:
     .unwrap();
 }
 
-/// One keep-alive connection.
-struct Connection {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Connection {
-    fn open(addr: SocketAddr) -> Connection {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_nodelay(true).unwrap();
-        Connection {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        }
-    }
-
-    /// Sends one request and reads its answer: status and body.
-    fn send(
-        &mut self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> (u16, Vec<u8>) {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        self.writer.write_all(head.as_bytes()).unwrap();
-        self.writer.write_all(body).unwrap();
-        let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
-        let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let mut length = 0;
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).unwrap();
-            if line.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).unwrap();
-        (status, body)
-    }
-}
-
-fn start(dir: &std::path::Path, data: &std::path::Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
-        .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .args(["--data", data.to_str().unwrap()])
-        .env("BENCH_SECRET", SECRET)
-        .env("AGENTMESH_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("serve exited").unwrap();
-        if let Some(a) = line.split("listening on http://").nth(1) {
-            break a.trim().parse().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} CPUs, {cpu}")
-}
-
 fn main() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("config");
     std::fs::create_dir_all(&dir).unwrap();
     config(&dir);
-    let (mut child, addr) = start(&dir, &root.path().join("data"));
+    let server = Server::start(&dir, &root.path().join("data"), &[("BENCH_SECRET", SECRET)]);
+    let addr = server.addr;
     let mut admin = Connection::open(addr);
     let (status, body) = admin.send(
         "POST",
@@ -192,8 +99,7 @@ fn main() {
     let id = task["id"].as_str().unwrap().to_owned();
     // Wait until the task is parked in review().
     loop {
-        let (_, body) = admin.send("GET", &format!("/v1/tasks/{id}"), &[], b"");
-        let t: Value = serde_json::from_slice(&body).unwrap();
+        let t = admin.get_json(&format!("/v1/tasks/{id}"));
         if t["status"] == "waiting" {
             break;
         }
@@ -256,12 +162,12 @@ fn main() {
     let mut lat = latencies.lock().unwrap().clone();
     lat.sort();
     let acked = *acked.lock().unwrap();
-    let (_, body) = admin.send("GET", &format!("/v1/tasks/{id}"), &[], b"");
-    let t: Value = serde_json::from_slice(&body).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let t = admin.get_json(&format!("/v1/tasks/{id}"));
+    let rss = server.rss_kib();
+    let load = load_average();
+    drop(server);
 
-    println!("machine: {}", machine());
+    println!("machine: {}; load average at the end {load}", machine());
     println!(
         "load generator: this bench's HTTP/1.1 client, {CONNECTIONS} keep-alive connections, GitHub-signed ~600-byte payloads, unique delivery ids"
     );
@@ -275,6 +181,7 @@ fn main() {
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
+    println!("server: VmRSS {rss} KiB at the end");
     println!(
         "queue check: {} acknowledged in all, the task's queue holds {}",
         acked, t["queue_depth"]

@@ -1,6 +1,7 @@
 //! Triggers, schedules and self-scheduled wakeups over real HTTP: cold starts from a GitHub
-//! source and the API, dedupe, throttling, interval schedules that do not wait for earlier
-//! tasks, wakeups (and their cancellation, TTL and survival of a SIGKILL).
+//! source and the API, dedupe, throttling and the daily quota (also across a SIGKILL),
+//! interval schedules that do not wait for earlier tasks, wakeups (and their cancellation,
+//! TTL and survival of a SIGKILL).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -388,6 +389,67 @@ inputs:
     let tick = listed.iter().find(|s| s["id"] == "lab/tick").unwrap();
     assert!(tick["next_trigger_at"].is_string());
     assert!(tick["status"]["total_triggers"].as_u64().unwrap() >= 3);
+}
+
+#[test]
+fn throttle_and_daily_quota_still_apply_after_a_sigkill_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        "policy:\n  triggered_turns_per_user_per_day: 3\n",
+        &format!(
+            "{TRIGGERS}---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: release
+agent: triage
+owner: user:ops@example.com
+source: {{type: ops}}
+message: \"Released {{event.payload.version}}\"
+"
+        ),
+    );
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, &env());
+    for version in ["1.0", "1.1"] {
+        let r = fire(
+            &server,
+            "lab/deploy",
+            OPS_TOKEN,
+            &json!({"version": version}),
+        );
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    server.kill();
+
+    // `lab/deploy` has had its 2 fires this hour, `user:ops@example.com` 2 of its 3 turns today.
+    let server = Server::start(dir.path(), &data, &env());
+    let r = fire(&server, "lab/deploy", OPS_TOKEN, &json!({"version": "1.2"}));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("fires per hour"), "{}", r.text());
+    let r = fire(
+        &server,
+        "lab/release",
+        OPS_TOKEN,
+        &json!({"version": "2.0"}),
+    );
+    assert_eq!(r.status, 202, "the third turn of the day: {}", r.text());
+    server.kill();
+
+    let server = Server::start(dir.path(), &data, &env());
+    let r = fire(
+        &server,
+        "lab/release",
+        OPS_TOKEN,
+        &json!({"version": "2.1"}),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("trigger-fired turns"), "{}", r.text());
+    assert_eq!(
+        tasks(&server, "lab/triage").len(),
+        3,
+        "dropped fires are never queued"
+    );
 }
 
 /// Creates a `lab/sleeper` task (it requests wakeups A in 2 s and B in 2.5 s) and waits until

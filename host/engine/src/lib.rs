@@ -245,7 +245,7 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(plan);
         self.rebuild_routes().map_err(|e| e.to_string())?;
         self.register_triggers().map_err(|e| e.to_string())?;
-        self.arm_schedules(false).await.map_err(|e| e.to_string())?;
+        self.arm_schedules(false).map_err(|e| e.to_string())?;
         Ok(())
     }
 

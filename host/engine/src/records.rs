@@ -87,12 +87,12 @@ impl Engine {
         let cached = lock(&self.inner.records.0).get(id).cloned();
         match cached {
             Some(record) => Ok(f(&record)),
-            None => Ok(f(&self.stored(id)?)),
+            None => Ok(f(&self.stored_record(id)?)),
         }
     }
 
     /// Task `id`'s record as the store has it.
-    pub(crate) fn stored(&self, id: &str) -> Result<TaskRecord> {
+    pub(crate) fn stored_record(&self, id: &str) -> Result<TaskRecord> {
         self.inner
             .store
             .task(id)?
@@ -105,7 +105,7 @@ impl Engine {
         let cached = lock(&self.inner.records.0).remove(id);
         match cached {
             Some(record) => Ok(Arc::unwrap_or_clone(record)),
-            None => self.stored(id),
+            None => self.stored_record(id),
         }
     }
 

@@ -9,42 +9,208 @@
 //! than firing it twice.
 //!
 //! The scheduler is one tokio task ([`Engine::run_scheduler`]) waiting on one
-//! [`TimerHandle`](agentmesh_triggers::TimerHandle) for every schedule and wakeup.
+//! [`TimerHandle`](agentmesh_triggers::TimerHandle) for every schedule and wakeup. It fires
+//! what is due concurrently and never blocks on a fire: the ticks due together as one batch
+//! ([`Engine::fire_schedules`], three fsyncs whatever its size, so a burst due at one instant
+//! is not fired one fsync after another), each wakeup on its own. One schedule never fires
+//! twice at once, nor do two wakeups of one task: their inputs join its queue in due order.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+use std::sync::Arc;
 
 use agentmesh_store::event::TriggerEnvelope;
 use agentmesh_store::now_ms;
 use agentmesh_triggers::clock::rfc3339;
 use agentmesh_triggers::ttl::expires_at;
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 
-use crate::triggers::{FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, TimerId};
-use crate::{Engine, EngineError, lock, normalize_input};
+use crate::plan::Plan;
+use crate::triggers::{
+    FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, TimerId, fire_recorded,
+};
+use crate::{Engine, EngineError, QueuedInput, lock, normalize_input};
+
+/// How many schedule ticks may be firing at once, in one batch or several. A fire mostly waits
+/// for the store, which performs writes one at a time (a flush holds back every transaction),
+/// so single fires side by side barely overlap: the ticks due together fire as one batch, with
+/// three fsyncs in all, and their tasks' turns start once the whole batch is queued, so that
+/// they do not slow the creation of the rest of a burst (measured: a burst of 1,000 queued in
+/// ~0.1 s as one batch, in ~0.8 s as batches of 64). The bound keeps a batch in check:
+/// creating its tasks takes ~0.1 ms each (so ~0.1 s, the longest its first tick waits for
+/// the others), and a crash in the middle loses at most this many ticks (recorded as fired,
+/// not yet queued; never fired twice).
+const MAX_TICKS_IN_FLIGHT: usize = 1_024;
+
+/// How many wakeups may be firing at once, each on its own: its writes wait for fsyncs on a
+/// thread of tokio's blocking pool (512 threads), which 64 leaves mostly to webhooks and
+/// component loads.
+const MAX_WAKEUPS_IN_FLIGHT: usize = 64;
+
+/// Due fires not started yet, by lane (what must not fire twice at once: a schedule, or the
+/// wakeups of one task): at most one in flight per lane, lanes started in the order they came
+/// due, each lane's fires in due order.
+struct Backlog<L, T> {
+    /// Lanes with nothing in flight and something waiting, oldest first.
+    ready: VecDeque<L>,
+    /// Every lane with a fire in flight or waiting: whether one is in flight, and what waits.
+    lanes: HashMap<L, (bool, VecDeque<T>)>,
+}
+
+impl<L, T> Default for Backlog<L, T> {
+    fn default() -> Self {
+        Backlog {
+            ready: VecDeque::new(),
+            lanes: HashMap::new(),
+        }
+    }
+}
+
+impl<L: Clone + Eq + Hash, T> Backlog<L, T> {
+    /// `item` came due in `lane`.
+    fn push(&mut self, lane: L, item: T) {
+        let (busy, waiting) = self.lanes.entry(lane.clone()).or_default();
+        if !*busy && waiting.is_empty() {
+            self.ready.push_back(lane);
+        }
+        waiting.push_back(item);
+    }
+
+    /// The next fire to start; its lane is in flight until [`finish`](Self::finish).
+    fn start(&mut self) -> Option<(L, T)> {
+        let lane = self.ready.pop_front()?;
+        let (busy, waiting) = self.lanes.get_mut(&lane)?;
+        let item = waiting.pop_front()?;
+        *busy = true;
+        Some((lane, item))
+    }
+
+    /// `lane`'s fire in flight is done.
+    fn finish(&mut self, lane: &L) {
+        let Some((busy, waiting)) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        *busy = false;
+        if waiting.is_empty() {
+            self.lanes.remove(lane);
+        } else {
+            self.ready.push_back(lane.clone());
+        }
+    }
+}
+
+/// A schedule tick recorded as fired.
+struct Recorded {
+    schedule: Arc<SchedulePlan>,
+    /// Its status, the tick recorded.
+    status: FireStatus,
+    /// Its `ttl` has passed: this fire is its final one.
+    last: bool,
+}
+
+/// A fire in flight: a batch of schedule ticks (by schedule id), or a wakeup (by its task).
+enum Fire {
+    Ticks(Vec<String>),
+    Wakeup(String),
+}
 
 impl Engine {
-    /// Arms every schedule and pending wakeup, firing at once (once) what was missed while the
-    /// host was down. Call once at start, before [`run_scheduler`](Self::run_scheduler).
+    /// Arms every schedule and pending wakeup; what was missed while the host was down is
+    /// armed to fire (once) as soon as [`run_scheduler`](Self::run_scheduler) runs. Call once
+    /// at start, before it.
     pub async fn start_scheduler(&self) -> crate::Result<()> {
         self.register_triggers()?;
-        self.arm_schedules(true).await?;
+        self.arm_schedules(true)?;
         self.arm_wakeups().await
     }
 
     /// Fires schedules and wakeups as they come due, for ever (abort the task to stop it).
+    /// Fires run concurrently: the schedule ticks started together as one batch, at most
+    /// [`MAX_TICKS_IN_FLIGHT`] ticks in all, and each wakeup on its own, at most
+    /// [`MAX_WAKEUPS_IN_FLIGHT`]; never one schedule twice at once, nor two wakeups of one
+    /// task. The timer is read again while they run, so a slow fire holds back only its own
+    /// schedule or task. Aborting cuts the fires in flight short: a tick recorded but not yet
+    /// queued is lost, as in a crash, and never fired twice.
     pub async fn run_scheduler(self) {
+        let timer = self.inner.triggers.timer.clone();
+        // Ticks by schedule id; wakeups by the task they wake.
+        let mut ticks: Backlog<String, i64> = Backlog::default();
+        let mut wakeups: Backlog<String, String> = Backlog::default();
+        let mut in_flight = JoinSet::new();
+        let mut fires: HashMap<tokio::task::Id, Fire> = HashMap::new();
+        let (mut ticks_firing, mut wakeups_firing) = (0, 0);
         loop {
-            let due = self.inner.triggers.timer.next_due().await;
-            for d in due {
-                match d.id {
-                    TimerId::Schedule(id) => self.fire_schedule(&id, d.at_ms).await,
-                    TimerId::Wakeup(id) => self.fire_wakeup(&id).await,
+            while wakeups_firing < MAX_WAKEUPS_IN_FLIGHT
+                && let Some((task, id)) = wakeups.start()
+            {
+                wakeups_firing += 1;
+                let engine = self.clone();
+                let fire = in_flight.spawn(async move { engine.fire_wakeup(&id).await });
+                fires.insert(fire.id(), Fire::Wakeup(task));
+            }
+            let mut batch = Vec::new();
+            while ticks_firing + batch.len() < MAX_TICKS_IN_FLIGHT
+                && let Some(tick) = ticks.start()
+            {
+                batch.push(tick);
+            }
+            if !batch.is_empty() {
+                ticks_firing += batch.len();
+                let ids = batch.iter().map(|(id, _)| id.clone()).collect();
+                let engine = self.clone();
+                let fire = in_flight.spawn(async move { engine.fire_schedules(batch).await });
+                fires.insert(fire.id(), Fire::Ticks(ids));
+            }
+            tokio::select! {
+                due = timer.next_due() => {
+                    for d in due {
+                        match d.id {
+                            TimerId::Schedule(id) => ticks.push(id, d.at_ms),
+                            TimerId::Wakeup(id) => wakeups.push(self.wakeup_task(&id), id),
+                        }
+                    }
+                }
+                Some(done) = in_flight.join_next_with_id() => {
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(e) => {
+                            tracing::error!("a schedule or wakeup fire failed: {e}");
+                            e.id()
+                        }
+                    };
+                    match fires.remove(&id) {
+                        Some(Fire::Ticks(ids)) => {
+                            ticks_firing -= ids.len();
+                            for id in &ids {
+                                ticks.finish(id);
+                            }
+                        }
+                        Some(Fire::Wakeup(task)) => {
+                            wakeups_firing -= 1;
+                            wakeups.finish(&task);
+                        }
+                        None => {}
+                    }
                 }
             }
         }
     }
 
+    /// The task wakeup `id` wakes (its own id if it cannot be read: it then fires as a
+    /// no-op, alone).
+    fn wakeup_task(&self, id: &str) -> String {
+        match self.wakeup(id) {
+            Ok(Some(w)) => w.task_id,
+            _ => id.to_owned(),
+        }
+    }
+
     /// Brings the timer in step with the plan's schedules: arms the enabled ones, disarms the
-    /// rest. `start`: the host just started, so a tick missed while it was down fires now.
-    pub(crate) async fn arm_schedules(&self, start: bool) -> crate::Result<()> {
+    /// rest. `start`: the host just started, so a tick missed while it was down is armed at
+    /// its (past) time, and the scheduler fires it first thing.
+    pub(crate) fn arm_schedules(&self, start: bool) -> crate::Result<()> {
         let plan = self.plan();
         let now = now_ms();
         let mut keep = std::collections::HashSet::new();
@@ -70,7 +236,10 @@ impl Engine {
                 .flatten();
             if let Some(tick) = missed {
                 tracing::info!(schedule.id = %id, "a tick missed while the host was down fires now");
-                self.fire_schedule(id, tick).await;
+                self.inner
+                    .triggers
+                    .timer
+                    .arm(TimerId::Schedule(id.clone()), tick);
             } else {
                 self.arm_schedule(s, &status, now);
             }
@@ -105,52 +274,135 @@ impl Engine {
         next
     }
 
-    /// Fires schedule `id`'s tick `tick_ms`: a new task as the owner with the schedule's
-    /// input, then arms the next tick (or, past its `ttl`, deletes it).
-    pub(crate) async fn fire_schedule(&self, id: &str, tick_ms: i64) {
+    /// Fires schedule ticks `(id, tick_ms)`, at most one per schedule, together: each a new
+    /// task as the schedule's owner with its input, then its next tick armed (or, past its
+    /// `ttl`, it is done). Every tick is recorded as fired, durably, before any task is
+    /// created; the tasks' inputs are queued in one transaction; the outcomes are recorded
+    /// last. Three fsyncs in all, however many ticks.
+    pub(crate) async fn fire_schedules(&self, ticks: Vec<(String, i64)>) {
         let plan = self.plan();
-        let Some(s) = plan.schedules.get(id) else {
-            return;
-        };
         let now = now_ms();
-        let Ok(status) = self.fire_status(SCHEDULE_STATE, id) else {
-            return;
+        let recorded = {
+            let plan = Arc::clone(&plan);
+            self.off_workers(move |engine| engine.record_ticks(&plan, &ticks, now))
+                .await
         };
-        if !s.enabled || status.expired || status.revoked {
-            return;
-        }
-        let last = s
-            .ttl
-            .is_some_and(|ttl| agentmesh_triggers::ttl::expired(status.created_ms, ttl, now));
-        let recorded = self.update_status(SCHEDULE_STATE, id, |st| {
-            st.last_fired_ms = Some(tick_ms.max(st.last_fired_ms.unwrap_or(i64::MIN)));
-            st.expired |= last;
-        });
-        let status = match recorded {
-            Ok(status) => status,
+        let fired = match recorded {
+            Ok(fired) => fired,
             Err(e) => {
-                tracing::warn!(schedule.id = %id, "recording a tick failed, not fired: {e}");
+                tracing::warn!("recording schedule ticks failed, none fired: {e}");
                 return;
             }
         };
-        match self.schedule_task(s, now).await {
-            Ok(Some(task)) => self.record_fire(SCHEDULE_STATE, id, Ok(&task)),
-            Ok(None) => self.record_fire(SCHEDULE_STATE, id, Err(FireOutcome::Dropped)),
-            Err(e) => {
-                tracing::warn!(schedule.id = %id, "schedule fire failed: {e}");
-                self.record_fire(SCHEDULE_STATE, id, Err(FireOutcome::Failed(&e.to_string())));
+        let mut outcomes = Vec::new();
+        let mut queued = Vec::new();
+        for Recorded { schedule: s, .. } in &fired {
+            // Creating a task is synchronous store work: yield between two, so that a large
+            // batch does not hold an async worker for long.
+            tokio::task::yield_now().await;
+            match self.schedule_task(s, now).await {
+                Ok(Some((task, input))) => queued.push((s.id(), task, input)),
+                Ok(None) => outcomes.push((s.id(), fire_recorded(Err(FireOutcome::Dropped)))),
+                Err(e) => {
+                    tracing::warn!(schedule.id = %s.id(), "schedule fire failed: {e}");
+                    let why = e.to_string();
+                    outcomes.push((s.id(), fire_recorded(Err(FireOutcome::Failed(&why)))));
+                }
             }
         }
-        if last {
-            tracing::info!(schedule.id = %id, "fired its final time: its ttl has passed");
-            lock(&self.inner.triggers.armed).remove(id);
-        } else {
-            self.arm_schedule(s, &status, now);
+        // Queued now, after the whole batch was created: `queued_at` says so.
+        let queued_at = now_ms();
+        let entries = queued
+            .iter()
+            .map(|(_, task, input)| {
+                let input = QueuedInput {
+                    queued_at,
+                    ..input.clone()
+                };
+                (task.clone(), input)
+            })
+            .collect();
+        match self.queue_durably(None, entries).await {
+            Ok(_) => {
+                for (id, task, _) in &queued {
+                    self.kick(task);
+                    outcomes.push((id.clone(), fire_recorded(Ok(task))));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "queueing the inputs of {} schedule ticks failed: {e}",
+                    queued.len()
+                );
+                let why = e.to_string();
+                for (id, _, _) in &queued {
+                    outcomes.push((id.clone(), fire_recorded(Err(FireOutcome::Failed(&why)))));
+                }
+            }
+        }
+        let recorded = self
+            .off_workers(move |engine| {
+                for (id, outcome) in outcomes {
+                    if let Err(e) = engine.change_status(SCHEDULE_STATE, &id, outcome) {
+                        tracing::warn!(schedule.id = %id, "recording a fire failed: {e}");
+                    }
+                }
+                Ok(engine.store().flush()?)
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!("recording the outcomes of schedule ticks failed: {e}");
+        }
+        for r in &fired {
+            if r.last {
+                tracing::info!(schedule.id = %r.schedule.id(), "fired its final time: its ttl has passed");
+                lock(&self.inner.triggers.armed).remove(&r.schedule.id());
+            } else {
+                self.arm_schedule(&r.schedule, &r.status, now);
+            }
         }
     }
 
-    /// The task of one tick; `None` when a bound dropped it.
-    async fn schedule_task(&self, s: &SchedulePlan, now: i64) -> crate::Result<Option<String>> {
+    /// Records `ticks` as fired, durably (one flush), those of schedules that may still fire.
+    fn record_ticks(
+        &self,
+        plan: &Plan,
+        ticks: &[(String, i64)],
+        now: i64,
+    ) -> crate::Result<Vec<Recorded>> {
+        let mut fired = Vec::new();
+        for (id, tick_ms) in ticks {
+            let Some(s) = plan.schedules.get(id) else {
+                continue;
+            };
+            let status = self.fire_status(SCHEDULE_STATE, id)?;
+            if !s.enabled || status.expired || status.revoked {
+                continue;
+            }
+            let last = s
+                .ttl
+                .is_some_and(|ttl| agentmesh_triggers::ttl::expired(status.created_ms, ttl, now));
+            let status = self.change_status(SCHEDULE_STATE, id, |st| {
+                st.last_fired_ms = Some((*tick_ms).max(st.last_fired_ms.unwrap_or(i64::MIN)));
+                st.expired |= last;
+            })?;
+            fired.push(Recorded {
+                schedule: Arc::clone(s),
+                status,
+                last,
+            });
+        }
+        self.store().flush()?;
+        Ok(fired)
+    }
+
+    /// The task of one tick, created, and its input (for the caller to queue); `None` when a
+    /// bound dropped it.
+    async fn schedule_task(
+        &self,
+        s: &SchedulePlan,
+        now: i64,
+    ) -> crate::Result<Option<(String, QueuedInput)>> {
         let agent = self.agent(&s.agent)?;
         let io = normalize_input(&agent, &Value::Object(s.inputs.clone()))?;
         if let Some(why) = self.bound_fire(
@@ -168,11 +420,9 @@ impl Engine {
             schedule_id: Some(s.id()),
             ..TriggerEnvelope::default()
         };
-        let (task, input) = self.cold_start(&s.agent, &s.owner, io, envelope).await?;
-        self.queue_durably(None, vec![(task.clone(), input)])
-            .await?;
-        self.kick(&task);
-        Ok(Some(task))
+        Ok(Some(
+            self.cold_start(&s.agent, &s.owner, io, envelope).await?,
+        ))
     }
 
     /// The schedules (optionally only those `owner` owns) and, unless `task` names one task,
@@ -252,5 +502,46 @@ impl Engine {
         } else {
             Err(EngineError::NotFound(format!("schedule `{id}`")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started(backlog: &mut Backlog<&'static str, u32>) -> Vec<(&'static str, u32)> {
+        std::iter::from_fn(|| backlog.start()).collect()
+    }
+
+    #[test]
+    fn backlog_starts_one_fire_per_lane_and_each_lanes_fires_in_due_order() {
+        let mut backlog = Backlog::default();
+        for (lane, tick) in [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3)] {
+            backlog.push(lane, tick);
+        }
+        assert_eq!(started(&mut backlog), [("a", 1), ("b", 1), ("c", 1)]);
+        backlog.finish(&"b");
+        assert_eq!(started(&mut backlog), [], "`a` is still in flight");
+        backlog.finish(&"a");
+        assert_eq!(started(&mut backlog), [("a", 2)]);
+        backlog.push("b", 2);
+        backlog.finish(&"a");
+        assert_eq!(started(&mut backlog), [("b", 2), ("a", 3)]);
+    }
+
+    #[test]
+    fn backlog_forgets_a_lane_with_nothing_left() {
+        let mut backlog = Backlog::default();
+        backlog.push("a", 1);
+        assert_eq!(started(&mut backlog), [("a", 1)]);
+        backlog.finish(&"a");
+        assert!(backlog.lanes.is_empty() && backlog.ready.is_empty());
+        backlog.finish(&"a");
+        backlog.push("a", 2);
+        assert_eq!(
+            started(&mut backlog),
+            [("a", 2)],
+            "a stray finish changes nothing"
+        );
     }
 }

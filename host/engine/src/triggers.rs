@@ -51,6 +51,25 @@ pub const DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY: u32 = 1000;
 pub(crate) const TRIGGER_STATE: &str = "trigger";
 /// The store namespace of schedule statuses.
 pub(crate) const SCHEDULE_STATE: &str = "schedule";
+/// The store namespace of throttles: the fires let through in the last hour, by throttle key.
+const THROTTLE_STATE: &str = "throttle";
+/// The store namespace of the daily quota: each owner's triggered turns on its last day.
+const QUOTA_STATE: &str = "quota";
+
+/// A throttle's fires in the store, epoch ms, oldest first (at most its limit).
+#[derive(Serialize, Deserialize)]
+struct ThrottleRecord {
+    recent: Vec<i64>,
+}
+
+/// An owner's triggered turns in the store.
+#[derive(Serialize, Deserialize)]
+struct QuotaRecord {
+    /// The UTC day they were taken on ([`DailyQuota::day_of`]).
+    day: i64,
+    /// How many.
+    used: u32,
+}
 
 /// A `sources` entry of the host config, compiled. Holds no secret in a form worth logging and
 /// implements no `Debug`.
@@ -379,9 +398,11 @@ pub(crate) struct Runtime {
     pub(crate) timer: TimerHandle<TimerId>,
     /// Schedule ids armed (so a reload can disarm the ones that went).
     pub(crate) armed: Mutex<HashSet<String>>,
-    /// Fire-rate bounds by `trigger:ID` / `schedule:ID`, with the limit they were made for.
+    /// Fire-rate bounds by `trigger:ID` / `schedule:ID` / `wakeup:ID`, with the limit they
+    /// were made for: the counts kept in the store, read on first use.
     throttles: Mutex<HashMap<String, (u32, Throttle)>>,
-    /// The per-user daily quota, with the limit it was made for.
+    /// The per-user daily quota, with the limit it was made for (its counts kept in the store
+    /// too).
     quota: Mutex<Option<(u32, DailyQuota)>>,
     /// Source deliveries one at a time: dedupe of a cold start spans creating its tasks, so a
     /// redelivery racing its original must wait for it to be recorded.
@@ -445,7 +466,9 @@ enum Admit {
 
 impl Engine {
     /// The bounds of one fire at `now`: the throttle of `key`, then `owner`'s daily quota.
-    /// `Some(reason)` when the fire is dropped.
+    /// `Some(reason)` when the fire is dropped. Both counts are kept in the store, so they
+    /// hold across a restart: read on first use, written (not flushed) when a fire passes, so
+    /// they are durable with the flush that queues the fire's input.
     pub(crate) fn bound_fire(
         &self,
         key: &str,
@@ -455,17 +478,26 @@ impl Engine {
     ) -> Option<String> {
         {
             let mut throttles = lock(&self.inner.triggers.throttles);
-            let entry = throttles
-                .entry(key.to_owned())
-                .or_insert_with(|| (max_per_hour, Throttle::new(max_per_hour)));
+            let entry = throttles.entry(key.to_owned()).or_insert_with(|| {
+                let stored = self.stored::<ThrottleRecord>(THROTTLE_STATE, key);
+                let recent = stored.map(|r| r.recent).unwrap_or_default();
+                (max_per_hour, Throttle::resume(max_per_hour, recent))
+            });
             if entry.0 != max_per_hour {
-                *entry = (max_per_hour, Throttle::new(max_per_hour));
+                *entry = (
+                    max_per_hour,
+                    Throttle::resume(max_per_hour, entry.1.recent()),
+                );
             }
             if !entry.1.allow(now) {
                 return Some(format!(
                     "`{key}` is over its limit of {max_per_hour} fires per hour; the fire was dropped"
                 ));
             }
+            let record = ThrottleRecord {
+                recent: entry.1.recent().collect(),
+            };
+            self.keep(THROTTLE_STATE, key, &record);
         }
         let per_day = self
             .plan()
@@ -478,12 +510,52 @@ impl Engine {
             Some((limit, q)) if *limit == per_day => q,
             slot => &mut slot.insert((per_day, DailyQuota::new(per_day))).1,
         };
+        if q.used(owner, now) == 0
+            && let Some(stored) = self.stored::<QuotaRecord>(QUOTA_STATE, owner)
+        {
+            q.resume(owner, stored.day, stored.used);
+        }
         if !q.take(owner, now) {
             return Some(format!(
                 "`{owner}` has used its {per_day} trigger-fired turns for today; the fire was dropped"
             ));
         }
+        let record = QuotaRecord {
+            day: DailyQuota::day_of(now),
+            used: q.used(owner, now),
+        };
+        self.keep(QUOTA_STATE, owner, &record);
         None
+    }
+
+    /// Forgets the throttle of `key` (a wakeup being deleted), in memory and in the store
+    /// (durable with the caller's next flush).
+    pub(crate) fn forget_throttle(&self, key: &str) -> crate::Result<()> {
+        lock(&self.inner.triggers.throttles).remove(key);
+        Ok(self.store().remove_state(THROTTLE_STATE, key)?)
+    }
+
+    /// Host state `key` in `ns`; a read error is logged and reads as none.
+    fn stored<T: serde::de::DeserializeOwned>(&self, ns: &str, key: &str) -> Option<T> {
+        self.store().state(ns, key).unwrap_or_else(|e| {
+            tracing::warn!(
+                state.ns = ns,
+                state.key = key,
+                "reading a fire count failed: {e}"
+            );
+            None
+        })
+    }
+
+    /// Writes host state `key` in `ns` without flushing; a write error is logged.
+    fn keep(&self, ns: &str, key: &str, value: &impl Serialize) {
+        if let Err(e) = self.store().put_state(ns, key, value) {
+            tracing::warn!(
+                state.ns = ns,
+                state.key = key,
+                "keeping a fire count failed: {e}"
+            );
+        }
     }
 
     /// The status of trigger or schedule `id` in store namespace `ns`.
@@ -498,14 +570,38 @@ impl Engine {
         id: &str,
         change: impl FnOnce(&mut FireStatus),
     ) -> crate::Result<FireStatus> {
+        let status = self.change_status(ns, id, change)?;
+        self.store().flush()?;
+        Ok(status)
+    }
+
+    /// Like [`update_status`](Self::update_status), durable only with the next flush: several
+    /// changes can share one. Only the read-modify-write is serialized, not that flush.
+    pub(crate) fn change_status(
+        &self,
+        ns: &str,
+        id: &str,
+        change: impl FnOnce(&mut FireStatus),
+    ) -> crate::Result<FireStatus> {
         let _serial = lock(&self.inner.triggers.state);
         let mut status: FireStatus = self.store().state(ns, id)?.unwrap_or_else(|| FireStatus {
             created_ms: now_ms(),
             ..FireStatus::default()
         });
         change(&mut status);
-        self.store().set_state(ns, id, &status)?;
+        self.store().put_state(ns, id, &status)?;
         Ok(status)
+    }
+
+    /// Runs `work` (store writes that wait for an fsync) on tokio's blocking pool.
+    pub(crate) async fn off_workers<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Engine) -> crate::Result<T> + Send + 'static,
+    ) -> crate::Result<T> {
+        let engine = self.clone();
+        tokio::task::spawn_blocking(move || work(&engine))
+            .await
+            .map_err(|e| EngineError::Config(format!("a store write did not finish: {e}")))?
     }
 
     /// Records a fire's outcome: a task created, a drop, or a failure.
@@ -515,20 +611,7 @@ impl Engine {
         id: &str,
         outcome: std::result::Result<&str, FireOutcome<'_>>,
     ) {
-        let updated = self.update_status(ns, id, |s| match outcome {
-            Ok(task) => {
-                s.last_triggered_at = Some(now_rfc3339());
-                s.last_task_id = Some(task.to_owned());
-                s.total_triggers += 1;
-                s.consecutive_failures = 0;
-            }
-            Err(FireOutcome::Dropped) => s.dropped += 1,
-            Err(FireOutcome::Failed(why)) => {
-                s.consecutive_failures += 1;
-                s.last_error = Some(why.to_owned());
-            }
-        });
-        if let Err(e) = updated {
+        if let Err(e) = self.update_status(ns, id, fire_recorded(outcome)) {
             tracing::warn!(trigger.id = %id, "recording a fire failed: {e}");
         }
     }
@@ -791,18 +874,17 @@ impl Engine {
             .dedupe_window
             .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
         let until = now_ms().saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
-        let store = Arc::clone(&self.inner.store);
         let delivery = delivery_id.map(str::to_owned);
-        tokio::task::spawn_blocking(move || {
+        self.off_workers(move |engine| {
             let refs: Vec<(&str, i64, &QueuedInput)> = entries
                 .iter()
                 .map(|(task, input)| (task.as_str(), input.queued_at, input))
                 .collect();
-            store.deliver(delivery.as_deref().map(|id| (id, until)), &refs)
+            Ok(engine
+                .store()
+                .deliver(delivery.as_deref().map(|id| (id, until)), &refs)?)
         })
         .await
-        .map_err(|e| EngineError::Config(format!("queueing did not finish: {e}")))?
-        .map_err(EngineError::from)
     }
 
     /// `POST /v1/triggers/{ns}/{name}/fire`: authenticated with a token of the trigger's
@@ -965,6 +1047,30 @@ pub(crate) enum FireOutcome<'a> {
     Dropped,
     /// It failed, for this reason.
     Failed(&'a str),
+}
+
+/// The change a fire's outcome makes to its status: a task created, a drop, or a failure.
+pub(crate) fn fire_recorded(
+    outcome: std::result::Result<&str, FireOutcome<'_>>,
+) -> impl FnOnce(&mut FireStatus) + Send + 'static {
+    // Owned, for a status change made on another thread: `Err(None)` is a drop.
+    let outcome = outcome.map(str::to_owned).map_err(|o| match o {
+        FireOutcome::Dropped => None,
+        FireOutcome::Failed(why) => Some(why.to_owned()),
+    });
+    move |s| match outcome {
+        Ok(task) => {
+            s.last_triggered_at = Some(now_rfc3339());
+            s.last_task_id = Some(task);
+            s.total_triggers += 1;
+            s.consecutive_failures = 0;
+        }
+        Err(None) => s.dropped += 1,
+        Err(Some(why)) => {
+            s.consecutive_failures += 1;
+            s.last_error = Some(why);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,11 @@ use crate::{Engine, lock};
 /// The store namespace of wakeups.
 const WAKEUP_STATE: &str = "wakeup";
 
+/// The key of wakeup `id`'s throttle.
+fn throttle_key(id: &str) -> String {
+    format!("wakeup:{id}")
+}
+
 /// A host tool every agent has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostTool {
@@ -299,6 +304,7 @@ impl Engine {
         if self.wakeup(id)?.is_none() {
             return Ok(false);
         }
+        self.forget_throttle(&throttle_key(id))?;
         self.store().delete_state(WAKEUP_STATE, id)?;
         Ok(true)
     }
@@ -333,9 +339,14 @@ impl Engine {
     }
 
     /// Fires wakeup `id`: a user message with the self-schedule envelope in its task, then its
-    /// next fire (a cron wakeup before its TTL) or its deletion.
+    /// next fire (a cron wakeup before its TTL) or its deletion. On the blocking pool: queueing
+    /// the message and storing the wakeup each wait for an fsync.
     pub(crate) async fn fire_wakeup(&self, id: &str) {
-        if let Err(e) = self.try_fire_wakeup(id) {
+        let owned = id.to_owned();
+        if let Err(e) = self
+            .off_workers(move |engine| engine.try_fire_wakeup(&owned))
+            .await
+        {
             tracing::warn!(schedule.id = %id, "wakeup fire failed: {e}");
         }
     }
@@ -358,7 +369,7 @@ impl Engine {
             .policy
             .trigger_max_per_hour
             .unwrap_or(DEFAULT_TRIGGER_MAX_PER_HOUR);
-        match self.bound_fire(&format!("wakeup:{id}"), max_per_hour, &w.owner, now) {
+        match self.bound_fire(&throttle_key(id), max_per_hour, &w.owner, now) {
             Some(why) => tracing::info!(task.id = %w.task_id, schedule.id = %id, "{why}"),
             None => {
                 let envelope = TriggerEnvelope {

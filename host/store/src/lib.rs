@@ -409,17 +409,32 @@ impl Store {
 
     /// Writes host state `key` in namespace `ns`, durably (flushed) before returning.
     pub fn set_state<T: Serialize>(&self, ns: &str, key: &str, value: &T) -> Result<()> {
+        self.put_state(ns, key, value)?;
+        self.flush()
+    }
+
+    /// Writes host state `key` in namespace `ns`, durable once a later [`flush`](Self::flush)
+    /// returns. For a caller that holds a lock over a read-modify-write: it can release the
+    /// lock before flushing, so that concurrent writers share one fsync.
+    pub fn put_state<T: Serialize>(&self, ns: &str, key: &str, value: &T) -> Result<()> {
         self.state
             .insert(task_key(ns, key.as_bytes()), serde_json::to_vec(value)?)?;
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.flush()
+        Ok(())
     }
 
     /// Deletes host state `key` in namespace `ns`, durably.
     pub fn delete_state(&self, ns: &str, key: &str) -> Result<()> {
+        self.remove_state(ns, key)?;
+        self.flush()
+    }
+
+    /// Deletes host state `key` in namespace `ns`, durable once a later [`flush`](Self::flush)
+    /// returns (like [`put_state`](Self::put_state)).
+    pub fn remove_state(&self, ns: &str, key: &str) -> Result<()> {
         self.state.remove(task_key(ns, key.as_bytes()))?;
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.flush()
+        Ok(())
     }
 
     /// Every state entry of namespace `ns`: key and value. Entries that do not decode as `T`

@@ -1,7 +1,9 @@
 //! Fire-rate bounds: [`Throttle`], a trigger's `max_per_hour` over a rolling hour, and
 //! [`DailyQuota`], the host's `triggered_turns_per_user_per_day` per UTC day. Both are small,
 //! in-memory and exact; a fire they refuse is dropped, and the caller records it (the spec's
-//! drop-on-cap rule: dropped, not queued).
+//! drop-on-cap rule: dropped, not queued). Their counts can be read out and resumed
+//! ([`Throttle::resume`], [`DailyQuota::resume`]), so that a host keeping them in a store
+//! applies the same caps after a restart.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -26,6 +28,30 @@ impl Throttle {
             recent: VecDeque::new(),
             dropped: 0,
         }
+    }
+
+    /// A throttle allowing `max_per_hour` fires per rolling hour that has already let through
+    /// the fires at `recent` (epoch ms, as [`recent`](Self::recent) gave them): they count
+    /// until an hour after each. Only the latest `max_per_hour` matter, so only those are kept.
+    pub fn resume(max_per_hour: u32, recent: impl IntoIterator<Item = i64>) -> Self {
+        let mut throttle = Throttle::new(max_per_hour);
+        for fired in recent {
+            let fired = throttle
+                .recent
+                .back()
+                .map_or(fired, |&last| last.max(fired));
+            throttle.recent.push_back(fired);
+        }
+        while throttle.recent.len() > throttle.limit {
+            throttle.recent.pop_front();
+        }
+        throttle
+    }
+
+    /// The fires let through that may still count (in the last hour as of the latest call),
+    /// oldest first.
+    pub fn recent(&self) -> impl Iterator<Item = i64> + '_ {
+        self.recent.iter().copied()
     }
 
     /// Whether a fire at `now_ms` may go ahead; counts it if so, and counts it as dropped if
@@ -100,6 +126,26 @@ impl DailyQuota {
         }
     }
 
+    /// The UTC day of `now_ms`, as this quota counts days (days since the epoch).
+    pub fn day_of(now_ms: i64) -> i64 {
+        now_ms.div_euclid(DAY_MS)
+    }
+
+    /// Resumes `user`'s count of `used` turns on UTC day `day` (as [`day_of`](Self::day_of)
+    /// gives it), e.g. kept across a restart. A later day than the quota's starts it, as
+    /// [`take`](Self::take) would; an earlier day counts nothing; a count this quota already
+    /// exceeds changes nothing.
+    pub fn resume(&mut self, user: &str, day: i64, used: u32) {
+        if day > self.day {
+            self.day = day;
+            self.used.clear();
+        }
+        if day == self.day && used > 0 {
+            let count = self.used.entry(user.to_owned()).or_insert(0);
+            *count = (*count).max(used);
+        }
+    }
+
     /// How many turns `user` has taken on the UTC day of `now_ms`.
     pub fn used(&self, user: &str, now_ms: i64) -> u32 {
         if now_ms.div_euclid(DAY_MS) > self.day {
@@ -122,6 +168,52 @@ mod tests {
         assert!(!throttle.allow(11 * HOUR_MS - 1));
         assert!(throttle.allow(11 * HOUR_MS));
         assert!(throttle.allow(11 * HOUR_MS));
+    }
+
+    #[test]
+    fn a_resumed_throttle_counts_the_fires_before_it() {
+        let mut before = Throttle::new(2);
+        assert!(before.allow(HOUR_MS));
+        assert!(before.allow(HOUR_MS + 10));
+        let mut after = Throttle::resume(2, before.recent());
+        assert!(!after.allow(HOUR_MS + 20), "two fires in the hour already");
+        assert!(
+            after.allow(2 * HOUR_MS),
+            "the first one has left the window"
+        );
+        assert!(!after.allow(2 * HOUR_MS + 1));
+    }
+
+    #[test]
+    fn a_throttle_resumed_under_a_lower_limit_keeps_the_latest_fires() {
+        let mut after = Throttle::resume(1, [10, 20, 30]);
+        assert_eq!(after.recent().collect::<Vec<_>>(), [30]);
+        assert!(!after.allow(HOUR_MS + 29));
+        assert!(after.allow(HOUR_MS + 30));
+    }
+
+    #[test]
+    fn a_resumed_quota_counts_only_the_same_day() {
+        let now = 3 * DAY_MS + 5;
+        let mut quota = DailyQuota::new(2);
+        quota.resume("user:a", DailyQuota::day_of(now) - 1, 2);
+        assert_eq!(
+            quota.used("user:a", now),
+            0,
+            "yesterday's turns do not count"
+        );
+        quota.resume("user:a", DailyQuota::day_of(now), 1);
+        assert!(quota.take("user:a", now));
+        assert!(
+            !quota.take("user:a", now),
+            "one before the restart, one after"
+        );
+        quota.resume("user:a", DailyQuota::day_of(now), 1);
+        assert_eq!(
+            quota.used("user:a", now),
+            2,
+            "an older, lower count changes nothing"
+        );
     }
 
     #[test]

@@ -9,4 +9,5 @@ mod condensation;
 mod lifecycle;
 mod limits;
 mod queue;
+mod schedules;
 mod util;

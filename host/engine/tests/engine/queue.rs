@@ -7,15 +7,7 @@ use agentmesh_store::event::{EventKind, EventSource, TriggerEnvelope};
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::util::harness;
-
-const AGENT: &str = "kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Answers.
-prompt: Answer.
-model: scripted/script.yaml
-";
+use crate::util::{SCRIPTED_AGENT, harness};
 
 /// Who sends an input.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +57,7 @@ proptest! {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let h = harness(AGENT, "responses:\n  - text: first\n");
+            let h = harness(SCRIPTED_AGENT, "responses:\n  - text: first\n");
             let task = h
                 .engine
                 .create_task(agentmesh_engine::NewTask {

@@ -115,6 +115,15 @@ pub fn limit(events: &[Event]) -> Option<String> {
     })
 }
 
+/// An agent `t/a` on the scripted model (`script.yaml`), with no capabilities.
+pub const SCRIPTED_AGENT: &str = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Answers.
+prompt: Answer.
+model: scripted/script.yaml
+";
+
 /// A tool `t/echo` with actions `say` (returns its input) and `shout`, root parameter
 /// `owner`, plus whatever agent YAML follows.
 pub const ECHO_TOOL: &str = "kind: commonagents.info/v1beta2/tool
