@@ -46,11 +46,13 @@ pub(crate) fn to_val(json: Json) -> Box<dyn Val> {
     }
 }
 
+/// A JSON integer is a CEL `int` (so `input.n + 1` and `count < 10` need no conversion), a
+/// `uint` only past `int`'s range; any other number a `double`.
 fn number(n: &Number) -> Box<dyn Val> {
-    if let Some(u) = n.as_u64() {
-        Box::new(CelUInt::from(u))
-    } else if let Some(i) = n.as_i64() {
+    if let Some(i) = n.as_i64() {
         Box::new(CelInt::from(i))
+    } else if let Some(u) = n.as_u64() {
+        Box::new(CelUInt::from(u))
     } else {
         Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
     }
@@ -506,16 +508,19 @@ mod tests {
     }
 
     #[test]
-    fn numbers_convert_as_cel_to_value_does() {
+    fn json_integers_are_ints_unless_too_big() {
         let act = input();
-        assert_eq!(eval("type(input.count)", &act).unwrap(), json!("uint"));
+        assert_eq!(eval("type(input.count)", &act).unwrap(), json!("int"));
         assert_eq!(eval("type(input.delta)", &act).unwrap(), json!("int"));
         assert_eq!(eval("type(input.ratio)", &act).unwrap(), json!("double"));
+        assert_eq!(eval("type(input.max)", &act).unwrap(), json!("uint"));
+        // Arithmetic with literals needs no conversion.
+        assert_eq!(eval("input.count + 1", &act).unwrap(), json!(4));
         assert_eq!(eval("input.count + input.count", &act).unwrap(), json!(6));
         assert_eq!(eval("input.delta + 1", &act).unwrap(), json!(-1));
+        assert_eq!(eval("input.user.id * 2", &act).unwrap(), json!(14));
         assert_eq!(eval("input.max", &act).unwrap(), json!(u64::MAX));
-        assert_eq!(eval("int(input.count) - 5", &act).unwrap(), json!(-2));
-        assert!(eval("input.count + 1", &act).is_err(), "uint + int");
+        assert!(eval("input.max + 1", &act).is_err(), "uint + int");
     }
 
     #[test]
