@@ -446,6 +446,8 @@ impl Engine {
             }
             self.sync_routes(&record);
             ran?;
+            // A turn that stopped early (an interrupt) keeps what it did.
+            self.write_ahead(&mut record)?;
             if record.status() == Status::Terminated
                 && let Some(Ok(p)) = self.inner.plugins.get()
             {
