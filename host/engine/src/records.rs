@@ -13,7 +13,9 @@
 //! The cache holds the records of tasks between turns, exactly as written: a turn takes its
 //! record out ([`Engine::checkout`]) and puts it back once everything is written
 //! ([`Engine::checkin`]); every other write removes the entry. Readers that miss read the
-//! store, which always has the last written record.
+//! store, which always has the last written record. It is bounded by bytes (as stored): a
+//! record keeps its log only while that is small, a big record is not kept, and past the
+//! total arbitrary entries go.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,13 +26,16 @@ use agentmesh_store::event::{Event, EventKind, EventSource};
 use crate::task::TaskRecord;
 use crate::{Engine, EngineError, Result, lock};
 
-/// How many idle tasks' records the cache keeps; past it, an arbitrary one is dropped (and
+/// The most the cache holds, in bytes as stored; past it, arbitrary entries are dropped (and
 /// read from the store when next needed).
-const CACHED_RECORDS: usize = 4096;
+const CACHE_BYTES: usize = 64 << 20;
 
-/// A cached record keeps its task's log in memory up to this many events (a longer log is
-/// read from the store at the next turn).
-const CACHED_LOG: usize = 512;
+/// A record bigger than this (with its log, if kept) is not cached.
+const CACHED_ENTRY_BYTES: usize = 256 << 10;
+
+/// A cached record keeps its task's log up to this many bytes (a longer log is read from the
+/// store at the next turn).
+const CACHED_LOG_BYTES: usize = 64 << 10;
 
 /// A task's log as far as it is in memory, with what a turn has not written yet.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +51,10 @@ pub struct Journal {
     take: Option<QueueKey>,
     /// The sequence number of the next event; `None`: ask the store.
     next_seq: Option<u64>,
+    /// The written part of `log`, in bytes as stored.
+    log_bytes: usize,
+    /// The record as last written, in bytes (0: not known).
+    record_bytes: usize,
 }
 
 impl Journal {
@@ -77,14 +86,31 @@ impl Journal {
     }
 }
 
-/// Records of tasks between turns, by task id.
+/// Records of tasks between turns, by task id, with their size; and the total size.
 #[derive(Default)]
-pub(crate) struct RecordCache(Mutex<HashMap<String, Arc<TaskRecord>>>);
+pub(crate) struct RecordCache(Mutex<Cached>);
+
+#[derive(Default)]
+pub(crate) struct Cached {
+    entries: HashMap<String, (Arc<TaskRecord>, usize)>,
+    bytes: usize,
+}
+
+impl Cached {
+    fn remove(&mut self, id: &str) -> Option<Arc<TaskRecord>> {
+        let (record, bytes) = self.entries.remove(id)?;
+        self.bytes -= bytes;
+        Some(record)
+    }
+}
 
 impl Engine {
     /// Task `id`'s record, read-only: from the cache, or from the store.
     pub(crate) fn peek<T>(&self, id: &str, f: impl FnOnce(&TaskRecord) -> T) -> Result<T> {
-        let cached = lock(&self.inner.records.0).get(id).cloned();
+        let cached = lock(&self.inner.records.0)
+            .entries
+            .get(id)
+            .map(|(record, _)| Arc::clone(record));
         match cached {
             Some(record) => Ok(f(&record)),
             None => Ok(f(&self.stored_record(id)?)),
@@ -112,22 +138,33 @@ impl Engine {
     /// Puts back a record taken by [`Engine::checkout`], once all of it is written.
     pub(crate) fn checkin(&self, mut record: TaskRecord) -> Arc<TaskRecord> {
         let journal = &mut record.journal;
-        if journal.is_empty() && (!journal.complete || journal.log.len() > CACHED_LOG) {
+        if !journal.is_empty() {
+            // Unwritten changes must not be served as the task's state.
+            return Arc::new(record);
+        }
+        if !journal.complete || journal.log_bytes > CACHED_LOG_BYTES {
             journal.log = Vec::new();
             journal.complete = false;
+            journal.log_bytes = 0;
         }
+        let bytes = journal.record_bytes + journal.log_bytes;
         let record = Arc::new(record);
-        if !record.journal.is_empty() {
-            // Unwritten changes must not be served as the task's state.
+        // A record read but never written here has no known size: it is not kept.
+        if record.journal.record_bytes == 0 || bytes > CACHED_ENTRY_BYTES {
             return record;
         }
         let mut cache = lock(&self.inner.records.0);
-        if cache.len() >= CACHED_RECORDS
-            && let Some(evict) = cache.keys().next().cloned()
-        {
+        cache.remove(&record.id);
+        while cache.bytes + bytes > CACHE_BYTES {
+            let Some(evict) = cache.entries.keys().next().cloned() else {
+                break;
+            };
             cache.remove(&evict);
         }
-        cache.insert(record.id.clone(), Arc::clone(&record));
+        cache.bytes += bytes;
+        cache
+            .entries
+            .insert(record.id.clone(), (Arc::clone(&record), bytes));
         record
     }
 
@@ -155,9 +192,10 @@ impl Engine {
     pub(crate) fn log_view(&self, record: &mut TaskRecord) -> Result<()> {
         let journal = &mut record.journal;
         if !journal.complete {
-            let mut log = self.inner.store.events(&record.id, 0)?;
+            let (mut log, bytes) = self.inner.store.events_sized(&record.id, 0)?;
             log.extend_from_slice(journal.unwritten());
             journal.log = log;
+            journal.log_bytes = bytes;
             journal.complete = true;
         }
         Ok(())
@@ -191,15 +229,17 @@ impl Engine {
             journal.unwritten(),
             journal.take.as_ref(),
         )?;
-        if !written {
+        let Some(written) = written else {
             return Err(EngineError::Conflict(format!(
                 "task `{}`: its input was taken by another writer",
                 record.id
             )));
-        }
+        };
         let journal = &mut record.journal;
         journal.pending = 0;
         journal.take = None;
+        journal.record_bytes = written.record_bytes;
+        journal.log_bytes += written.event_bytes;
         // Ask the store again next time: a record read elsewhere may have written since.
         journal.next_seq = None;
         Ok(())

@@ -64,6 +64,15 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueKey(Vec<u8>);
 
+/// What [`Store::write`] wrote, in bytes as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The record.
+    pub record_bytes: usize,
+    /// The events.
+    pub event_bytes: usize,
+}
+
 /// A function told which task's log grew.
 pub type AppendHook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -176,7 +185,7 @@ impl Store {
         let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
         Ok(self
             .write(task_id, record, &stamped, Some(key))?
-            .then_some(stamped))
+            .map(|_| stamped))
     }
 
     /// Gives `events` their ids, a timestamp and the sequence numbers `first_seq`,
@@ -198,15 +207,16 @@ impl Store {
 
     /// In one transaction: writes `record` as task `task_id`'s record, appends `events`
     /// (stamped by [`Store::stamp`], continuing the log without a gap) and, with `take`,
-    /// removes that queue entry. Returns `false`, writing nothing, when `take` is gone; fails,
-    /// writing nothing, when the events do not continue the log (another writer appended).
+    /// removes that queue entry. Returns what was written, or `None`, writing nothing, when
+    /// `take` is gone; fails, writing nothing, when the events do not continue the log
+    /// (another writer appended).
     pub fn write<R: Serialize>(
         &self,
         task_id: &str,
         record: &R,
         events: &[Event],
         take: Option<&QueueKey>,
-    ) -> Result<bool> {
+    ) -> Result<Option<Written>> {
         let record = serde_json::to_vec(record)?;
         // One write's events are one entry of the log tree, keyed by the last one's number
         // (so the last key of a task is its last event).
@@ -242,13 +252,17 @@ impl Store {
                 Ok(true)
             })
             .map_err(tx_error)?;
-        if written {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            if !events.is_empty() {
-                self.appended(task_id);
-            }
+        if !written {
+            return Ok(None);
         }
-        Ok(written)
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        if !events.is_empty() {
+            self.appended(task_id);
+        }
+        Ok(Some(Written {
+            record_bytes: record.len(),
+            event_bytes: chunk.as_ref().map_or(0, |(_, _, bytes)| bytes.len()),
+        }))
     }
 
     /// Sets the function called after events are appended to a task's log (once; later calls
@@ -294,12 +308,19 @@ impl Store {
 
     /// Task `task_id`'s events with `seq > after`, in order.
     pub fn events(&self, task_id: &str, after: u64) -> Result<Vec<Event>> {
+        Ok(self.events_sized(task_id, after)?.0)
+    }
+
+    /// Like [`Store::events`], with the size of what was read (bytes as stored).
+    pub fn events_sized(&self, task_id: &str, after: u64) -> Result<(Vec<Event>, usize)> {
         // Entries are keyed by their last event: the first to read ends at `after + 1` or later.
         let start = task_key(task_id, &(after + 1).to_be_bytes());
         let end = task_key(task_id, &u64::MAX.to_be_bytes());
         let mut out = Vec::new();
+        let mut bytes = 0;
         for entry in self.events.range(start..=end) {
             let (_, value) = entry?;
+            bytes += value.len();
             let chunk: Vec<Event> = if value.first() == Some(&b'[') {
                 serde_json::from_slice(&value)?
             } else {
@@ -308,7 +329,7 @@ impl Store {
             };
             out.extend(chunk.into_iter().filter(|e| e.seq > after));
         }
-        Ok(out)
+        Ok((out, bytes))
     }
 
     /// The sequence number of task `task_id`'s last event (0 for none).
