@@ -358,11 +358,11 @@ impl Engine {
         self.save(&mut record, events)?;
         self.sync_routes(&record);
         // Its first turn starts from memory.
-        self.checkin(record.clone());
+        let record = self.checkin(record);
         if let Some(io) = io {
             self.enqueue(&id, io, None)?;
         }
-        Ok(record)
+        Ok(TaskRecord::clone(&record))
     }
 
     /// Evaluates every binding at task start and seals its allow-list entry to the value.

@@ -38,7 +38,7 @@ const CACHED_ENTRY_BYTES: usize = 256 << 10;
 const CACHED_LOG_BYTES: usize = 64 << 10;
 
 /// A task's log as far as it is in memory, with what a turn has not written yet.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Journal {
     /// Numbered events, in order: the whole log once `complete`, otherwise only those logged
     /// since the record was read. The last `pending` are not written yet.
@@ -49,12 +49,18 @@ pub struct Journal {
     pending: usize,
     /// The queue entry the turn is processing, removed by the next write.
     take: Option<QueueKey>,
-    /// The sequence number of the next event; `None`: ask the store.
-    next_seq: Option<u64>,
     /// The written part of `log`, in bytes as stored.
     log_bytes: usize,
     /// The record as last written, in bytes (0: not known).
     record_bytes: usize,
+}
+
+/// A copy of a record (what readers get) is a snapshot of the task: it carries no journal, so
+/// reading a task never copies its log.
+impl Clone for Journal {
+    fn clone(&self) -> Journal {
+        Journal::default()
+    }
 }
 
 impl Journal {
@@ -62,7 +68,6 @@ impl Journal {
     pub(crate) fn new_task() -> Journal {
         Journal {
             complete: true,
-            next_seq: Some(1),
             ..Journal::default()
         }
     }
@@ -176,14 +181,16 @@ impl Engine {
         events: Vec<(EventSource, EventKind)>,
     ) -> Result<()> {
         let journal = &mut record.journal;
-        let next = match journal.next_seq {
-            Some(next) => next,
+        // The log in memory ends at the task's last event (a journal that holds none, or was
+        // read from the store, asks the store).
+        let next = match journal.log.last() {
+            Some(last) => last.seq + 1,
+            None if journal.complete => 1,
             None => self.inner.store.last_seq(&record.id)? + 1,
         };
         let n = events.len();
         journal.log.extend(self.inner.store.stamp(next, events));
         journal.pending += n;
-        journal.next_seq = Some(next + n as u64);
         Ok(())
     }
 
@@ -240,8 +247,6 @@ impl Engine {
         journal.take = None;
         journal.record_bytes = written.record_bytes;
         journal.log_bytes += written.event_bytes;
-        // Ask the store again next time: a record read elsewhere may have written since.
-        journal.next_seq = None;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! Every change that spans keys is one sled transaction: [`Store::write`] writes a task's
 //! record together with the events that changed it and, when it starts processing an input,
 //! removes that queue entry in the same transaction, so an input is processed exactly once
-//! across crashes ([`Store::commit`] and [`Store::take_queued`] number the events too). Input is flushed to disk before it is acknowledged
+//! across crashes ([`Store::commit`] numbers the events too). Input is flushed to disk before it is acknowledged
 //! ([`Store::enqueue`]); concurrent flushes are grouped into one fsync.
 //!
 //! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
@@ -171,21 +171,6 @@ impl Store {
         let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
         self.write(task_id, record, &stamped, None)?;
         Ok(stamped)
-    }
-
-    /// Like [`Store::commit`], and removes the queue entry `key` in the same transaction: the
-    /// input is taken exactly once. Returns `None` (and writes nothing) when the entry is gone.
-    pub fn take_queued<R: Serialize>(
-        &self,
-        task_id: &str,
-        key: &QueueKey,
-        record: &R,
-        events: Vec<(EventSource, EventKind)>,
-    ) -> Result<Option<Vec<Event>>> {
-        let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
-        Ok(self
-            .write(task_id, record, &stamped, Some(key))?
-            .map(|_| stamped))
     }
 
     /// Gives `events` their ids, a timestamp and the sequence numbers `first_seq`,

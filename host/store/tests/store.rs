@@ -58,14 +58,20 @@ fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
 
     let mut taken = Vec::new();
     while let Some((key, input)) = store.next_queued::<Value>("t").unwrap() {
-        let events = store
-            .take_queued("t", &key, &json!({"n": taken.len()}), vec![message("turn")])
-            .unwrap();
-        assert!(events.is_some());
-        // A second take of the same entry writes nothing.
+        let next = store.last_seq("t").unwrap() + 1;
+        let events = store.stamp(next, vec![message("turn")]);
+        let record = json!({"n": taken.len()});
         assert!(
             store
-                .take_queued("t", &key, &json!({}), vec![message("again")])
+                .write("t", &record, &events, Some(&key))
+                .unwrap()
+                .is_some()
+        );
+        // A second take of the same entry writes nothing.
+        let again = store.stamp(next + 1, vec![message("again")]);
+        assert!(
+            store
+                .write("t", &json!({}), &again, Some(&key))
                 .unwrap()
                 .is_none()
         );
