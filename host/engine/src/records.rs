@@ -1,7 +1,7 @@
 //! Task records between the store and a turn: the cache of idle tasks' records and the
 //! journal of what a turn has done but not yet written.
 //!
-//! A turn writes its record, its events and the taking of its input in one transaction at
+//! A turn writes its record, its events and the taking of its input in one write at
 //! the points where it reaches outside the process — before a remote LLM call, a tool
 //! runtime other than `cel`, an `invoke` or `wasm` step, a host tool, a `review()` — and
 //! when it ends. Between those points events collect in the record's [`Journal`], already
@@ -208,7 +208,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes the record with its journal and `events` in one transaction.
+    /// Writes the record with its journal and `events` in one write.
     pub(crate) fn save(
         &self,
         record: &mut TaskRecord,

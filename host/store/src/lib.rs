@@ -5,11 +5,13 @@
 //!   events of one write are one entry, keyed by the last one's number), FIFO
 //!   input queues ordered by `queued_at`, and plugin key-value, in sled trees.
 //!
-//! Every change that spans keys is one sled transaction: [`Store::write`] writes a task's
-//! record together with the events that changed it and, when it starts processing an input,
-//! removes that queue entry in the same transaction, so an input is processed exactly once
-//! across crashes ([`Store::commit`] numbers the events too). Input is flushed to disk before it is acknowledged
-//! ([`Store::enqueue`]); concurrent flushes are grouped into one fsync.
+//! A change that spans keys is all or nothing across crashes: [`Store::write`] writes a
+//! task's record together with the events that changed it and, when it starts processing an
+//! input, removes that queue entry, in an order [`Store::open`] can complete or undo (see
+//! `head.rs`), so an input is processed exactly once across crashes ([`Store::commit`] numbers
+//! the events too); the other multi-key changes are sled transactions. Input is flushed to
+//! disk before it is acknowledged ([`Store::enqueue`]); concurrent flushes are grouped into one
+//! fsync.
 //!
 //! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
 //! engine defines.
@@ -29,13 +31,14 @@
 
 pub mod event;
 mod flush;
+mod head;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use sled::transaction::{TransactionError, Transactional};
 
 use event::{Event, EventKind, EventSource};
 use flush::GroupFlush;
@@ -126,10 +129,6 @@ fn tx_error(e: TransactionError<StoreError>) -> StoreError {
     }
 }
 
-fn abort(e: impl Into<StoreError>) -> ConflictableTransactionError<StoreError> {
-    ConflictableTransactionError::Abort(e.into())
-}
-
 /// Now, RFC 3339 in UTC with milliseconds.
 pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -146,7 +145,7 @@ impl Store {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         let db = sled::Config::new().path(dir.join("store")).open()?;
-        Ok(Store {
+        let store = Store {
             tasks: db.open_tree("tasks")?,
             events: db.open_tree("events")?,
             queue: db.open_tree("queue")?,
@@ -157,11 +156,47 @@ impl Store {
             on_append: std::sync::OnceLock::new(),
             writes: AtomicU64::new(0),
             db,
-        })
+        };
+        store.repair()?;
+        Ok(store)
+    }
+
+    /// Finishes or undoes writes a crash cut short (see [`head`]): removes events past their
+    /// task record's `log_end` and queue entries a record says were taken. Reads every
+    /// record's head and the last log key of its task.
+    fn repair(&self) -> Result<()> {
+        let (mut orphans, mut taken) = (0usize, 0usize);
+        for entry in self.tasks.iter() {
+            let (id, stored) = entry?;
+            let Some(head) = head::decode(&stored).0 else {
+                continue;
+            };
+            let id = String::from_utf8_lossy(&id);
+            let start = task_key(&id, &(head.log_end.saturating_add(1)).to_be_bytes());
+            let end = task_key(&id, &u64::MAX.to_be_bytes());
+            for key in self.events.range(start..=end).keys() {
+                self.events.remove(key?)?;
+                orphans += 1;
+            }
+            if let Some(key) = head.took
+                && self.queue.remove(key)?.is_some()
+            {
+                taken += 1;
+            }
+        }
+        if orphans + taken > 0 {
+            tracing::warn!(
+                events.removed = orphans,
+                inputs.removed = taken,
+                "store: completed writes cut short by a crash"
+            );
+            self.db.flush()?;
+        }
+        Ok(())
     }
 
     /// Writes `record` as task `task_id`'s record and appends `events` to its log, in one
-    /// transaction. Returns the events with their sequence numbers.
+    /// write ([`Store::write`]). Returns the events with their sequence numbers.
     pub fn commit<R: Serialize>(
         &self,
         task_id: &str,
@@ -190,11 +225,14 @@ impl Store {
             .collect()
     }
 
-    /// In one transaction: writes `record` as task `task_id`'s record, appends `events`
-    /// (stamped by [`Store::stamp`], continuing the log without a gap) and, with `take`,
-    /// removes that queue entry. Returns what was written, or `None`, writing nothing, when
-    /// `take` is gone; fails, writing nothing, when the events do not continue the log
-    /// (another writer appended).
+    /// Writes `record` as task `task_id`'s record, appends `events` (stamped by
+    /// [`Store::stamp`], continuing the log without a gap) and, with `take`, removes that
+    /// queue entry: all or nothing across crashes (see [`head`]). Returns what was written, or
+    /// `None`, writing nothing, when `take` is gone; fails, writing nothing, when the events
+    /// do not continue the log (another writer appended).
+    ///
+    /// One writer per task at a time (the engine's task lock); writers of different tasks
+    /// do not wait for each other.
     pub fn write<R: Serialize>(
         &self,
         task_id: &str,
@@ -202,51 +240,56 @@ impl Store {
         events: &[Event],
         take: Option<&QueueKey>,
     ) -> Result<Option<Written>> {
-        let record = serde_json::to_vec(record)?;
-        // One write's events are one entry of the log tree, keyed by the last one's number
-        // (so the last key of a task is its last event).
-        let chunk = match (events.first(), events.last()) {
-            (Some(first), Some(last)) => Some((
-                first.seq,
-                task_key(task_id, &last.seq.to_be_bytes()),
-                serde_json::to_vec(events)?,
-            )),
-            _ => None,
-        };
-        let written = (&self.tasks, &self.events, &self.queue)
-            .transaction(|(tasks, log, queue)| {
-                if let Some(key) = take
-                    && queue.remove(key.0.as_slice())?.is_none()
-                {
-                    return Ok(false);
-                }
-                if let Some((first, key, bytes)) = &chunk {
-                    // The entry before ends right before `first`, and none ends where this one does.
-                    let follows = *first == 1
-                        || log
-                            .get(task_key(task_id, &(first - 1).to_be_bytes()))?
-                            .is_some();
-                    if !follows || log.get(key.as_slice())?.is_some() {
-                        return Err(abort(StoreError::Conflict(format!(
-                            "task `{task_id}`: events from {first} do not continue its log"
-                        ))));
-                    }
-                    log.insert(key.as_slice(), bytes.as_slice())?;
-                }
-                tasks.insert(task_id.as_bytes(), record.as_slice())?;
-                Ok(true)
-            })
-            .map_err(tx_error)?;
-        if !written {
+        if let Some(key) = take
+            && !self.queue.contains_key(key.0.as_slice())?
+        {
             return Ok(None);
+        }
+        let log_end = match events.last() {
+            Some(last) => last.seq,
+            None => self.last_seq(task_id)?,
+        };
+        let mut bytes = head::encode(log_end, take.map(|k| k.0.as_slice()));
+        serde_json::to_writer(&mut bytes, record)?;
+        let event_bytes = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => {
+                let chunk = serde_json::to_vec(events)?;
+                // The entry before ends right before `first`, and none ends where this one
+                // does (one write's events are one entry, keyed by the last one's number, so
+                // the last key of a task is its last event).
+                let follows = first.seq == 1
+                    || self
+                        .events
+                        .contains_key(task_key(task_id, &(first.seq - 1).to_be_bytes()))?;
+                let key = task_key(task_id, &last.seq.to_be_bytes());
+                if !follows
+                    || self
+                        .events
+                        .compare_and_swap(key, None::<&[u8]>, Some(chunk.as_slice()))?
+                        .is_err()
+                {
+                    return Err(StoreError::Conflict(format!(
+                        "task `{task_id}`: events from {} do not continue its log",
+                        first.seq
+                    )));
+                }
+                chunk.len()
+            }
+            _ => 0,
+        };
+        // In this order: a crash leaves at most events past the record's `log_end`, or a
+        // queue entry the record says was taken; [`Store::open`] removes both.
+        self.tasks.insert(task_id.as_bytes(), bytes.as_slice())?;
+        if let Some(key) = take {
+            self.queue.remove(key.0.as_slice())?;
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
         if !events.is_empty() {
             self.appended(task_id);
         }
         Ok(Some(Written {
-            record_bytes: record.len(),
-            event_bytes: chunk.as_ref().map_or(0, |(_, _, bytes)| bytes.len()),
+            record_bytes: bytes.len(),
+            event_bytes,
         }))
     }
 
@@ -270,7 +313,7 @@ impl Store {
     /// Task `task_id`'s record.
     pub fn task<R: DeserializeOwned>(&self, task_id: &str) -> Result<Option<R>> {
         match self.tasks.get(task_id.as_bytes())? {
-            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Some(bytes) => Ok(Some(serde_json::from_slice(head::decode(&bytes).1)?)),
             None => Ok(None),
         }
     }
@@ -281,7 +324,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in self.tasks.iter() {
             let (key, value) = entry?;
-            match serde_json::from_slice(&value) {
+            match serde_json::from_slice(head::decode(&value).1) {
                 Ok(r) => out.push(r),
                 Err(e) => {
                     tracing::warn!(task.id = %String::from_utf8_lossy(&key), "undecodable task record: {e}")

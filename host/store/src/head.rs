@@ -1,0 +1,189 @@
+//! The head of a stored task record, and the repair of a write a crash cut short.
+//!
+//! [`Store::write`](crate::Store::write) changes up to three keys of three trees without a
+//! sled transaction (a transaction or batch costs several times the inserts themselves): it
+//! appends the events, then writes the record, then removes the queue entry it took. sled
+//! recovers a prefix of the writes made before a crash (its log is replayed in order, up to the
+//! first one lost), so a crash leaves one of:
+//!
+//! - events appended, record not written: the log holds events past the record's `log_end`.
+//!   They are removed, and the input they answered is still queued: the turn runs again.
+//! - record written, queue entry not removed: the record names the entry it `took`. It is
+//!   removed, so the input is not taken twice.
+//!
+//! To tell, a record is stored behind a head: a tag byte (JSON never starts with it), the
+//! number of the last event the record covers, and the queue key the write took (empty for
+//! none). Records written before heads existed are plain JSON and were written by
+//! transactions: nothing to repair.
+
+/// The first byte of a record with a head.
+const TAG: u8 = 0x01;
+
+/// Bytes before the key: tag, `log_end`, key length.
+const FIXED: usize = 1 + 8 + 2;
+
+/// What a record's head says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Head<'a> {
+    /// The record covers the log up to this event.
+    pub log_end: u64,
+    /// The queue entry the write took, if any.
+    pub took: Option<&'a [u8]>,
+}
+
+/// A head for a record covering the log up to `log_end` and taking `took`; the record's JSON
+/// follows it.
+pub(crate) fn encode(log_end: u64, took: Option<&[u8]>) -> Vec<u8> {
+    let took = took.unwrap_or_default();
+    // Queue keys are a task id and 16 bytes; an id longer than 64 KiB is not taken anywhere.
+    let len = u16::try_from(took.len()).unwrap_or(0);
+    let took = &took[..usize::from(len)];
+    let mut out = Vec::with_capacity(FIXED + took.len() + 1024);
+    out.push(TAG);
+    out.extend_from_slice(&log_end.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(took);
+    out
+}
+
+/// Splits a stored record into its head (`None` for a record without one) and its JSON.
+pub(crate) fn decode(stored: &[u8]) -> (Option<Head<'_>>, &[u8]) {
+    if stored.first() != Some(&TAG) || stored.len() < FIXED {
+        return (None, stored);
+    }
+    let mut log_end = [0u8; 8];
+    log_end.copy_from_slice(&stored[1..9]);
+    let len = usize::from(u16::from_be_bytes([stored[9], stored[10]]));
+    let Some(took) = stored.get(FIXED..FIXED + len) else {
+        return (None, stored);
+    };
+    let head = Head {
+        log_end: u64::from_be_bytes(log_end),
+        took: (!took.is_empty()).then_some(took),
+    };
+    (Some(head), &stored[FIXED + len..])
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code may panic: a panic is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::Store;
+    use crate::event::{EventKind, EventSource};
+    use serde_json::{Value, json};
+
+    fn pause() -> Vec<(EventSource, EventKind)> {
+        vec![(EventSource::Environment, EventKind::PauseEvent {})]
+    }
+
+    /// A crash between the steps of a write, made by undoing its later steps on the trees.
+    #[test]
+    fn open_completes_or_undoes_a_write_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.commit("t", &json!({"turn": 0}), pause()).unwrap();
+            let before = store.tasks.get("t").unwrap().unwrap();
+
+            // Events appended, record not written (nor the input taken).
+            let first = store.enqueue("t", 1, &json!("first")).unwrap();
+            let events = store.stamp(2, [pause(), pause()].concat());
+            store
+                .write("t", &json!({"turn": 1}), &events, Some(&first))
+                .unwrap()
+                .unwrap();
+            store.tasks.insert("t", before).unwrap();
+            store
+                .queue
+                .insert(first.0.as_slice(), &b"\"first\""[..])
+                .unwrap();
+
+            // Another task: record written, input not removed.
+            let other = store.enqueue("u", 1, &json!("other")).unwrap();
+            let events = store.stamp(1, pause());
+            store
+                .write("u", &json!({"turn": 1}), &events, Some(&other))
+                .unwrap()
+                .unwrap();
+            store
+                .queue
+                .insert(other.0.as_slice(), &b"\"other\""[..])
+                .unwrap();
+            store.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        // The cut write is undone: its events are gone and its input is queued again.
+        assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"turn": 0})));
+        assert_eq!(store.last_seq("t").unwrap(), 1);
+        assert_eq!(store.events("t", 0).unwrap().len(), 1);
+        assert_eq!(
+            store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
+            Some(json!("first"))
+        );
+        // The other is completed: its input is not taken twice.
+        assert_eq!(store.task::<Value>("u").unwrap(), Some(json!({"turn": 1})));
+        assert_eq!(store.events("u", 0).unwrap().len(), 1);
+        assert!(store.next_queued::<Value>("u").unwrap().is_none());
+        // The log goes on from where the record is.
+        let events = store.stamp(2, pause());
+        assert!(
+            store
+                .write("t", &json!({"turn": 1}), &events, None)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    /// Records written before heads existed read as they are and are left alone.
+    #[test]
+    fn a_record_without_a_head_reads_and_is_not_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.commit("t", &json!({}), pause()).unwrap();
+            store.tasks.insert("t", &b"{\"old\":true}"[..]).unwrap();
+            store.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.task::<Value>("t").unwrap(),
+            Some(json!({"old": true}))
+        );
+        assert_eq!(store.tasks::<Value>().unwrap(), [json!({"old": true})]);
+        assert_eq!(store.events("t", 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_head_round_trips_and_plain_json_has_none() {
+        let mut stored = encode(42, Some(b"t\0key"));
+        stored.extend_from_slice(b"{\"a\":1}");
+        let (head, json) = decode(&stored);
+        assert_eq!(
+            head,
+            Some(Head {
+                log_end: 42,
+                took: Some(b"t\0key")
+            })
+        );
+        assert_eq!(json, b"{\"a\":1}");
+
+        let mut stored = encode(0, None);
+        stored.extend_from_slice(b"{}");
+        assert_eq!(
+            decode(&stored),
+            (
+                Some(Head {
+                    log_end: 0,
+                    took: None
+                }),
+                &b"{}"[..]
+            )
+        );
+
+        assert_eq!(decode(b"{\"old\":true}"), (None, &b"{\"old\":true}"[..]));
+        // Cut short: not a head.
+        assert_eq!(decode(&[TAG, 0, 0]).0, None);
+    }
+}
