@@ -95,6 +95,33 @@ pub enum Outcome {
 }
 
 impl CapStats {
+    /// As in the context: the fields `needs` names (the counts cost nothing; the per-call
+    /// lists are copied only when read).
+    pub(crate) fn to_json(&self, needs: &Needs) -> Value {
+        if needs.is_all() {
+            return serde_json::to_value(self).unwrap_or(Value::Null);
+        }
+        let mut out = Map::new();
+        let mut put = |field: &str, value: &dyn Fn() -> Value| {
+            if needs.field(field).is_some() {
+                out.insert(field.to_owned(), value());
+            }
+        };
+        put("count_successful", &|| json!(self.count_successful));
+        put("count_errored", &|| json!(self.count_errored));
+        put("count_restricted", &|| json!(self.count_restricted));
+        put("timestamps", &|| json!(self.timestamps));
+        put("inputs", &|| json!(self.inputs));
+        put("outputs", &|| json!(self.outputs));
+        put("successful", &|| json!(self.successful));
+        put("errored", &|| json!(self.errored));
+        put("restricted", &|| json!(self.restricted));
+        if let Some(ids) = &self.task_ids {
+            put("task_ids", &|| json!(ids));
+        }
+        Value::Object(out)
+    }
+
     /// Records one call, newest first.
     pub fn record(&mut self, outcome: Outcome, input: Value, output: Value, child: Option<&str>) {
         match outcome {
@@ -259,21 +286,17 @@ impl TaskRecord {
             out.insert("output".into(), json!(self.outputs));
         }
         for key in ["capabilities", "cap"] {
-            if let Some(keys) = needs.field(key) {
-                out.insert(key.into(), self.capabilities_for(agent, keys));
+            if let Some(parts) = needs.field(key) {
+                out.insert(key.into(), self.capabilities_for(agent, parts));
             }
         }
         Value::Object(out)
     }
 
     /// `context.capabilities`: `_meta`, an entry per function (zero counts before its first
-    /// call) and an aggregate per multi-action tool; only `keys` when given.
-    fn capabilities_for(
-        &self,
-        agent: &AgentPlan,
-        keys: Option<&std::collections::BTreeSet<String>>,
-    ) -> Value {
-        let want = |k: &str| keys.is_none_or(|ks| ks.contains(k));
+    /// call) and an aggregate per multi-action tool; only the parts in `needs`.
+    fn capabilities_for(&self, agent: &AgentPlan, needs: &Needs) -> Value {
+        let want = |k: &str| needs.field(k).is_some();
         let mut caps = Map::new();
         if want("_meta") {
             caps.insert(
@@ -285,12 +308,12 @@ impl TaskRecord {
                 }),
             );
         }
-        for f in agent.functions.iter().filter(|f| want(&f.name)) {
-            let stats = match self.capabilities.get(&f.name) {
-                Some(stats) => serde_json::to_value(stats),
-                None => serde_json::to_value(CapStats::default()),
-            };
-            caps.insert(f.name.clone(), stats.unwrap_or(Value::Null));
+        let none = CapStats::default();
+        for f in &agent.functions {
+            if let Some(parts) = needs.field(&f.name) {
+                let stats = self.capabilities.get(&f.name).unwrap_or(&none);
+                caps.insert(f.name.clone(), stats.to_json(parts));
+            }
         }
         for (key, names) in agent.aggregates.iter().filter(|(k, _)| want(k)) {
             caps.insert(

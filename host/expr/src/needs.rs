@@ -1,20 +1,21 @@
 //! Which parts of a large root variable (the task context) expressions read, so the caller
 //! can build only those parts.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 
 use crate::{Expression, Template};
 
-/// The parts of a root that expressions read: everything, or some first-level fields —
-/// each whole or only some of its second-level keys.
+/// The parts of a root that expressions read, as a tree: the root whole, or some of its
+/// fields, each whole or some of its own fields, and so on down the selections written out
+/// (`context.capabilities.calc.count_successful`, `context['user'].id`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Needs {
-    /// The root is used as a whole (or in a way that is not a field selection).
+    /// Used as a whole (or in a way that is not a chain of field selections).
     All,
-    /// First-level field → `None` for the whole field, or the second-level keys read.
-    Fields(BTreeMap<String, Option<BTreeSet<String>>>),
+    /// Only these fields, each with what is read of it.
+    Fields(BTreeMap<String, Needs>),
 }
 
 impl Default for Needs {
@@ -23,17 +24,25 @@ impl Default for Needs {
     }
 }
 
+/// What is read of a field of a value read whole.
+static ALL: Needs = Needs::All;
+
 impl Needs {
     /// Whether nothing is read.
     pub fn is_empty(&self) -> bool {
         matches!(self, Needs::Fields(f) if f.is_empty())
     }
 
-    /// Whether first-level `field` is read, and which of its keys (`None`: all).
-    pub fn field(&self, field: &str) -> Option<Option<&BTreeSet<String>>> {
+    /// Whether the value is read whole.
+    pub fn is_all(&self) -> bool {
+        matches!(self, Needs::All)
+    }
+
+    /// What is read of field `field` (`None`: nothing).
+    pub fn field(&self, field: &str) -> Option<&Needs> {
         match self {
-            Needs::All => Some(None),
-            Needs::Fields(f) => f.get(field).map(Option::as_ref),
+            Needs::All => Some(&ALL),
+            Needs::Fields(f) => f.get(field),
         }
     }
 
@@ -57,21 +66,16 @@ impl Needs {
         }
     }
 
-    fn insert(&mut self, field: &str, key: Option<&str>) {
-        let Needs::Fields(fields) = self else { return };
-        match (fields.get_mut(field), key) {
-            (Some(None), _) => {}
-            (Some(Some(keys)), Some(k)) => {
-                keys.insert(k.to_owned());
-            }
-            (Some(slot @ Some(_)), None) => *slot = None,
-            (None, key) => {
-                fields.insert(
-                    field.to_owned(),
-                    key.map(|k| BTreeSet::from([k.to_owned()])),
-                );
+    /// Marks the value at `path` as read whole.
+    fn insert(&mut self, path: &[&str]) {
+        let mut node = self;
+        for field in path {
+            match node {
+                Needs::All => return,
+                Needs::Fields(fields) => node = fields.entry((*field).to_owned()).or_default(),
             }
         }
+        *node = Needs::All;
     }
 }
 
@@ -79,10 +83,24 @@ fn is_root(e: &IdedExpr, names: &[&str]) -> bool {
     matches!(&e.expr, Expr::Ident(n) if names.contains(&n.as_str()))
 }
 
-/// `root.f` → Some(f).
-fn first_field<'a>(e: &'a IdedExpr, names: &[&str]) -> Option<&'a str> {
+/// `root.a.b['c']` → `[a, b, c]` (a root alone → `[]`); `None` when `e` is not a chain of
+/// field selections and string-literal indexes on a root.
+fn path<'a>(e: &'a IdedExpr, names: &[&str]) -> Option<Vec<&'a str>> {
     match &e.expr {
-        Expr::Select(s) if is_root(&s.operand, names) => Some(&s.field),
+        Expr::Ident(_) if is_root(e, names) => Some(Vec::new()),
+        Expr::Select(s) => {
+            let mut p = path(&s.operand, names)?;
+            p.push(&s.field);
+            Some(p)
+        }
+        Expr::Call(c) if c.func_name == operators::INDEX && c.args.len() == 2 => {
+            let Expr::Literal(LiteralValue::String(key)) = &c.args[1].expr else {
+                return None;
+            };
+            let mut p = path(&c.args[0], names)?;
+            p.push(key.inner());
+            Some(p)
+        }
         _ => None,
     }
 }
@@ -91,26 +109,13 @@ fn walk(e: &IdedExpr, names: &[&str], needs: &mut Needs) {
     if matches!(needs, Needs::All) {
         return;
     }
+    if let Some(p) = path(e, names) {
+        needs.insert(&p);
+        return;
+    }
     match &e.expr {
-        Expr::Ident(_) if is_root(e, names) => *needs = Needs::All,
-        Expr::Select(s) => {
-            if let Some(f) = first_field(&s.operand, names) {
-                needs.insert(f, Some(&s.field));
-            } else if is_root(&s.operand, names) {
-                needs.insert(&s.field, None);
-            } else {
-                walk(&s.operand, names, needs);
-            }
-        }
+        Expr::Select(s) => walk(&s.operand, names, needs),
         Expr::Call(c) => {
-            if c.func_name == operators::INDEX
-                && c.args.len() == 2
-                && let (Some(f), Expr::Literal(LiteralValue::String(k))) =
-                    (first_field(&c.args[0], names), &c.args[1].expr)
-            {
-                needs.insert(f, Some(k.inner()));
-                return;
-            }
             if let Some(t) = &c.target {
                 walk(t, names, needs);
             }
@@ -164,22 +169,42 @@ mod tests {
         n
     }
 
+    /// The fields read under `path`, or `None` when it is read whole (or not at all).
+    fn fields<'a>(n: &'a Needs, path: &[&str]) -> Option<Vec<&'a str>> {
+        let mut node = n;
+        for f in path {
+            node = node.field(f)?;
+        }
+        match node {
+            Needs::All => None,
+            Needs::Fields(f) => Some(f.keys().map(String::as_str).collect()),
+        }
+    }
+
     #[test]
     fn field_selections_narrow_what_is_needed() {
         let n = needs(
-            "context.capabilities['github_pr'].count_successful < 20 && c.user.id != '' && c.capabilities.calc.count_errored == 0",
+            "context.capabilities['github_pr'].count_successful < 20 && c.user.id != '' && c.capabilities.calc.count_errored == 0 && has(c.capabilities.calc.inputs)",
+        );
+        assert_eq!(fields(&n, &[]), Some(vec!["capabilities", "user"]));
+        assert_eq!(
+            fields(&n, &["capabilities"]),
+            Some(vec!["calc", "github_pr"])
         );
         assert_eq!(
-            n.field("capabilities"),
-            Some(Some(&BTreeSet::from([
-                "calc".to_owned(),
-                "github_pr".to_owned()
-            ])))
+            fields(&n, &["capabilities", "calc"]),
+            Some(vec!["count_errored", "inputs"])
         );
-        assert_eq!(
-            n.field("user"),
-            Some(Some(&BTreeSet::from(["id".to_owned()])))
+        assert!(
+            n.field("capabilities")
+                .unwrap()
+                .field("calc")
+                .unwrap()
+                .field("inputs")
+                .unwrap()
+                .is_all()
         );
+        assert_eq!(fields(&n, &["user"]), Some(vec!["id"]));
         assert_eq!(n.field("input"), None);
     }
 
@@ -188,10 +213,21 @@ mod tests {
         assert_eq!(needs("size(context) > 0"), Needs::All);
         assert_eq!(needs("context.input[0].message"), {
             let mut n = Needs::default();
-            n.insert("input", None);
+            n.insert(&["input"]);
             n
         });
         let dynamic = needs("context.capabilities[input.name].count_successful > 0");
-        assert_eq!(dynamic.field("capabilities"), Some(None));
+        assert!(dynamic.field("capabilities").unwrap().is_all());
+        // A selection below a value read whole changes nothing.
+        let n = needs("size(c.user) > 0 && c.user.id != '' && c.capabilities.calc.all(k, k != '')");
+        assert!(n.field("user").unwrap().is_all());
+        assert!(
+            n.field("capabilities")
+                .unwrap()
+                .field("calc")
+                .unwrap()
+                .is_all()
+        );
+        assert_eq!(Needs::All.field("x"), Some(&Needs::All));
     }
 }

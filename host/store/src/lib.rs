@@ -144,7 +144,7 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
-        let db = sled::Config::new().path(dir.join("store")).open()?;
+        let db = open_db(&dir.join("store"))?;
         let store = Store {
             tasks: db.open_tree("tasks")?,
             events: db.open_tree("events")?,
@@ -362,10 +362,13 @@ impl Store {
 
     /// The sequence number of task `task_id`'s last event (0 for none).
     pub fn last_seq(&self, task_id: &str) -> Result<u64> {
-        let end = task_key(task_id, &u64::MAX.to_be_bytes());
-        match self.events.range(prefix(task_id)..=end).next_back() {
-            Some(entry) => Ok(decode_u64(&entry?.0[task_id.len() + 1..])),
-            None => Ok(0),
+        // The task's keys are `id SEP …`: its last is the greatest key below `id SEP+1`.
+        let prefix = prefix(task_id);
+        let mut past = prefix.clone();
+        past[task_id.len()] = SEP + 1;
+        match self.events.get_lt(&past)? {
+            Some((key, _)) if key.starts_with(&prefix) => Ok(decode_u64(&key[prefix.len()..])),
+            _ => Ok(0),
         }
     }
 
@@ -514,15 +517,14 @@ impl Store {
 
     /// The earliest queued input of task `task_id`.
     pub fn next_queued<I: DeserializeOwned>(&self, task_id: &str) -> Result<Option<(QueueKey, I)>> {
-        match self.queue.scan_prefix(prefix(task_id)).next() {
-            Some(entry) => {
-                let (key, value) = entry?;
-                Ok(Some((
-                    QueueKey(key.to_vec()),
-                    serde_json::from_slice(&value)?,
-                )))
-            }
-            None => Ok(None),
+        // One descent of the tree (an iterator costs more to set up).
+        let prefix = prefix(task_id);
+        match self.queue.get_gt(&prefix)? {
+            Some((key, value)) if key.starts_with(&prefix) => Ok(Some((
+                QueueKey(key.to_vec()),
+                serde_json::from_slice(&value)?,
+            ))),
+            _ => Ok(None),
         }
     }
 
@@ -593,6 +595,31 @@ impl Store {
             self.db.flush()?;
             Ok(upto)
         })
+    }
+}
+
+/// How long [`Store::open`] waits for a data directory held by another handle.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens sled in `path`. A directory still held — by a process that is exiting, or by a
+/// handle dropped in this one whose last background write is finishing — is retried for
+/// [`LOCK_WAIT`]; after that it is in use, and the error says so.
+fn open_db(path: &Path) -> Result<sled::Db> {
+    let start = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(path).open() {
+            // sled reports a held lock only in its message.
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if start.elapsed() >= LOCK_WAIT {
+                    return Err(StoreError::Io(format!(
+                        "{} is in use by another agentmesh process",
+                        path.display()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return Ok(other?),
+        }
     }
 }
 
