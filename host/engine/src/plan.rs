@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_expr::{Activation, Expression, Template};
+use agentmesh_expr::{Activation, Expression, Needs, Template};
 use agentmesh_manifest::Config;
 use agentmesh_manifest::model::agent::{CapabilityDecl, Limits, MountScope};
 use agentmesh_manifest::model::common::{
@@ -82,9 +82,9 @@ pub struct AgentPlan {
     /// Aggregate context entries for tools with several actions: key → function names.
     pub aggregates: Vec<(String, Vec<String>)>,
     /// `guardrails.before`.
-    pub guard_before: Vec<Step>,
+    pub guard_before: Steps,
     /// `guardrails.after`.
-    pub guard_after: Vec<Step>,
+    pub guard_after: Steps,
     /// `exposes`.
     pub exposes: Vec<(String, Expression)>,
 }
@@ -122,11 +122,11 @@ pub struct CapabilityPlan {
     /// The agent's override of its events' subscription timeout.
     pub event_timeout: Option<Duration>,
     /// Steps before the first invocation in a task.
-    pub before_first: Vec<Step>,
+    pub before_first: Steps,
     /// Steps before every invocation.
-    pub before: Vec<Step>,
+    pub before: Steps,
     /// Steps after every invocation.
-    pub after: Vec<Step>,
+    pub after: Steps,
 }
 
 impl CapabilityPlan {
@@ -170,6 +170,33 @@ pub struct Step {
     pub error_message: Option<Template>,
     /// The failure policy (defaults applied).
     pub on_fail: OnFail,
+}
+
+/// A list of steps, with what they read of the context (worked out once, not per run).
+pub struct Steps {
+    list: Vec<Step>,
+    /// The context the steps read.
+    pub(crate) needs: Needs,
+    /// A `wasm` step is in the list: it gets the context as JSON.
+    pub(crate) keep_json: bool,
+}
+
+impl Steps {
+    fn new(list: Vec<Step>) -> Steps {
+        Steps {
+            needs: crate::steps::needs_of(&list),
+            keep_json: list.iter().any(|s| matches!(s.kind, StepKind::Wasm { .. })),
+            list,
+        }
+    }
+}
+
+impl std::ops::Deref for Steps {
+    type Target = [Step];
+
+    fn deref(&self) -> &[Step] {
+        &self.list
+    }
 }
 
 /// The action of a step.
@@ -402,11 +429,16 @@ impl Plan {
             }
         }
         for agent in self.agents.values() {
-            let caps = agent
-                .capabilities
-                .iter()
-                .flat_map(|c| c.before_first.iter().chain(&c.before).chain(&c.after));
-            for step in caps.chain(&agent.guard_before).chain(&agent.guard_after) {
+            let caps = agent.capabilities.iter().flat_map(|c| {
+                c.before_first
+                    .iter()
+                    .chain(c.before.iter())
+                    .chain(c.after.iter())
+            });
+            for step in caps
+                .chain(agent.guard_before.iter())
+                .chain(agent.guard_after.iter())
+            {
                 if let StepKind::Wasm { path, .. } = &step.kind {
                     add(path.display().to_string(), path);
                 }
@@ -625,13 +657,13 @@ fn agent_plan(
             CapabilityDecl::All(_) => None,
             CapabilityDecl::Config(c) => Some(c),
         };
-        let steps = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
-            list.map(|l| {
+        let steps = |list: Option<&Vec<MiddlewareStep>>| -> Result<Steps, EngineError> {
+            let list = list.map(|l| {
                 l.iter()
                     .map(|s| step(s, OnFail::Block, &agent.namespace, base_dir, tools))
                     .collect()
-            })
-            .unwrap_or(Ok(Vec::new()))
+            });
+            Ok(Steps::new(list.unwrap_or(Ok(Vec::new()))?))
         };
         let target = match tools.get(&id) {
             Some(t) => Target::Tool(Arc::clone(t)),
@@ -718,13 +750,13 @@ fn agent_plan(
         }
         capabilities.push(plan);
     }
-    let guard = |list: Option<&Vec<MiddlewareStep>>| -> Result<Vec<Step>, EngineError> {
-        list.map(|l| {
+    let guard = |list: Option<&Vec<MiddlewareStep>>| -> Result<Steps, EngineError> {
+        let list = list.map(|l| {
             l.iter()
                 .map(|s| step(s, OnFail::LockTask, &agent.namespace, base_dir, tools))
                 .collect()
-        })
-        .unwrap_or(Ok(Vec::new()))
+        });
+        Ok(Steps::new(list.unwrap_or(Ok(Vec::new()))?))
     };
     // Every agent can schedule itself (CONTRACT §5); a capability of the same name keeps it.
     for tool in HostTool::ALL {

@@ -8,7 +8,7 @@ use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::plan::{AgentPlan, Step, StepKind, sanitize};
+use crate::plan::{AgentPlan, Step, StepKind, Steps, sanitize};
 use crate::task::{Outcome, PendingReview, Status, TaskRecord};
 use crate::{Engine, Result, lock, runtime};
 
@@ -37,7 +37,7 @@ pub(crate) async fn run(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
-    steps: &[Step],
+    steps: &Steps,
     name: Option<&str>,
     phase: Phase,
     vars: &mut StepVars,
@@ -46,14 +46,10 @@ pub(crate) async fn run(
         return Ok(Verdict::Pass);
     }
     // The context is converted once for the list (only the parts its steps read); only an
-    // invoke step changes it.
-    let needs = needs_of(steps);
-    // Middleware components get the context as JSON; keep it only when one is in the list.
-    let keep_json = steps
-        .iter()
-        .any(|s| matches!(s.kind, StepKind::Wasm { .. }));
-    let (mut context, mut context_json) = bind_context(record, agent, &needs, keep_json);
-    for step in steps {
+    // invoke step changes it. Middleware components get it as JSON too.
+    let (needs, keep_json) = (&steps.needs, steps.keep_json);
+    let (mut context, mut context_json) = bind_context(record, agent, needs, keep_json);
+    for step in steps.iter() {
         if let (Some(m), Some(name)) = (&step.match_action, name)
             && m != name
         {
@@ -122,7 +118,7 @@ pub(crate) async fn run(
                     .entry(fname)
                     .or_default()
                     .record(outcome, input, output, None);
-                (context, context_json) = bind_context(record, agent, &needs, keep_json);
+                (context, context_json) = bind_context(record, agent, needs, keep_json);
                 failure
             }
             StepKind::Wasm { path, config } => {
@@ -175,7 +171,7 @@ fn bind_context(
 }
 
 /// The context the steps read.
-fn needs_of(steps: &[Step]) -> Needs {
+pub(crate) fn needs_of(steps: &[Step]) -> Needs {
     const CONTEXT: [&str; 2] = ["context", "c"];
     let mut needs = Needs::default();
     for step in steps {

@@ -131,7 +131,19 @@ fn tx_error(e: TransactionError<StoreError>) -> StoreError {
 
 /// Now, RFC 3339 in UTC with milliseconds.
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    thread_local! {
+        /// The last millisecond formatted on this thread: a turn stamps many things in one.
+        static LAST: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    let now = chrono::Utc::now();
+    let ms = now.timestamp_millis();
+    LAST.with_borrow_mut(|(at, text)| {
+        if *at != ms {
+            *at = ms;
+            *text = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        }
+        text.clone()
+    })
 }
 
 /// Now, epoch milliseconds.
