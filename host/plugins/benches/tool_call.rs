@@ -9,8 +9,8 @@
 //! The ways are measured in interleaved rounds, each starting with unrecorded warm-up calls,
 //! so that load from other processes on a shared machine falls on all of them alike. Besides
 //! wall-clock percentiles it reports, per call, this thread's CPU time (which excludes waiting
-//! for a core) and minor page faults (a fresh instance faults in the pages it writes: the
-//! instance pool decommits them between uses).
+//! for a core) and minor page faults (a fresh instance faults in the pages it writes above the
+//! lowest 64 KiB of its memory: the instance pool decommits those between uses).
 //!
 //! Needs the guests built (`cargo build --release --target wasm32-wasip2 --manifest-path
 //! guests/Cargo.toml`); run with `cargo bench -p agentmesh-plugins --bench tool_call`.
@@ -28,6 +28,11 @@ use agentmesh_plugins::{
 };
 
 mod notes_twin;
+
+/// The allocator of the `agentmesh` binary, so the figures are the shipped host's (the
+/// subprocess is a program of its own, on the system allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Rounds; every way is measured once per round, in turn.
 const ROUNDS: usize = 5;
@@ -282,10 +287,13 @@ fn main() {
                 .await;
 
             // 3. The same tool as a program started per call (input on stdin, answer on
-            // stdout).
+            // stdout), with an empty environment: a host gives a tool server the environment
+            // it chooses, and `cargo bench`'s own (a `LD_LIBRARY_PATH` of build directories
+            // the loader searches) would add ~200 µs to every start.
             subprocess
                 .record(WARMUP / 10, SUBPROCESS_CALLS, async || {
                     let mut child = Command::new(program)
+                        .env_clear()
                         .arg("put")
                         .stdin(Stdio::piped())
                         .stdout(Stdio::piped())

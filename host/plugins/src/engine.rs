@@ -248,22 +248,36 @@ fn engine_config(config: &PluginConfig) -> Result<Config> {
         .max_memories_per_component(2)
         .max_tables_per_component(8)
         .max_memory_size(max_memory)
-        // Between uses a slot's memory is decommitted with `madvise` and the next instance
-        // faults back in the pages it writes: ~6 faults, ~12 µs of a ~41 µs fresh `notes`
-        // call here. `linear_memory_keep_resident` would `memset` the lowest bytes instead,
-        // blind to which pages were written; a Rust component puts its 1 MiB stack first, so
-        // those are the far end of the stack, never touched: keeping 64 KiB cost 3 µs per
-        // instance and saved no fault. Tables are a page or two that every instance writes:
-        // `memset` them rather than fault them back (3 faults, 6 µs).
+        // Between uses, a slot's memory above its lowest `linear_memory_keep_resident` bytes
+        // is decommitted with `madvise`, and the next instance takes a page fault (~1.6 µs
+        // here) for every page of it that it touches. The lowest bytes are instead reset in
+        // place — zeroed with `memset`, the data image copied back — and stay resident.
+        // A Rust component lays out its stack, then its data, then its heap. With the default
+        // 1 MiB stack the pages a call writes (stack top, data, heap start) lie above 1 MiB:
+        // 6 faults per fresh `notes` instance. Linked with a 32 KiB stack, as the guests are
+        // (`.cargo/config.toml`; the README's guide asks it of every component), they fall in
+        // the first 64 KiB: no fault at all, a fresh `notes` call 41 → 25 µs, of which the
+        // reset costs ~3 µs. A component with a 1 MiB stack still faults, and pays that reset
+        // for 64 KiB of stack it never touches (3–5 µs per instance).
+        // Either way every byte a previous instance could have written is reset or released
+        // before the slot is reused (`a_fresh_instance_finds_nothing_of_the_previous_one`).
         //
-        // Not `pagemap_scan`, which resets exactly the written pages and keeps them resident
-        // (no faults: a fresh call 41 → 27 µs): wasmtime 48's scan skips written pages that
-        // are swapped out or being migrated, and the next instance in the slot reads them
-        // (bytecodealliance/wasmtime#14357): one task's memory could leak into another's.
+        // Not `pagemap_scan`, which resets exactly the written pages and keeps them resident:
+        // wasmtime 48's scan skips written pages that are swapped out or being migrated, and
+        // the next instance in the slot reads them (bytecodealliance/wasmtime#14357): one
+        // task's memory could leak into another's.
+        .linear_memory_keep_resident(64 * 1024)
+        // Tables are a page or two that every instance writes: `memset` them rather than
+        // fault them back (3 faults, 6 µs).
         .table_keep_resident(64 * 1024)
         // Decommit in batches: one `madvise` call (and TLB flush) per 16 freed memories and
-        // tables, about 5 instances.
+        // tables, about 5 instances. (A batch of 1 gains nothing measurable when nothing is
+        // left to decommit, and costs a 1 MiB-stack component ~8 µs per instance.)
         .decommit_batch_size(16.min(instances as usize));
+    // Measured and left at wasmtime's defaults: eager table initialization
+    // (`table_lazy_init(false)`, +8 µs per fresh `notes` instance: it fills all 84 entries of
+    // the main table up front) and copy-on-write memory images (`memory_init_cow(false)` gains
+    // nothing once the image's pages are kept resident).
     let mut wasm = Config::new();
     wasm.epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))

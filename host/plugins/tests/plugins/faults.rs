@@ -1,11 +1,15 @@
 //! Guest faults that are not limits — a panic, a request to a host not allowed, a probe of
-//! the sandbox — each end as a recoverable error with a clear message, and the host serves
-//! the next call.
+//! the sandbox, of a previous instance's memory — each end as a recoverable error with a clear
+//! message, and the host serves the next call.
 
-use agentmesh_plugins::{Fault, Sandbox, ToolError, ToolSession};
+use std::sync::Arc;
+
+use agentmesh_plugins::{
+    Fault, MemoryKv, PluginConfig, PluginHost, Sandbox, ToolError, ToolSession,
+};
 use serde_json::{Value, json};
 
-use crate::util::{FakeGithub, load};
+use crate::util::{FakeGithub, guest, load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_reported_with_its_message() {
@@ -177,4 +181,48 @@ async fn the_probe_finds_nothing_outside_its_mount() {
         serde_json::from_str(message.strip_prefix("the sandbox held: ").unwrap()).unwrap();
     assert_eq!(report["allowed"], json!([]));
     assert_eq!(report["leaked"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_instance_finds_nothing_of_the_previous_one() {
+    // A host of one instance: every instance reuses the same pool slot, whose memory is
+    // reset in place (the lowest 64 KiB, where a small-stack Rust guest writes) or released.
+    let config = PluginConfig {
+        max_instances: 1,
+        ..PluginConfig::default()
+    };
+    let host = PluginHost::new(config, Arc::new(MemoryKv::new())).unwrap();
+    let probe = host.load(&guest("test-probe")).unwrap();
+    let sandbox = Sandbox::default();
+    let secret = json!({"secret": "the previous task's secret"}).to_string();
+
+    // The positive control: the instance that remembered finds the secret in its memory.
+    let mut session = ToolSession::open(probe.clone(), sandbox.clone(), "{}", "{}", "t_1")
+        .await
+        .unwrap();
+    let remembered = session.invoke("remember", &secret).await.unwrap();
+    assert_eq!(remembered.as_deref(), Ok("\"remembered\""));
+    let found = session.invoke("recall", &secret).await.unwrap();
+    assert!(found.is_ok_and(|f| f.starts_with("{\"found\":[")));
+    session.close().await.unwrap();
+
+    for task in ["t_2", "t_3"] {
+        let answer = probe
+            .call_tool(&sandbox, "{}", "{}", task, "recall", &secret)
+            .await
+            .unwrap();
+        let Err(ToolError::Recoverable(message)) = &answer else {
+            panic!("a fresh instance found the previous one's secret: {answer:?}")
+        };
+        assert!(
+            message.starts_with("the sandbox held: no trace"),
+            "{message}"
+        );
+        // Leave the secret again for the next fresh instance to look for.
+        let remembered = probe
+            .call_tool(&sandbox, "{}", "{}", task, "remember", &secret)
+            .await
+            .unwrap();
+        assert_eq!(remembered.as_deref(), Ok("\"remembered\""));
+    }
 }

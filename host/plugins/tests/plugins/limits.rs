@@ -1,5 +1,6 @@
 //! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, an
-//! oversized answer refused — each a recoverable fault, and the next call is served.
+//! oversized answer refused — each a recoverable fault, and the next call is served; input
+//! nested as deep as the JSON parser allows fits a guest's (small) stack.
 
 use std::time::{Duration, Instant};
 
@@ -132,4 +133,29 @@ async fn a_guest_waiting_on_a_slow_server_is_stopped_at_its_timeout() {
     let ping = serde_json::json!({ "url": format!("{}/ping", github.base_url()) }).to_string();
     let answer = session.invoke("get", &ping).await.unwrap();
     assert_eq!(answer.as_deref(), Ok(r#"{"status":200}"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_nested_to_the_json_limit_fits_a_guest_stack() {
+    // The guests link with a 32 KiB stack (`.cargo/config.toml`). Parsing JSON nested up to
+    // serde_json's limit of 128 levels fits in it (a 16 KiB stack overflows at 100); deeper
+    // input is refused by the parser, not by a stack overflow.
+    let notes = load("notes");
+    for depth in [126, 127, 10_000] {
+        let value = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let input = format!(r#"{{"key": "deep", "value": {value}}}"#);
+        let answer = notes
+            .call_tool(&Sandbox::default(), "{}", "{}", "t_deep", "put", &input)
+            .await
+            .unwrap();
+        let Err(ToolError::Recoverable(message)) = &answer else {
+            panic!("depth {depth}: {answer:?}")
+        };
+        let expected = if depth < 127 {
+            "`value` (a string) is required"
+        } else {
+            "recursion limit exceeded"
+        };
+        assert!(message.contains(expected), "depth {depth}: {message}");
+    }
 }
