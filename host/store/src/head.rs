@@ -11,6 +11,9 @@
 //! - record written, queue entry not removed: the record names the entry it `took`. It is
 //!   removed, so the input is not taken twice.
 //!
+//! (A task's first write cut short leaves events that no record points to: the task does not
+//! exist, and task ids are never reused, so nothing reads them.)
+//!
 //! To tell, a record is stored behind a head: a tag byte (JSON never starts with it), the
 //! number of the last event the record covers, and the queue key the write took (empty for
 //! none). Records written before heads existed are plain JSON and were written by
