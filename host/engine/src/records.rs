@@ -53,6 +53,8 @@ pub struct Journal {
     log_bytes: usize,
     /// The record as last written, in bytes (0: not known).
     record_bytes: usize,
+    /// `log` as chat messages, kept up to date as it grows.
+    conversation: agentmesh_llm::Conversation,
 }
 
 /// A copy of a record (what readers get) is a snapshot of the task: it carries no journal, so
@@ -88,6 +90,17 @@ impl Journal {
     /// The whole log, written and pending, after [`Engine::log_view`].
     pub(crate) fn view(&self) -> &[Event] {
         &self.log
+    }
+
+    /// The whole log as chat messages, after [`Engine::log_view`]; give them back with
+    /// [`Journal::restore_messages`] once the request is done.
+    pub(crate) fn messages(&mut self) -> Vec<agentmesh_llm::ChatMessage> {
+        self.conversation.messages(&self.log)
+    }
+
+    /// Takes back what [`Journal::messages`] returned.
+    pub(crate) fn restore_messages(&mut self, messages: Vec<agentmesh_llm::ChatMessage>) {
+        self.conversation.restore(messages);
     }
 }
 
@@ -151,6 +164,7 @@ impl Engine {
             journal.log = Vec::new();
             journal.complete = false;
             journal.log_bytes = 0;
+            journal.conversation.reset();
         }
         let bytes = journal.record_bytes + journal.log_bytes;
         let record = Arc::new(record);
@@ -204,6 +218,7 @@ impl Engine {
             journal.log = log;
             journal.log_bytes = bytes;
             journal.complete = true;
+            journal.conversation.reset();
         }
         Ok(())
     }

@@ -239,10 +239,12 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                     task_id: id.clone(),
                     call_index: record.llm_calls,
                     model,
-                    messages: agentmesh_llm::to_messages(record.journal.view()),
+                    messages: record.journal.messages(),
                     tools: Arc::clone(&agent.tools),
                 };
-                provider.complete(&request).await.map_err(|e| e.to_string())
+                let response = provider.complete(&request).await;
+                record.journal.restore_messages(request.messages);
+                response.map_err(|e| e.to_string())
             }
             Err(e) => Err(e.to_string()),
         };

@@ -71,8 +71,75 @@ pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
     builder.finish()
 }
 
+/// A task's conversation kept up to date with its growing log: each call converts only the
+/// events added since the last one (a turn asks twice or more, every turn again).
+///
+/// The messages are lent to a request ([`Conversation::messages`]) and given back after it
+/// ([`Conversation::restore`]); if they are not given back, the next call converts the whole
+/// log again. A log with a condensation is always converted whole ([`to_messages`]): a
+/// condensation changes what came before it.
+#[derive(Debug, Default)]
+pub struct Conversation {
+    builder: Builder,
+    /// The `seq` of the last event converted (0: none).
+    upto: u64,
+    /// The messages are out on loan, or the state is not to be trusted.
+    stale: bool,
+}
+
+impl Conversation {
+    /// The conversation of `events`, a task's whole log in order (exactly [`to_messages`]).
+    pub fn messages(&mut self, events: &[Event]) -> Vec<ChatMessage> {
+        let condensed = |e: &Event| {
+            matches!(
+                e.kind,
+                EventKind::Condensation { .. } | EventKind::CondensationSummaryEvent { .. }
+            )
+        };
+        if events.iter().any(condensed) {
+            self.reset();
+            return to_messages(events);
+        }
+        let last = events.last().map_or(0, |e| e.seq);
+        if self.stale || last < self.upto {
+            self.reset();
+        }
+        let new = events.partition_point(|e| e.seq <= self.upto);
+        for event in &events[new..] {
+            self.builder.push(event);
+        }
+        self.upto = last;
+        if self.builder.pending.is_empty() {
+            self.stale = true;
+            std::mem::take(&mut self.builder.messages)
+        } else {
+            // Calls not answered yet are answered as interrupted in this request only.
+            let mut copy = Builder {
+                messages: self.builder.messages.clone(),
+                open_response: None,
+                pending: self.builder.pending.clone(),
+            };
+            copy.close_calls();
+            copy.messages
+        }
+    }
+
+    /// Takes back the messages [`Conversation::messages`] lent out.
+    pub fn restore(&mut self, messages: Vec<ChatMessage>) {
+        if self.stale && self.builder.messages.is_empty() {
+            self.builder.messages = messages;
+            self.stale = false;
+        }
+    }
+
+    /// Forgets everything: the next call converts the whole log.
+    pub fn reset(&mut self) {
+        *self = Conversation::default();
+    }
+}
+
 /// The conversation under construction.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Builder {
     messages: Vec<ChatMessage>,
     /// The last message is an assistant message with tool calls of this `llm_response_id`, and
@@ -274,6 +341,135 @@ mod tests {
             },
         )];
         assert!(to_messages(&log).is_empty());
+    }
+
+    fn call(seq: u64, id: &str, response: &str) -> Event {
+        event(
+            seq,
+            EventSource::Agent,
+            EventKind::ActionEvent {
+                tool_call: agentmesh_store::event::ToolCall {
+                    id: id.into(),
+                    name: "f".into(),
+                    arguments: json!({"n": seq}),
+                },
+                llm_response_id: response.into(),
+                thought: if id.ends_with('a') {
+                    "thinking".into()
+                } else {
+                    String::new()
+                },
+            },
+        )
+    }
+
+    fn answer(seq: u64, id: &str) -> Event {
+        event(
+            seq,
+            EventSource::Environment,
+            EventKind::ObservationEvent {
+                tool_call_id: id.into(),
+                tool_name: "f".into(),
+                result: json!({"ok": seq}),
+            },
+        )
+    }
+
+    fn text(seq: u64, source: EventSource, text: &str) -> Event {
+        event(
+            seq,
+            source,
+            EventKind::MessageEvent {
+                content: vec![ContentPart::text(text)],
+                metadata: None,
+            },
+        )
+    }
+
+    /// Turns with parallel calls, a call answered late, one never answered, and internal events.
+    fn long_log() -> Vec<Event> {
+        vec![
+            event(
+                1,
+                EventSource::Agent,
+                EventKind::SystemPromptEvent {
+                    prompt: "be brief".into(),
+                    tools: Vec::new(),
+                },
+            ),
+            text(2, EventSource::User, "hi"),
+            call(3, "c1a", "r1"),
+            call(4, "c1b", "r1"),
+            answer(5, "c1b"),
+            event(
+                6,
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "status".into(),
+                    value: json!("running"),
+                },
+            ),
+            answer(7, "c1a"),
+            text(8, EventSource::Agent, "done"),
+            text(9, EventSource::User, "again"),
+            call(10, "c2a", "r2"),
+            event(
+                11,
+                EventSource::Environment,
+                EventKind::UserRejectObservation {
+                    tool_call_id: "c2a".into(),
+                    tool_name: "f".into(),
+                    reason: "no".into(),
+                },
+            ),
+            call(12, "c3", "r3"),
+            text(13, EventSource::User, "still there?"),
+            answer(14, "c3"),
+            text(15, EventSource::Agent, "yes"),
+        ]
+    }
+
+    #[test]
+    fn a_kept_conversation_is_the_whole_log_converted_at_every_length() {
+        let log = long_log();
+        // Growing one event at a time, and in steps of three, lending and restoring.
+        for step in [1, 3] {
+            let mut conversation = Conversation::default();
+            let mut end = 0;
+            while end < log.len() {
+                end = (end + step).min(log.len());
+                let messages = conversation.messages(&log[..end]);
+                assert_eq!(messages, to_messages(&log[..end]), "after {end} events");
+                conversation.restore(messages);
+            }
+        }
+        // Not given back: the next call starts over, and is still right.
+        let mut conversation = Conversation::default();
+        let _lent = conversation.messages(&log[..9]);
+        assert_eq!(conversation.messages(&log), to_messages(&log));
+        // A shorter log (read anew) starts over too.
+        let messages = conversation.messages(&log[..4]);
+        assert_eq!(messages, to_messages(&log[..4]));
+        conversation.restore(messages);
+        // A condensation is converted whole.
+        let mut condensed = log.clone();
+        condensed.push(event(
+            16,
+            EventSource::Agent,
+            EventKind::CondensationSummaryEvent {
+                summary: "they talked".into(),
+            },
+        ));
+        condensed.push(event(
+            17,
+            EventSource::Environment,
+            EventKind::Condensation {
+                forgotten_from: 2,
+                forgotten_to: 8,
+                reason: None,
+            },
+        ));
+        assert_eq!(conversation.messages(&condensed), to_messages(&condensed));
     }
 
     #[test]

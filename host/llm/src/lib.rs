@@ -51,7 +51,7 @@ mod scripted;
 use agentmesh_store::event::{ToolCall, ToolSchema};
 use serde::Serialize;
 
-pub use history::{INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
+pub use history::{Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
 pub use openai::{MAX_RETRY_AFTER, OpenAiConfig, OpenAiProvider};
 pub use scripted::{EXHAUSTED_TEXT, ScriptedProvider};
 
