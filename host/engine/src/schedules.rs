@@ -128,8 +128,8 @@ impl Engine {
 
     /// Fires schedules and wakeups as they come due, for ever (abort the task to stop it).
     /// Fires run concurrently: the schedule ticks started together as one batch, at most
-    /// [`MAX_TICKS_IN_FLIGHT`] ticks in all, and each wakeup on its own, at most
-    /// [`MAX_WAKEUPS_IN_FLIGHT`]; never one schedule twice at once, nor two wakeups of one
+    /// `MAX_TICKS_IN_FLIGHT` ticks in all, and each wakeup on its own, at most
+    /// `MAX_WAKEUPS_IN_FLIGHT`; never one schedule twice at once, nor two wakeups of one
     /// task. The timer is read again while they run, so a slow fire holds back only its own
     /// schedule or task. Aborting cuts the fires in flight short: a tick recorded but not yet
     /// queued is lost, as in a crash, and never fired twice.

@@ -3,7 +3,7 @@
 //! A request is sent only when all of these hold:
 //! 1. its origin — scheme, host and port, the port defaulted from the scheme — equals one of the
 //!    sandbox's `allowed_hosts` exactly ([`Origin`]);
-//! 2. every address the host resolves for that host passes [`check_addresses`]: a public
+//! 2. every address the host resolves for that host passes `check_addresses`: a public
 //!    address, or a special one (loopback, private, link-local, ...) only when the operator named
 //!    it — the origin's host is that IP literal, the origin is `localhost` and the address is
 //!    loopback, or the address is an IP literal of another allowed origin;

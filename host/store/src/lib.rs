@@ -239,7 +239,7 @@ impl Store {
 
     /// Writes `record` as task `task_id`'s record, appends `events` (stamped by
     /// [`Store::stamp`], continuing the log without a gap) and, with `take`, removes that
-    /// queue entry: all or nothing across crashes (see [`head`]). Returns what was written, or
+    /// queue entry: all or nothing across crashes (see `head.rs`). Returns what was written, or
     /// `None`, writing nothing, when `take` is gone; fails, writing nothing, when the events
     /// do not continue the log (another writer appended).
     ///
