@@ -110,3 +110,30 @@ fn everything_survives_reopening() {
     assert_eq!(store.kv_get("comp/t", "k").unwrap(), Some(b"v".to_vec()));
     assert_eq!(store.kv_get("comp/other", "k").unwrap(), None);
 }
+
+#[test]
+fn tasks_whose_ids_share_a_prefix_keep_their_logs_and_queues_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store
+        .commit("t1", &json!({}), vec![message("1"), message("2")])
+        .unwrap();
+    store.enqueue("t1", 1, &json!("for t1")).unwrap();
+    // "t" has nothing yet: nothing of "t1" (the next keys in order) is its.
+    assert_eq!(store.last_seq("t").unwrap(), 0);
+    assert!(store.next_queued::<Value>("t").unwrap().is_none());
+    store.commit("t", &json!({}), vec![message("x")]).unwrap();
+    store.enqueue("t", 2, &json!("for t")).unwrap();
+    assert_eq!(store.last_seq("t").unwrap(), 1);
+    assert_eq!(store.last_seq("t1").unwrap(), 2);
+    assert_eq!(
+        store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
+        Some(json!("for t"))
+    );
+    assert_eq!(
+        store.next_queued::<Value>("t1").unwrap().map(|(_, v)| v),
+        Some(json!("for t1"))
+    );
+    assert_eq!(store.last_seq("t2").unwrap(), 0);
+    assert!(store.next_queued::<Value>("t2").unwrap().is_none());
+}
