@@ -124,19 +124,19 @@ pub(crate) async fn run(
         }
     }
     let input = vars.input.clone();
-    let inside = match (&cap.target, function.action) {
-        (Target::Tool(tool), Some(action)) => runtime::stays_inside(agent, tool, action),
-        _ => false,
-    };
-    if !inside {
-        engine.write_ahead(record)?;
-    }
+    // What leaves the process is preceded by a write of the turn so far.
     let (result, child) = match (&cap.target, function.action) {
-        (Target::Tool(tool), Some(action)) => (
-            runtime::run_action(engine, agent, record, tool, action, &input).await,
-            None,
-        ),
+        (Target::Tool(tool), Some(action)) => {
+            if !runtime::stays_inside(agent, tool, action) {
+                engine.write_ahead(record)?;
+            }
+            (
+                runtime::run_action(engine, agent, record, tool, action, &input).await,
+                None,
+            )
+        }
         (Target::Agent(child), _) => {
+            engine.write_ahead(record)?;
             record.delegation_count += 1;
             runtime::delegate(engine, record, child, input.clone()).await
         }

@@ -5,7 +5,7 @@
 //! - [`task`]: the task record in the store and the context object built from it;
 //! - `turn`: one input at a time per task: guardrails, the LLM loop, limits, outputs;
 //! - `records`: records between turns (a cache) and a turn's journal, written in one
-//!   transaction wherever the turn reaches outside the process and when it ends;
+//!   write wherever the turn reaches outside the process and when it ends;
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
 //! - `steps`: assert / invoke / transform steps and `review()`;

@@ -43,7 +43,6 @@ pub(crate) fn mount_of(
     )
 }
 
-/// Runs action `action` of `tool` with resolved `input`.
 /// Whether running `tool`'s `action` for `agent` stays inside the process: a `cel`
 /// expression with no mount to write to. Anything else may be seen outside, so a turn writes
 /// its progress first ([`Engine::write_ahead`]).
@@ -55,6 +54,7 @@ pub(crate) fn stays_inside(agent: &AgentPlan, tool: &ToolPlan, action: usize) ->
             .is_some_and(|a| matches!(a.runtime, Runtime::Cel(_)))
 }
 
+/// Runs action `action` of `tool` with resolved `input`.
 pub(crate) async fn run_action(
     engine: &Engine,
     agent: &AgentPlan,

@@ -1,12 +1,12 @@
 //! One turn: an input through the guardrails, the LLM loop with its calls, the response
 //! through the guardrails, outputs and exposes. Limits are checked at every step.
 
+use std::sync::Arc;
+
 use agentmesh_expr::{Activation, Needs};
 use agentmesh_llm::ChatRequest;
 use agentmesh_store::event::{ContentPart, EventKind, EventSource, MessageMetadata};
 use agentmesh_store::{now_ms, now_rfc3339};
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use crate::call::{self, CallEnd};
