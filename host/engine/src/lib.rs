@@ -586,9 +586,7 @@ impl Engine {
         owner: Option<&str>,
     ) -> Result<Vec<TaskRecord>> {
         Ok(self
-            .inner
-            .store
-            .tasks::<TaskRecord>()?
+            .stored_records()?
             .into_iter()
             .filter(|t| agent.is_none_or(|a| t.agent == a))
             .filter(|t| status.is_none_or(|s| t.status() == s))
@@ -601,7 +599,7 @@ impl Engine {
     /// and every task with queued input is started. Call once, on a runtime, at start.
     pub fn recover(&self) -> Result<usize> {
         let mut resumed = 0;
-        for mut record in self.inner.store.tasks::<TaskRecord>()? {
+        for mut record in self.stored_records()? {
             if !matches!(record.status(), Status::Running | Status::Waiting) {
                 continue;
             }
@@ -648,7 +646,7 @@ impl Engine {
     /// Rebuilds the routing index from every task record (at start and after a reload).
     pub fn rebuild_routes(&self) -> Result<usize> {
         let plan = self.plan();
-        let records = self.inner.store.tasks::<TaskRecord>()?;
+        let records = self.stored_records()?;
         let routes = routes::Routes::build(&plan, &records);
         let n = routes.len();
         *self

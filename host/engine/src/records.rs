@@ -10,6 +10,12 @@
 //! leaves the input queued and the turn runs again from the start, which is safe because
 //! nothing outside saw it.
 //!
+//! A record is stored as its fixed fields (the record's JSON) and parts: what only grows
+//! (`history`, `inputs`, `outputs`, the per-call statistics in `capabilities`,
+//! `invocations`) goes into a [`Part`] per write, holding what that write added, so a write
+//! costs what changed, not the task's length. [`Stored`] remembers how much of each the
+//! stored parts hold; reading a record joins its parts back in.
+//!
 //! The cache holds the records of tasks between turns, exactly as written: a turn takes its
 //! record out ([`Engine::checkout`]) and puts it back once everything is written
 //! ([`Engine::checkin`]); every other write removes the entry. Readers that miss read the
@@ -20,10 +26,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agentmesh_store::QueueKey;
 use agentmesh_store::event::{Event, EventKind, EventSource};
+use agentmesh_store::{Parts, QueueKey, RecordWrite};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::task::TaskRecord;
+use crate::task::{CapStats, TaskRecord};
 use crate::{Engine, EngineError, Result, lock};
 
 /// The most the cache holds, in bytes as stored; past it, arbitrary entries are dropped (and
@@ -104,6 +113,206 @@ impl Journal {
     }
 }
 
+/// How much of a record's growing fields its stored parts hold (the rest is new since the
+/// last write).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stored {
+    /// The number of parts.
+    parts: u64,
+    /// Their bytes as stored.
+    bytes: usize,
+    history: usize,
+    inputs: usize,
+    outputs: usize,
+    invocations: usize,
+    /// Per function: its calls, and its child task ids.
+    calls: HashMap<String, (usize, usize)>,
+}
+
+impl Stored {
+    /// Everything `record` holds, in `parts` parts of `bytes`.
+    fn of(record: &TaskRecord, parts: u64, bytes: usize) -> Stored {
+        let mut stored = Stored::default();
+        stored.advance(record, parts, bytes);
+        stored
+    }
+
+    /// Now everything `record` holds is stored, in `parts` parts of `bytes`.
+    fn advance(&mut self, record: &TaskRecord, parts: u64, bytes: usize) {
+        self.parts = parts;
+        self.bytes = bytes;
+        self.history = record.history.len();
+        self.inputs = record.inputs.len();
+        self.outputs = record.outputs.len();
+        self.invocations = record.invocations.len();
+        for (name, stats) in &record.capabilities {
+            let counts = call_counts(stats);
+            match self.calls.get_mut(name) {
+                Some(stored) => *stored = counts,
+                None => {
+                    self.calls.insert(name.clone(), counts);
+                }
+            }
+        }
+    }
+}
+
+/// A function's calls and child task ids so far.
+fn call_counts(stats: &CapStats) -> (usize, usize) {
+    (
+        stats.timestamps.len(),
+        stats.task_ids.as_ref().map_or(0, Vec::len),
+    )
+}
+
+/// What one write added to a record's growing fields, as read back.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Part {
+    history: Vec<String>,
+    inputs: Vec<Value>,
+    outputs: Vec<Value>,
+    invocations: Vec<String>,
+    /// Each function's new calls, newest first (as in its statistics), with their counts.
+    calls: IndexMap<String, CapStats>,
+}
+
+/// What a write adds to a record's growing fields: [`Part`] as written, borrowed from the
+/// record.
+#[derive(Serialize)]
+struct NewPart<'a> {
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    history: &'a [String],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    inputs: &'a [Value],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    outputs: &'a [Value],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    invocations: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "as_map")]
+    calls: Vec<(&'a str, NewCalls<'a>)>,
+}
+
+/// A function's calls since the last write: the newest entries of its [`CapStats`] lists.
+#[derive(Serialize)]
+struct NewCalls<'a> {
+    count_successful: usize,
+    count_errored: usize,
+    count_restricted: usize,
+    timestamps: &'a [String],
+    inputs: &'a [Value],
+    outputs: &'a [Value],
+    successful: &'a [bool],
+    errored: &'a [bool],
+    restricted: &'a [bool],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_ids: Option<&'a [String]>,
+}
+
+fn as_map<S: serde::Serializer>(
+    calls: &[(&str, NewCalls<'_>)],
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serializer.collect_map(calls.iter().map(|(k, v)| (k, v)))
+}
+
+/// The end of `list` past the first `stored` items.
+fn tail<T>(list: &[T], stored: usize) -> &[T] {
+    &list[stored.min(list.len())..]
+}
+
+/// The first `n` items of `list` (or all of them).
+fn head<T>(list: &[T], n: usize) -> &[T] {
+    &list[..n.min(list.len())]
+}
+
+impl TaskRecord {
+    /// What the record's growing fields gained since its last write, if anything.
+    fn new_part(&self) -> Option<NewPart<'_>> {
+        let stored = &self.stored;
+        let mut calls = Vec::new();
+        for (name, stats) in &self.capabilities {
+            let (now, ids_now) = call_counts(stats);
+            let (before, ids_before) = stored.calls.get(name).copied().unwrap_or_default();
+            let n = now.saturating_sub(before);
+            if n == 0 {
+                continue;
+            }
+            let count = |flags: &[bool]| head(flags, n).iter().filter(|f| **f).count();
+            let ids = ids_now.saturating_sub(ids_before);
+            calls.push((
+                name.as_str(),
+                NewCalls {
+                    count_successful: count(&stats.successful),
+                    count_errored: count(&stats.errored),
+                    count_restricted: count(&stats.restricted),
+                    timestamps: head(&stats.timestamps, n),
+                    inputs: head(&stats.inputs, n),
+                    outputs: head(&stats.outputs, n),
+                    successful: head(&stats.successful, n),
+                    errored: head(&stats.errored, n),
+                    restricted: head(&stats.restricted, n),
+                    task_ids: (ids > 0)
+                        .then(|| stats.task_ids.as_deref().map(|v| head(v, ids)))
+                        .flatten(),
+                },
+            ));
+        }
+        let part = NewPart {
+            history: tail(&self.history, stored.history),
+            inputs: tail(&self.inputs, stored.inputs),
+            outputs: tail(&self.outputs, stored.outputs),
+            invocations: tail(&self.invocations, stored.invocations),
+            calls,
+        };
+        let empty = part.history.is_empty()
+            && part.inputs.is_empty()
+            && part.outputs.is_empty()
+            && part.invocations.is_empty()
+            && part.calls.is_empty();
+        (!empty).then_some(part)
+    }
+
+    /// A record as read from the store: its JSON joined with its parts.
+    pub(crate) fn from_stored(mut record: TaskRecord, parts: Parts<Part>) -> TaskRecord {
+        let count = parts.parts.len() as u64;
+        if count == 0 {
+            // Nothing stored in parts: a record written before parts existed keeps its growing
+            // fields in its JSON, and its next write moves them into its first part.
+            record.stored = Stored::default();
+            return record;
+        }
+        for part in parts.parts {
+            record.history.extend(part.history);
+            record.inputs.extend(part.inputs);
+            record.outputs.extend(part.outputs);
+            record.invocations.extend(part.invocations);
+            for (name, new) in part.calls {
+                let stats = record.capabilities.entry(name).or_default();
+                stats.count_successful += new.count_successful;
+                stats.count_errored += new.count_errored;
+                stats.count_restricted += new.count_restricted;
+                prepend(&mut stats.timestamps, new.timestamps);
+                prepend(&mut stats.inputs, new.inputs);
+                prepend(&mut stats.outputs, new.outputs);
+                prepend(&mut stats.successful, new.successful);
+                prepend(&mut stats.errored, new.errored);
+                prepend(&mut stats.restricted, new.restricted);
+                if let Some(ids) = new.task_ids {
+                    prepend(stats.task_ids.get_or_insert_with(Vec::new), ids);
+                }
+            }
+        }
+        record.stored = Stored::of(&record, count, parts.bytes);
+        record
+    }
+}
+
+/// Puts `newer` (newest first) before `list`.
+fn prepend<T>(list: &mut Vec<T>, newer: Vec<T>) {
+    list.splice(0..0, newer);
+}
+
 /// Records of tasks between turns, by task id, with their size; and the total size.
 #[derive(Default)]
 pub(crate) struct RecordCache(Mutex<Cached>);
@@ -137,10 +346,21 @@ impl Engine {
 
     /// Task `id`'s record as the store has it.
     pub(crate) fn stored_record(&self, id: &str) -> Result<TaskRecord> {
-        self.inner
+        match self.inner.store.task_with_parts(id)? {
+            Some((record, parts)) => Ok(TaskRecord::from_stored(record, parts)),
+            None => Err(EngineError::NotFound(format!("task `{id}`"))),
+        }
+    }
+
+    /// Every task's record as the store has it, in id order.
+    pub(crate) fn stored_records(&self) -> Result<Vec<TaskRecord>> {
+        Ok(self
+            .inner
             .store
-            .task(id)?
-            .ok_or_else(|| EngineError::NotFound(format!("task `{id}`")))
+            .tasks_with_parts()?
+            .into_iter()
+            .map(|(record, parts)| TaskRecord::from_stored(record, parts))
+            .collect())
     }
 
     /// Task `id`'s record to change, taken out of the cache. Hold the task's lock until
@@ -244,10 +464,16 @@ impl Engine {
 
     fn write_journal(&self, record: &mut TaskRecord) -> Result<()> {
         lock(&self.inner.records.0).remove(&record.id);
+        let new_part = record.new_part();
+        let parts = record.stored.parts + u64::from(new_part.is_some());
         let journal = &record.journal;
         let written = self.inner.store.write(
             &record.id,
-            &*record,
+            RecordWrite {
+                head: &*record,
+                parts,
+                new_part: new_part.as_ref(),
+            },
             journal.unwritten(),
             journal.take.as_ref(),
         )?;
@@ -257,10 +483,15 @@ impl Engine {
                 record.id
             )));
         };
+        if new_part.is_some() {
+            let mut stored = std::mem::take(&mut record.stored);
+            stored.advance(record, parts, stored.bytes + written.part_bytes);
+            record.stored = stored;
+        }
         let journal = &mut record.journal;
         journal.pending = 0;
         journal.take = None;
-        journal.record_bytes = written.record_bytes;
+        journal.record_bytes = written.record_bytes + record.stored.bytes;
         journal.log_bytes += written.event_bytes;
         Ok(())
     }

@@ -153,6 +153,11 @@ pub struct PendingReview {
 }
 
 /// Everything the host keeps about a task besides its log and queue.
+///
+/// What only grows with the task (`history`, `inputs`, `outputs`, `capabilities`,
+/// `invocations`) is left out of the record's JSON: each write stores what it added as one of
+/// the record's parts (see `records.rs`), so a write costs what changed, not the task's
+/// length. Records written before parts existed hold it in the JSON and read as they are.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TaskRecord {
@@ -185,14 +190,19 @@ pub struct TaskRecord {
     /// Capability invocations (delegations included).
     pub tool_calls: u64,
     /// Turn types in order: `input`, `llm`, `capability`.
+    #[serde(skip_serializing)]
     pub history: Vec<String>,
     /// Inputs (TaskIO), oldest first.
+    #[serde(skip_serializing)]
     pub inputs: Vec<Value>,
     /// Outputs (TaskIO), oldest first.
+    #[serde(skip_serializing)]
     pub outputs: Vec<Value>,
     /// Per-function statistics.
+    #[serde(skip_serializing)]
     pub capabilities: IndexMap<String, CapStats>,
     /// Function names, one per invocation, in order.
+    #[serde(skip_serializing)]
     pub invocations: Vec<String>,
     /// Delegations made.
     pub delegation_count: u64,
@@ -217,6 +227,9 @@ pub struct TaskRecord {
     /// What the running turn has done but not written yet.
     #[serde(skip)]
     pub(crate) journal: crate::records::Journal,
+    /// How much of the growing fields the stored parts hold.
+    #[serde(skip)]
+    pub(crate) stored: crate::records::Stored,
 }
 
 impl TaskRecord {

@@ -14,36 +14,44 @@
 //! (A task's first write cut short leaves events that no record points to: the task does not
 //! exist, and task ids are never reused, so nothing reads them.)
 //!
+//! - a record's part appended, record not written: the task has parts past the record's
+//!   `parts`. They are removed with the events they came with.
+//!
 //! To tell, a record is stored behind a head: a tag byte (JSON never starts with it), the
-//! number of the last event the record covers, and the queue key the write took (empty for
-//! none). Records written before heads existed are plain JSON and were written by
-//! transactions: nothing to repair.
+//! number of the last event the record covers, the number of its parts (see
+//! [`Store::write`](crate::Store::write)), and the queue key the write took (empty for none).
+//! Records written before heads existed are plain JSON and were written by transactions:
+//! nothing to repair; records written before parts existed have the tag [`TAG_V1`] and no
+//! parts.
 
-/// The first byte of a record with a head.
-const TAG: u8 = 0x01;
+/// The first byte of a record with a head that counts parts.
+const TAG: u8 = 0x02;
 
-/// Bytes before the key: tag, `log_end`, key length.
-const FIXED: usize = 1 + 8 + 2;
+/// The first byte of a head written before parts existed: no parts count.
+const TAG_V1: u8 = 0x01;
 
 /// What a record's head says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Head<'a> {
     /// The record covers the log up to this event.
     pub log_end: u64,
+    /// The record has parts 1 to `parts`.
+    pub parts: u64,
     /// The queue entry the write took, if any.
     pub took: Option<&'a [u8]>,
 }
 
-/// A head for a record covering the log up to `log_end` and taking `took`; the record's JSON
-/// follows it.
-pub(crate) fn encode(log_end: u64, took: Option<&[u8]>) -> Vec<u8> {
+/// A head for a record covering the log up to `log_end`, with parts 1 to `parts`, and taking
+/// `took`; the record's JSON follows it.
+pub(crate) fn encode(log_end: u64, parts: u64, took: Option<&[u8]>) -> Vec<u8> {
     let took = took.unwrap_or_default();
     // Queue keys are a task id and 16 bytes; an id longer than 64 KiB is not taken anywhere.
     let len = u16::try_from(took.len()).unwrap_or(0);
     let took = &took[..usize::from(len)];
-    let mut out = Vec::with_capacity(FIXED + took.len() + 1024);
+    let mut out = Vec::with_capacity(1 + 8 + 8 + 2 + took.len() + 1024);
     out.push(TAG);
     out.extend_from_slice(&log_end.to_be_bytes());
+    out.extend_from_slice(&parts.to_be_bytes());
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(took);
     out
@@ -51,20 +59,30 @@ pub(crate) fn encode(log_end: u64, took: Option<&[u8]>) -> Vec<u8> {
 
 /// Splits a stored record into its head (`None` for a record without one) and its JSON.
 pub(crate) fn decode(stored: &[u8]) -> (Option<Head<'_>>, &[u8]) {
-    if stored.first() != Some(&TAG) || stored.len() < FIXED {
+    let (with_parts, fixed) = match stored.first() {
+        Some(&TAG) => (true, 1 + 8 + 8 + 2),
+        Some(&TAG_V1) => (false, 1 + 8 + 2),
+        _ => return (None, stored),
+    };
+    if stored.len() < fixed {
         return (None, stored);
     }
-    let mut log_end = [0u8; 8];
-    log_end.copy_from_slice(&stored[1..9]);
-    let len = usize::from(u16::from_be_bytes([stored[9], stored[10]]));
-    let Some(took) = stored.get(FIXED..FIXED + len) else {
+    let u64_at = |at: usize| {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(&stored[at..at + 8]);
+        u64::from_be_bytes(buf)
+    };
+    let parts = if with_parts { u64_at(9) } else { 0 };
+    let len = usize::from(u16::from_be_bytes([stored[fixed - 2], stored[fixed - 1]]));
+    let Some(took) = stored.get(fixed..fixed + len) else {
         return (None, stored);
     };
     let head = Head {
-        log_end: u64::from_be_bytes(log_end),
+        log_end: u64_at(1),
+        parts,
         took: (!took.is_empty()).then_some(took),
     };
-    (Some(head), &stored[FIXED + len..])
+    (Some(head), &stored[fixed + len..])
 }
 
 #[cfg(test)]
@@ -73,8 +91,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::Store;
     use crate::event::{EventKind, EventSource};
+    use crate::{RecordWrite, Store};
     use serde_json::{Value, json};
 
     fn pause() -> Vec<(EventSource, EventKind)> {
@@ -94,7 +112,12 @@ mod tests {
             let first = store.enqueue("t", 1, &json!("first")).unwrap();
             let events = store.stamp(2, [pause(), pause()].concat());
             store
-                .write("t", &json!({"turn": 1}), &events, Some(&first))
+                .write(
+                    "t",
+                    RecordWrite::whole(&json!({"turn": 1})),
+                    &events,
+                    Some(&first),
+                )
                 .unwrap()
                 .unwrap();
             store.tasks.insert("t", before).unwrap();
@@ -107,7 +130,12 @@ mod tests {
             let other = store.enqueue("u", 1, &json!("other")).unwrap();
             let events = store.stamp(1, pause());
             store
-                .write("u", &json!({"turn": 1}), &events, Some(&other))
+                .write(
+                    "u",
+                    RecordWrite::whole(&json!({"turn": 1})),
+                    &events,
+                    Some(&other),
+                )
                 .unwrap()
                 .unwrap();
             store
@@ -133,10 +161,74 @@ mod tests {
         let events = store.stamp(2, pause());
         assert!(
             store
-                .write("t", &json!({"turn": 1}), &events, None)
+                .write("t", RecordWrite::whole(&json!({"turn": 1})), &events, None)
                 .unwrap()
                 .is_some()
         );
+    }
+
+    /// Parts come back in order with their record; a part a crash left past its record is
+    /// removed with the events written with it.
+    #[test]
+    fn parts_read_in_order_and_a_part_cut_short_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            for n in 1..=3u64 {
+                let events = store.stamp(n, pause());
+                let write = RecordWrite {
+                    head: &json!({"parts": n}),
+                    parts: n,
+                    new_part: Some(&json!({"n": n})),
+                };
+                store.write("t", write, &events, None).unwrap().unwrap();
+            }
+            // A write that adds no part keeps the parts.
+            let events = store.stamp(4, pause());
+            let write = RecordWrite {
+                head: &json!({"parts": 3}),
+                parts: 3,
+                new_part: None::<&Value>,
+            };
+            let written = store.write("t", write, &events, None).unwrap().unwrap();
+            assert_eq!(written.part_bytes, 0);
+            let (record, parts) = store.task_with_parts::<Value, Value>("t").unwrap().unwrap();
+            assert_eq!(record, json!({"parts": 3}));
+            assert_eq!(
+                parts.parts,
+                [json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]
+            );
+            assert_eq!(parts.bytes, 3 * br#"{"n":1}"#.len());
+
+            // Part 4 and its events written, the record not.
+            let before = store.tasks.get("t").unwrap().unwrap();
+            let events = store.stamp(5, pause());
+            let write = RecordWrite {
+                head: &json!({"parts": 4}),
+                parts: 4,
+                new_part: Some(&json!({"n": 4})),
+            };
+            store.write("t", write, &events, None).unwrap().unwrap();
+            store.tasks.insert("t", before).unwrap();
+            store.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.parts.len(), 3);
+        assert_eq!(store.last_seq("t").unwrap(), 4);
+        let tasks = store.tasks_with_parts::<Value, Value>().unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].0, json!({"parts": 3}));
+        assert_eq!(tasks[0].1.parts.len(), 3);
+        // The task goes on with part 4.
+        let events = store.stamp(5, pause());
+        let write = RecordWrite {
+            head: &json!({"parts": 4}),
+            parts: 4,
+            new_part: Some(&json!({"n": "4 again"})),
+        };
+        store.write("t", write, &events, None).unwrap().unwrap();
+        let (_, parts) = store.task_with_parts::<Value, Value>("t").unwrap().unwrap();
+        assert_eq!(parts.parts[3], json!({"n": "4 again"}));
     }
 
     /// Records written before heads existed read as they are and are left alone.
@@ -160,33 +252,53 @@ mod tests {
 
     #[test]
     fn a_head_round_trips_and_plain_json_has_none() {
-        let mut stored = encode(42, Some(b"t\0key"));
+        let mut stored = encode(42, 3, Some(b"t\0key"));
         stored.extend_from_slice(b"{\"a\":1}");
         let (head, json) = decode(&stored);
         assert_eq!(
             head,
             Some(Head {
                 log_end: 42,
+                parts: 3,
                 took: Some(b"t\0key")
             })
         );
         assert_eq!(json, b"{\"a\":1}");
 
-        let mut stored = encode(0, None);
+        let mut stored = encode(0, 0, None);
         stored.extend_from_slice(b"{}");
         assert_eq!(
             decode(&stored),
             (
                 Some(Head {
                     log_end: 0,
+                    parts: 0,
                     took: None
                 }),
                 &b"{}"[..]
             )
         );
 
+        // A head written before parts existed.
+        let mut v1 = vec![TAG_V1];
+        v1.extend_from_slice(&7u64.to_be_bytes());
+        v1.extend_from_slice(&2u16.to_be_bytes());
+        v1.extend_from_slice(b"t\0{\"b\":2}");
+        assert_eq!(
+            decode(&v1),
+            (
+                Some(Head {
+                    log_end: 7,
+                    parts: 0,
+                    took: Some(b"t\0")
+                }),
+                &b"{\"b\":2}"[..]
+            )
+        );
+
         assert_eq!(decode(b"{\"old\":true}"), (None, &b"{\"old\":true}"[..]));
         // Cut short: not a head.
         assert_eq!(decode(&[TAG, 0, 0]).0, None);
+        assert_eq!(decode(&[TAG_V1, 0, 0]).0, None);
     }
 }

@@ -1,8 +1,10 @@
 //! The agentmesh store: everything stateful the host owns, on sled.
 //!
 //! - [`event`]: the event-log types (CONTRACT §4);
-//! - [`Store`]: task records, per-task append-only event logs (a `u64` sequence per task; the
-//!   events of one write are one entry, keyed by the last one's number), FIFO
+//! - [`Store`]: task records (a record may keep what only grows in appended parts, so a write
+//!   costs what changed, not the task's length), per-task append-only event logs (a `u64`
+//!   sequence per task; the events of one write are one entry, keyed by the last one's
+//!   number), FIFO
 //!   input queues ordered by `queued_at`, and plugin key-value, in sled trees.
 //!
 //! A change that spans keys is all or nothing across crashes: [`Store::write`] writes a
@@ -72,8 +74,56 @@ pub struct QueueKey(Vec<u8>);
 pub struct Written {
     /// The record.
     pub record_bytes: usize,
+    /// The record's new part (0 for none).
+    pub part_bytes: usize,
     /// The events.
     pub event_bytes: usize,
+}
+
+/// A task record for [`Store::write`]: what replaces the stored record, and the part it
+/// appends.
+///
+/// A record may keep what only grows (lists of past calls, inputs, outputs) in parts: each
+/// write appends the part that grew, so it costs what changed rather than the task's length.
+/// Reading the record ([`Store::task_with_parts`]) gives the fixed part and the parts, in
+/// order, for the caller to join.
+#[derive(Debug)]
+pub struct RecordWrite<'a, R, P> {
+    /// The record without its parts.
+    pub head: &'a R,
+    /// How many parts the record has with this write (numbered from 1; 0 for none).
+    pub parts: u64,
+    /// Part number `parts`, appended by this write; `None` when the parts do not change.
+    pub new_part: Option<&'a P>,
+}
+
+// Copied whatever `R` and `P` are: it holds only references (a derive would ask `R: Copy`).
+impl<R, P> Clone for RecordWrite<'_, R, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R, P> Copy for RecordWrite<'_, R, P> {}
+
+impl<'a, R> RecordWrite<'a, R, ()> {
+    /// A record kept whole, without parts.
+    pub fn whole(record: &'a R) -> Self {
+        RecordWrite {
+            head: record,
+            parts: 0,
+            new_part: None,
+        }
+    }
+}
+
+/// A stored record's parts, in order, with their size as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parts<P> {
+    /// Parts 1 to n.
+    pub parts: Vec<P>,
+    /// Their bytes as stored.
+    pub bytes: usize,
 }
 
 /// A function told which task's log grew.
@@ -92,6 +142,8 @@ pub enum Delivery {
 pub struct Store {
     db: sled::Db,
     tasks: sled::Tree,
+    /// Task records' appended parts, by task id and part number.
+    parts: sled::Tree,
     events: sled::Tree,
     queue: sled::Tree,
     kv: sled::Tree,
@@ -159,6 +211,7 @@ impl Store {
         let db = open_db(&dir.join("store"))?;
         let store = Store {
             tasks: db.open_tree("tasks")?,
+            parts: db.open_tree("record_parts")?,
             events: db.open_tree("events")?,
             queue: db.open_tree("queue")?,
             kv: db.open_tree("kv")?,
@@ -173,9 +226,9 @@ impl Store {
         Ok(store)
     }
 
-    /// Finishes or undoes writes a crash cut short (see [`head`]): removes events past their
-    /// task record's `log_end` and queue entries a record says were taken. Reads every
-    /// record's head and the last log key of its task.
+    /// Finishes or undoes writes a crash cut short (see [`head`]): removes events and parts
+    /// past their task record's `log_end` and `parts`, and queue entries a record says were
+    /// taken. Reads every record's head and the keys past it.
     fn repair(&self) -> Result<()> {
         let (mut orphans, mut taken) = (0usize, 0usize);
         for entry in self.tasks.iter() {
@@ -184,11 +237,13 @@ impl Store {
                 continue;
             };
             let id = String::from_utf8_lossy(&id);
-            let start = task_key(&id, &(head.log_end.saturating_add(1)).to_be_bytes());
             let end = task_key(&id, &u64::MAX.to_be_bytes());
-            for key in self.events.range(start..=end).keys() {
-                self.events.remove(key?)?;
-                orphans += 1;
+            for (tree, last) in [(&self.events, head.log_end), (&self.parts, head.parts)] {
+                let start = task_key(&id, &last.saturating_add(1).to_be_bytes());
+                for key in tree.range(start..=end.clone()).keys() {
+                    tree.remove(key?)?;
+                    orphans += 1;
+                }
             }
             if let Some(key) = head.took
                 && self.queue.remove(key)?.is_some()
@@ -198,7 +253,7 @@ impl Store {
         }
         if orphans + taken > 0 {
             tracing::warn!(
-                events.removed = orphans,
+                entries.removed = orphans,
                 inputs.removed = taken,
                 "store: completed writes cut short by a crash"
             );
@@ -207,8 +262,9 @@ impl Store {
         Ok(())
     }
 
-    /// Writes `record` as task `task_id`'s record and appends `events` to its log, in one
-    /// write ([`Store::write`]). Returns the events with their sequence numbers.
+    /// Writes `record` as task `task_id`'s whole record (no parts) and appends `events` to
+    /// its log, in one write ([`Store::write`]). Returns the events with their sequence
+    /// numbers.
     pub fn commit<R: Serialize>(
         &self,
         task_id: &str,
@@ -216,7 +272,7 @@ impl Store {
         events: Vec<(EventSource, EventKind)>,
     ) -> Result<Vec<Event>> {
         let stamped = self.stamp(self.last_seq(task_id)? + 1, events);
-        self.write(task_id, record, &stamped, None)?;
+        self.write(task_id, RecordWrite::whole(record), &stamped, None)?;
         Ok(stamped)
     }
 
@@ -237,18 +293,18 @@ impl Store {
             .collect()
     }
 
-    /// Writes `record` as task `task_id`'s record, appends `events` (stamped by
-    /// [`Store::stamp`], continuing the log without a gap) and, with `take`, removes that
-    /// queue entry: all or nothing across crashes (see `head.rs`). Returns what was written, or
-    /// `None`, writing nothing, when `take` is gone; fails, writing nothing, when the events
-    /// do not continue the log (another writer appended).
+    /// Writes `record` as task `task_id`'s record (with its new part, if any), appends
+    /// `events` (stamped by [`Store::stamp`], continuing the log without a gap) and, with
+    /// `take`, removes that queue entry: all or nothing across crashes (see `head.rs`).
+    /// Returns what was written, or `None`, writing nothing, when `take` is gone; fails,
+    /// writing nothing, when the events do not continue the log (another writer appended).
     ///
     /// One writer per task at a time (the engine's task lock); writers of different tasks
     /// do not wait for each other.
-    pub fn write<R: Serialize>(
+    pub fn write<R: Serialize, P: Serialize>(
         &self,
         task_id: &str,
-        record: &R,
+        record: RecordWrite<'_, R, P>,
         events: &[Event],
         take: Option<&QueueKey>,
     ) -> Result<Option<Written>> {
@@ -261,8 +317,9 @@ impl Store {
             Some(last) => last.seq,
             None => self.last_seq(task_id)?,
         };
-        let mut bytes = head::encode(log_end, take.map(|k| k.0.as_slice()));
-        serde_json::to_writer(&mut bytes, record)?;
+        let mut bytes = head::encode(log_end, record.parts, take.map(|k| k.0.as_slice()));
+        serde_json::to_writer(&mut bytes, record.head)?;
+        let part = record.new_part.map(serde_json::to_vec).transpose()?;
         let event_bytes = match (events.first(), events.last()) {
             (Some(first), Some(last)) => {
                 let chunk = serde_json::to_vec(events)?;
@@ -289,8 +346,13 @@ impl Store {
             }
             _ => 0,
         };
-        // In this order: a crash leaves at most events past the record's `log_end`, or a
-        // queue entry the record says was taken; [`Store::open`] removes both.
+        // In this order: a crash leaves at most events and a part past the record's `log_end`
+        // and `parts`, or a queue entry the record says was taken; [`Store::open`] removes
+        // them.
+        if let Some(part) = &part {
+            let key = task_key(task_id, &record.parts.to_be_bytes());
+            self.parts.insert(key, part.as_slice())?;
+        }
         self.tasks.insert(task_id.as_bytes(), bytes.as_slice())?;
         if let Some(key) = take {
             self.queue.remove(key.0.as_slice())?;
@@ -301,6 +363,7 @@ impl Store {
         }
         Ok(Some(Written {
             record_bytes: bytes.len(),
+            part_bytes: part.map_or(0, |p| p.len()),
             event_bytes,
         }))
     }
@@ -322,12 +385,68 @@ impl Store {
         Ok(self.db.generate_id()?)
     }
 
-    /// Task `task_id`'s record.
+    /// Task `task_id`'s record, without its parts.
     pub fn task<R: DeserializeOwned>(&self, task_id: &str) -> Result<Option<R>> {
         match self.tasks.get(task_id.as_bytes())? {
             Some(bytes) => Ok(Some(serde_json::from_slice(head::decode(&bytes).1)?)),
             None => Ok(None),
         }
+    }
+
+    /// Task `task_id`'s record and its parts, in order (see [`RecordWrite`]).
+    pub fn task_with_parts<R: DeserializeOwned, P: DeserializeOwned>(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<(R, Parts<P>)>> {
+        match self.tasks.get(task_id.as_bytes())? {
+            Some(stored) => Ok(Some(self.decode_task(task_id, &stored)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task record with its parts, in id order. Records that do not decode are skipped
+    /// with a warning rather than failing the listing.
+    pub fn tasks_with_parts<R: DeserializeOwned, P: DeserializeOwned>(
+        &self,
+    ) -> Result<Vec<(R, Parts<P>)>> {
+        let mut out = Vec::new();
+        for entry in self.tasks.iter() {
+            let (key, stored) = entry?;
+            let id = String::from_utf8_lossy(&key);
+            match self.decode_task(&id, &stored) {
+                Ok(task) => out.push(task),
+                Err(StoreError::Codec(e)) => {
+                    tracing::warn!(task.id = %id, "undecodable task record: {e}")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A stored record and the parts its head counts.
+    fn decode_task<R: DeserializeOwned, P: DeserializeOwned>(
+        &self,
+        task_id: &str,
+        stored: &[u8],
+    ) -> Result<(R, Parts<P>)> {
+        let (head, json) = head::decode(stored);
+        let record = serde_json::from_slice(json)?;
+        let count = head.map_or(0, |h| h.parts);
+        let mut parts = Parts {
+            parts: Vec::new(),
+            bytes: 0,
+        };
+        if count > 0 {
+            let start = task_key(task_id, &1u64.to_be_bytes());
+            let end = task_key(task_id, &count.to_be_bytes());
+            for entry in self.parts.range(start..=end) {
+                let (_, value) = entry?;
+                parts.bytes += value.len();
+                parts.parts.push(serde_json::from_slice(&value)?);
+            }
+        }
+        Ok((record, parts))
     }
 
     /// Every task record, in id order. Records that do not decode as `R` are skipped with a

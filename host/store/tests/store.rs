@@ -3,8 +3,8 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agentmesh_store::Store;
 use agentmesh_store::event::{ContentPart, EventKind, EventSource};
+use agentmesh_store::{RecordWrite, Store};
 use serde_json::{Value, json};
 
 fn message(text: &str) -> (EventSource, EventKind) {
@@ -39,7 +39,11 @@ fn events_get_gapless_sequence_numbers_per_task() {
     // A write that would leave a gap or number an event twice is refused, writing nothing.
     for first in [5, 3, 2] {
         let events = store.stamp(first, vec![message("stray")]);
-        assert!(store.write("a", &json!({}), &events, None).is_err());
+        assert!(
+            store
+                .write("a", RecordWrite::whole(&json!({})), &events, None)
+                .is_err()
+        );
     }
     assert_eq!(seqs(0), [1, 2, 3]);
     assert_eq!(store.events("b", 0).unwrap().len(), 1);
@@ -63,7 +67,7 @@ fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
         let record = json!({"n": taken.len()});
         assert!(
             store
-                .write("t", &record, &events, Some(&key))
+                .write("t", RecordWrite::whole(&record), &events, Some(&key))
                 .unwrap()
                 .is_some()
         );
@@ -71,7 +75,7 @@ fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
         let again = store.stamp(next + 1, vec![message("again")]);
         assert!(
             store
-                .write("t", &json!({}), &again, Some(&key))
+                .write("t", RecordWrite::whole(&json!({})), &again, Some(&key))
                 .unwrap()
                 .is_none()
         );

@@ -7,7 +7,7 @@ use agentmesh_store::event::{EventKind, EventSource};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use crate::util::{ECHO_TOOL, Harness, functions, harness, harness_with, observations};
+use crate::util::{ECHO_TOOL, Harness, RESEARCHER, functions, harness, harness_with, observations};
 
 fn agent(capability: &str) -> String {
     format!(
@@ -174,7 +174,8 @@ async fn exposes_appear_in_the_output() {
 
 #[tokio::test]
 async fn a_delegated_agents_answer_returns_to_the_parent() {
-    let manifests = "kind: commonagents.info/v1beta2/agent
+    let manifests = format!(
+        "kind: commonagents.info/v1beta2/agent
 namespace: t
 name: boss
 description: Delegates.
@@ -183,16 +184,11 @@ model: scripted/script.yaml
 capabilities:
   researcher: \"*\"
 ---
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: researcher
-description: Researches.
-prompt: Research.
-model: scripted/child.yaml
-";
+{RESEARCHER}"
+    );
     let parent = "responses:\n  - tool_calls: [{name: researcher, arguments: {message: find it}}]\n  - text: parent done\n";
     let h = harness_with(
-        manifests,
+        &manifests,
         &[
             ("script.yaml", parent),
             ("child.yaml", "responses:\n  - text: found it\n"),

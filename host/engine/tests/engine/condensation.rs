@@ -5,7 +5,7 @@ use agentmesh_engine::Status;
 use agentmesh_llm::{ChatMessage, SUMMARY_PREFIX, to_messages};
 use agentmesh_store::event::EventKind;
 
-use crate::util::{ECHO_TOOL, harness};
+use crate::util::{echo_agent, harness};
 
 const SCRIPT: &str = "responses:
   - tool_calls: [{name: echo_say, arguments: {text: a}}]
@@ -16,20 +16,14 @@ const SCRIPT: &str = "responses:
 ";
 
 fn config(budget: &str) -> String {
-    format!(
-        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Work.
-model: scripted/script.yaml
-capabilities:
+    echo_agent(&format!(
+        "capabilities:
   echo: \"*\"
 ---
 kind: agentmesh/v1/host
 condensation: {budget}
 "
-    )
+    ))
 }
 
 #[tokio::test]

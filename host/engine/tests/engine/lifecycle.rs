@@ -5,24 +5,18 @@ use agentmesh_llm::ChatMessage;
 use agentmesh_store::event::EventKind;
 use serde_json::json;
 
-use crate::util::{ECHO_TOOL, engine_at, harness, observations};
+use crate::util::{RESEARCHER, echo_agent, engine_at, harness, observations};
 
 fn agent() -> String {
-    format!(
-        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Work.
-model: scripted/script.yaml
-parameters:
+    echo_agent(
+        "parameters:
   type: object
   properties:
-    ticket: {{type: string}}
-    priority: {{type: string, default: low}}
+    ticket: {type: string}
+    priority: {type: string, default: low}
 capabilities:
   echo: \"*\"
-"
+",
     )
 }
 
@@ -160,4 +154,129 @@ async fn a_task_reopened_from_the_same_data_dir_continues_its_conversation() {
         users, 2,
         "both inputs are in the conversation: {messages:?}"
     );
+}
+
+/// The growing fields of a record (what the store keeps in parts), as JSON to compare.
+fn growing(record: &agentmesh_engine::TaskRecord) -> serde_json::Value {
+    json!({
+        "history": record.history,
+        "inputs": record.inputs,
+        "outputs": record.outputs,
+        "capabilities": record.capabilities,
+        "invocations": record.invocations,
+    })
+}
+
+#[tokio::test]
+async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
+    let manifests = echo_agent(&format!(
+        "capabilities:
+  echo:
+    include: [\"*\"]
+    before:
+      - match: shout
+        assert: \"input.text != 'no'\"
+  researcher: \"*\"
+---
+{RESEARCHER}"
+    ));
+    let script = "responses:
+  - tool_calls: [{name: echo_say, arguments: {text: one}}, {name: echo_shout, arguments: {text: 'no'}}]
+  - text: first
+  - tool_calls: [{name: researcher, arguments: {message: find it}}]
+  - text: second
+  - tool_calls: [{name: echo_say, arguments: {text: three}}]
+  - text: third
+  - tool_calls: [{name: echo_shout, arguments: {text: four}}]
+  - text: fourth
+";
+    let child = "responses:\n  - text: found it\n";
+    let h = crate::util::harness_with(
+        &manifests,
+        &[("script.yaml", script), ("child.yaml", child)],
+    );
+    let id = h.run("t/a", "1").await.id.clone();
+    h.engine
+        .submit(&id, &json!({"message": "2"}), None)
+        .unwrap();
+    let before = growing(&h.engine.run_until_idle(&id).await.unwrap());
+    assert_eq!(before["capabilities"]["echo_shout"]["count_restricted"], 1);
+    assert_eq!(
+        before["capabilities"]["researcher"]["task_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let dir = h.dir;
+    drop(h.engine);
+
+    // Read back from the store: the same as the running engine had.
+    let engine = engine_at(dir.path());
+    assert_eq!(growing(&engine.task(&id).unwrap()), before);
+    // And the task goes on from there.
+    engine.submit(&id, &json!({"message": "3"}), None).unwrap();
+    let after = engine.run_until_idle(&id).await.unwrap();
+    let say = &after.capabilities["echo_say"];
+    assert_eq!(say.count_successful, 2);
+    assert_eq!(say.inputs[0]["text"], "three", "newest first");
+    assert_eq!(say.inputs[1]["text"], "one");
+    assert_eq!(
+        after.invocations,
+        ["echo_say", "echo_shout", "researcher", "echo_say"]
+    );
+    assert_eq!(after.outputs.len(), 3);
+    let after = growing(&after);
+    drop(engine);
+
+    // The record's JSON has none of the growing fields: they are in one part per write that
+    // added to them.
+    let store = agentmesh_store::Store::open(&dir.path().join("data")).unwrap();
+    let head: serde_json::Value = store.task(&id).unwrap().unwrap();
+    for field in [
+        "history",
+        "inputs",
+        "outputs",
+        "capabilities",
+        "invocations",
+    ] {
+        assert!(head.get(field).is_none(), "{field} in the record: {head}");
+    }
+    let (_, parts) = store
+        .task_with_parts::<serde_json::Value, serde_json::Value>(&id)
+        .unwrap()
+        .unwrap();
+    // Turns 1 and 3 wrote once; turn 2 also wrote before it delegated.
+    assert_eq!(
+        parts.parts.len(),
+        4,
+        "one part per write: {:?}",
+        parts.parts
+    );
+
+    // A record written whole (as before parts existed) reads as it is, and its next write
+    // moves its growing fields into its first part.
+    let mut whole = head.clone();
+    for (field, value) in after.as_object().unwrap() {
+        whole[field] = value.clone();
+    }
+    store.commit(&id, &whole, Vec::new()).unwrap();
+    drop(store);
+    let engine = engine_at(dir.path());
+    assert_eq!(growing(&engine.task(&id).unwrap()), after);
+    engine.submit(&id, &json!({"message": "4"}), None).unwrap();
+    let last = growing(&engine.run_until_idle(&id).await.unwrap());
+    drop(engine);
+    let store = agentmesh_store::Store::open(&dir.path().join("data")).unwrap();
+    let (_, parts) = store
+        .task_with_parts::<serde_json::Value, serde_json::Value>(&id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(parts.parts.len(), 1);
+    drop(store);
+    let engine = engine_at(dir.path());
+    let reread = growing(&engine.task(&id).unwrap());
+    assert_eq!(reread, last);
+    assert_eq!(reread["capabilities"]["echo_shout"]["count_successful"], 1);
+    assert_eq!(reread["outputs"].as_array().unwrap().len(), 4);
 }

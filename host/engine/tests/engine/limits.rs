@@ -2,21 +2,10 @@
 
 use agentmesh_engine::{Reason, Status};
 
-use crate::util::{ECHO_TOOL, harness, limit};
+use crate::util::{echo_agent, harness, limit};
 
 fn agent(limits: &str) -> String {
-    format!(
-        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Work.
-model: scripted/script.yaml
-limits: {limits}
-capabilities:
-  echo: \"*\"
-"
-    )
+    echo_agent(&format!("limits: {limits}\ncapabilities:\n  echo: \"*\"\n"))
 }
 
 /// Calls `echo_say` forever (each response calls it again).

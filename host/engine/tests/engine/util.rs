@@ -124,6 +124,29 @@ prompt: Answer.
 model: scripted/script.yaml
 ";
 
+/// [`ECHO_TOOL`] and an agent `t/a` on the scripted model (`script.yaml`), its manifest
+/// ending with `rest` (capabilities, limits, parameters, …).
+pub fn echo_agent(rest: &str) -> String {
+    format!(
+        "{ECHO_TOOL}kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Work.
+model: scripted/script.yaml
+{rest}"
+    )
+}
+
+/// An agent `t/researcher` on the scripted model `child.yaml`, for delegation.
+pub const RESEARCHER: &str = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: researcher
+description: Researches.
+prompt: Research.
+model: scripted/child.yaml
+";
+
 /// A tool `t/echo` with actions `say` (returns its input) and `shout`, root parameter
 /// `owner`, plus whatever agent YAML follows.
 pub const ECHO_TOOL: &str = "kind: commonagents.info/v1beta2/tool
