@@ -230,20 +230,60 @@ fn a_review_over_http_resumes_the_task_and_events_stream_live() {
         .as_str()
         .unwrap()
         .to_owned();
-    let r = server
-        .request("POST", &format!("/v1/tasks/{id}/reviews/nope"))
-        .json(&json!({"approve": true}))
-        .send();
-    assert_eq!(r.status, 404);
-    let r = server
-        .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
-        .json(&json!({"approve": true, "user": "user:ops"}))
-        .send();
-    assert_eq!(r.status, 200, "{}", r.text());
+    approve_review(&server, &id, &review_id);
     let observation = read_until_kind(&mut sse, "ObservationEvent");
     assert_eq!(observation["result"], json!({"said": "hi"}));
     let answer = read_until_kind(&mut sse, "MessageEvent");
     assert_eq!(answer["content"][0]["text"], "Echoed.");
+}
+
+#[test]
+fn a_review_pending_across_a_restart_is_decided_after_it() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(&dir, &data, &[]);
+    let id = server.create_task(&json!({"agent": "lab/careful", "input": {"message": "echo hi"}}));
+    let review_id = server.wait_for_event(&id, "ReviewRequestEvent")["review_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The host stops while the task waits (SIGTERM: a crash could come before the review
+    // request's flush, which follows the write that shows it; the turn would then run again
+    // and ask anew).
+    assert_eq!(server.terminate(), Some(0));
+
+    let server = Server::start(&dir, &data, &[]);
+    let t = server
+        .request("GET", &format!("/v1/tasks/{id}"))
+        .send()
+        .json();
+    assert_eq!(t["status"], "waiting", "{t}");
+    approve_review(&server, &id, &review_id);
+    let r = decide(&server, &id, &review_id);
+    assert_eq!(r.status, 404, "deciding twice: {}", r.text());
+    let done = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        (t["status"] == "idle").then_some(t)
+    })
+    .expect("the task resumed and finished its turn");
+    assert_eq!(done["output"][0]["message"][0]["text"], "Echoed.", "{done}");
+    let events = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .json();
+    let events = events["events"].as_array().unwrap();
+    let observations: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .map(|e| &e["result"])
+        .collect();
+    assert_eq!(observations, [&json!({"said": "hi"})]);
+    assert!(
+        !events.iter().any(|e| e["kind"] == "AgentErrorEvent"),
+        "nothing was reported as interrupted: {events:?}"
+    );
 }
 
 /// Reads SSE events until one of `kind`; returns its data.
@@ -284,4 +324,20 @@ fn sigterm_drains_and_exits_zero() {
     let server = Server::start(&dir, &data, &[]);
     assert_eq!(server.request("GET", "/healthz").send().status, 200);
     assert_eq!(server.terminate(), Some(0));
+}
+
+/// Approves review `review_id` of task `id` as `user:ops`.
+fn decide(server: &Server, id: &str, review_id: &str) -> crate::server::Response {
+    server
+        .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
+        .json(&json!({"approve": true, "user": "user:ops"}))
+        .send()
+}
+
+/// Approves review `review_id` of task `id`, after checking that an unknown review id of the
+/// task is not found.
+fn approve_review(server: &Server, id: &str, review_id: &str) {
+    assert_eq!(decide(server, id, "nope").status, 404);
+    let r = decide(server, id, review_id);
+    assert_eq!(r.status, 200, "{}", r.text());
 }

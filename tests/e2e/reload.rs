@@ -52,25 +52,8 @@ capabilities:
 
 /// Runs a new task calling the box; returns the observation's result.
 fn call_box(server: &Server) -> Value {
-    let r = server
-        .request("POST", "/v1/tasks")
-        .json(&json!({"agent": "lab/user", "input": {"message": "go"}}))
-        .send();
-    assert_eq!(r.status, 201, "{}", r.text());
-    let id = r.json()["id"].as_str().unwrap().to_owned();
-    wait_for(Duration::from_secs(30), || {
-        let events = server
-            .request("GET", &format!("/v1/tasks/{id}/events"))
-            .send()
-            .json();
-        events["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["kind"] == "ObservationEvent")
-            .map(|e| e["result"].clone())
-    })
-    .unwrap_or_else(|| panic!("task {id} made no call"))
+    let id = server.create_task(&json!({"agent": "lab/user", "input": {"message": "go"}}));
+    server.wait_for_event(&id, "ObservationEvent")["result"].clone()
 }
 
 fn box_hash(server: &Server) -> Option<String> {

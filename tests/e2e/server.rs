@@ -80,6 +80,29 @@ impl Server {
         }
     }
 
+    /// Creates a task (`POST /v1/tasks` with `body`) and returns its id.
+    pub fn create_task(&self, body: &Value) -> String {
+        let r = self.request("POST", "/v1/tasks").json(body).send();
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The first event of `kind` in task `id`'s log, once there is one (at most 30 s).
+    pub fn wait_for_event(&self, id: &str, kind: &str) -> Value {
+        wait_for(Duration::from_secs(30), || {
+            let events = self
+                .request("GET", &format!("/v1/tasks/{id}/events"))
+                .send()
+                .json();
+            events["events"]
+                .as_array()?
+                .iter()
+                .find(|e| e["kind"] == kind)
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no {kind} in task {id}'s log"))
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();

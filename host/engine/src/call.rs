@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::plan::{AgentPlan, CapabilityPlan, Target};
 use crate::runtime::{self, ActionResult};
-use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::steps::{self, Phase, Replay, StepVars, Verdict};
 use crate::task::{Outcome, TaskRecord};
 use crate::{Engine, Result};
 
@@ -35,12 +35,14 @@ pub(crate) fn allow_value(v: &Value) -> String {
 }
 
 /// Runs one call. The record's statistics, counters and allow lists are updated; the caller
-/// logs the outcome and commits.
+/// logs the outcome and commits. `replay`: the decisions of the call's reviews made before a
+/// restart (empty unless the call runs again after one).
 pub(crate) async fn run(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
     call: &ToolCall,
+    replay: Replay,
 ) -> Result<CallEnd> {
     let Some(function) = agent.function(&call.name) else {
         return Ok(CallEnd::Error(format!(
@@ -83,10 +85,11 @@ pub(crate) async fn run(
         output: None,
         event: Value::Null,
         guardrail: false,
+        call_id: Some(call.id.clone()),
+        replay,
     };
     let mut verdict = Verdict::Pass;
     if !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty() {
-        record.before_first_done.insert(cap.key.clone());
         verdict = steps::run(
             engine,
             agent,
@@ -97,6 +100,9 @@ pub(crate) async fn run(
             &mut vars,
         )
         .await?;
+        // Marked done once they ran: a review in them that waits across a restart (the record
+        // is written while it waits) runs them again with the call.
+        record.before_first_done.insert(cap.key.clone());
     }
     if matches!(verdict, Verdict::Pass) {
         verdict = steps::run(

@@ -15,7 +15,7 @@ use http::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::plan::{AgentPlan, EventPlan, Secret, Target, ToolPlan};
-use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::steps::{self, Phase, Replay, StepVars, Verdict};
 use crate::task::Status;
 use crate::{Engine, EngineError, QueuedInput};
 
@@ -195,6 +195,8 @@ impl Engine {
             output: None,
             event: event_json.clone(),
             guardrail: false,
+            call_id: None,
+            replay: Replay::default(),
         };
         // Middleware decides on a copy: routing changes nothing in the task.
         let verdict = steps::run(

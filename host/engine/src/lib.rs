@@ -3,7 +3,8 @@
 //!
 //! - [`plan`]: a validated config compiled once (expressions, templates, functions, steps);
 //! - [`task`]: the task record in the store and the context object built from it;
-//! - `turn`: one input at a time per task: guardrails, the LLM loop, limits, outputs;
+//! - `turn`: one input at a time per task: guardrails, the LLM loop, limits, outputs; and
+//!   the rest of a turn whose `review()` was pending across a restart;
 //! - `records`: records between turns (a cache) and a turn's journal, written in one
 //!   write wherever the turn reaches outside the process and when it ends;
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
@@ -41,7 +42,7 @@ mod wasm;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
@@ -49,7 +50,6 @@ use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, Trigger
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
 
 pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
 pub use plan::Plan;
@@ -59,6 +59,8 @@ pub use wakeups::HostTool;
 
 use plan::{AgentPlan, Target};
 use providers::Providers;
+use steps::Waiter;
+use task::{PendingReview, Resume};
 
 /// How long a `review()` of a triggered turn (input with a trigger envelope: no human typed
 /// it, so none may be watching) waits when [`EngineOptions::review_timeout`] is `None`; a
@@ -161,7 +163,7 @@ struct Inner {
     /// Active subscriptions, indexed for routing.
     routes: RwLock<routes::Routes>,
     /// Reviews waiting for a decision, by review id.
-    reviews: Mutex<HashMap<String, oneshot::Sender<(bool, String)>>>,
+    reviews: Mutex<HashMap<String, Waiter>>,
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
@@ -427,20 +429,47 @@ impl Engine {
             if self.interrupt_requested(id) {
                 return Ok(self.checkin(record));
             }
-            let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
+            // A review pending across a restart holds the turn: input waits for the decision,
+            // which resumes the turn (`resume`).
+            if record.status() == Status::Waiting {
                 return Ok(self.checkin(record));
-            };
-            record.journal.take(key);
-            if record.status() == Status::Terminated {
-                self.save(&mut record, Vec::new())?;
-                continue;
             }
+            let work = match record.resume.clone() {
+                Some(resume) if record.status() == Status::Running => Work::Resume(resume),
+                _ => {
+                    record.resume = None;
+                    let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)?
+                    else {
+                        return Ok(self.checkin(record));
+                    };
+                    record.journal.take(key);
+                    if record.status() == Status::Terminated {
+                        self.save(&mut record, Vec::new())?;
+                        continue;
+                    }
+                    Work::Input(input)
+                }
+            };
             let agent = self.agent(&record.agent)?;
-            let triggered = input.trigger.is_some();
+            let triggered = match &work {
+                Work::Input(input) => input.trigger.is_some(),
+                Work::Resume(resume) => resume.triggered,
+            };
             if triggered {
                 lock(&self.inner.triggered).insert(id.to_owned());
             }
-            let ran = turn::run(self, &agent, &mut record, input).await;
+            let ran = match work {
+                Work::Input(input) => turn::run(self, &agent, &mut record, input).await,
+                Work::Resume(resume) => {
+                    // Written before the call runs again: if the host stops during it, the
+                    // next start reports the call as interrupted instead of running it again.
+                    record.resume = None;
+                    match self.save(&mut record, Vec::new()) {
+                        Ok(()) => turn::resume(self, &agent, &mut record, &resume).await,
+                        Err(e) => Err(e),
+                    }
+                }
+            };
             if triggered {
                 lock(&self.inner.triggered).remove(id);
             }
@@ -505,11 +534,16 @@ impl Engine {
         if record.status() == Status::Terminated {
             return Ok(());
         }
+        let mut events =
+            self.end_suspended_turn(&mut record, "not run: the task was interrupted")?;
+        if !events.is_empty() {
+            events.push(steps::status_event("idle"));
+        }
         record.interrupted = true;
         if record.status() != Status::Idle {
             record.status = Some(Status::Idle);
         }
-        let events = vec![
+        events.extend([
             (EventSource::User, EventKind::PauseEvent {}),
             (
                 EventSource::Environment,
@@ -518,7 +552,7 @@ impl Engine {
                     value: json!({"reason": "interrupt"}),
                 },
             ),
-        ];
+        ]);
         self.save(&mut record, events)?;
         self.sync_routes(&record);
         drop(_turn);
@@ -543,12 +577,13 @@ impl Engine {
         lock(&self.inner.interrupts).remove(id);
         let mut record = self.checkout(id)?;
         self.inner.store.clear_queue(id)?;
+        let mut events = self.end_suspended_turn(&mut record, "not run: the task ended")?;
         if record.status() != Status::Terminated {
             record.status = Some(Status::Terminated);
             record.reason = Some(Reason::Deleted);
         }
         record.subscriptions.clear();
-        let events = vec![
+        events.extend([
             (
                 EventSource::Environment,
                 EventKind::ConversationStateUpdateEvent {
@@ -557,7 +592,7 @@ impl Engine {
                 },
             ),
             steps::status_event("terminated"),
-        ];
+        ]);
         self.save(&mut record, events)?;
         self.sync_routes(&record);
         self.delete_task_wakeups(id)?;
@@ -570,12 +605,28 @@ impl Engine {
     /// How long a `review()` in task `id`'s running turn waits: the configured timeout, or
     /// in a triggered turn at most [`TRIGGERED_REVIEW_TIMEOUT`].
     pub(crate) fn review_timeout(&self, id: &str) -> Option<Duration> {
-        let triggered = lock(&self.inner.triggered).contains(id);
+        self.timeout_of_review(self.is_triggered(id))
+    }
+
+    /// Whether task `id`'s running turn is a triggered one (its input has a trigger envelope).
+    pub(crate) fn is_triggered(&self, id: &str) -> bool {
+        lock(&self.inner.triggered).contains(id)
+    }
+
+    /// How long a review waits, in a triggered turn or not.
+    fn timeout_of_review(&self, triggered: bool) -> Option<Duration> {
         match self.inner.options.review_timeout {
             Some(t) => Some(t),
             None if triggered => Some(TRIGGERED_REVIEW_TIMEOUT),
             None => None,
         }
+    }
+
+    /// When `review` times out (epoch ms), counted from its request; `None`: never.
+    fn review_deadline(&self, review: &PendingReview) -> Option<i64> {
+        let timeout = self.timeout_of_review(review.triggered)?;
+        let timeout = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        Some(review.requested_ms.saturating_add(timeout))
     }
 
     /// Every task, optionally only those of `agent`, in `status`, or owned by `owner`.
@@ -596,16 +647,54 @@ impl Engine {
 
     /// Brings tasks back after a restart: a task that was mid-turn is set idle, every call
     /// it made without a result is reported to the LLM as interrupted (never silently re-run),
-    /// and every task with queued input is started. Call once, on a runtime, at start.
+    /// and every task with queued input is started. A task waiting in a review of a call's
+    /// `before_first` or `before` steps keeps waiting: its decision ([`Engine::decide_review`])
+    /// resumes the turn, and its timeout counts from the request (one that passed while the
+    /// host was down is a denial now); one decided whose call had not run again yet resumes.
+    /// Returns how many tasks were started. Call once, on a runtime, at start.
     pub fn recover(&self) -> Result<usize> {
-        let mut resumed = 0;
+        let mut resumed = HashSet::new();
         for mut record in self.stored_records()? {
             if !matches!(record.status(), Status::Running | Status::Waiting) {
                 continue;
             }
-            let mut events = unanswered_calls(&self.events(&record.id, 0)?);
+            // Decided, and nothing of the call ran again yet (`resume` is cleared by a write
+            // before it does): the runner resumes the turn.
+            if record.status() == Status::Running
+                && record.resume.is_some()
+                && record.parent.is_none()
+            {
+                resumed.insert(record.id);
+                continue;
+            }
+            if let Some(pending) = self.review_to_keep(&record) {
+                let events = vec![(
+                    EventSource::Environment,
+                    EventKind::ConversationStateUpdateEvent {
+                        key: "restart".into(),
+                        value: json!({"message": "the host restarted while the task waited in a review"}),
+                    },
+                )];
+                let deadline = self.review_deadline(&pending);
+                if deadline.is_some_and(|d| d <= now_ms()) {
+                    self.decide_stored(&mut record, pending, false, "timeout", events)?;
+                    resumed.insert(record.id);
+                    continue;
+                }
+                self.save(&mut record, events)?;
+                lock(&self.inner.reviews).insert(pending.review_id.clone(), Waiter::Stored);
+                if let Some(deadline) = deadline {
+                    self.time_out_review(record.id, pending.review_id, deadline);
+                }
+                continue;
+            }
+            let mut events = unanswered_calls(
+                &self.events(&record.id, 0)?,
+                "interrupted: the host restarted during this call; it was not re-run",
+            );
             record.status = Some(Status::Idle);
             record.pending_review = None;
+            record.resume = None;
             events.push((
                 EventSource::Environment,
                 EventKind::ConversationStateUpdateEvent {
@@ -617,11 +706,100 @@ impl Engine {
             self.save(&mut record, events)?;
         }
         self.rebuild_routes()?;
-        for id in self.inner.store.tasks_with_queued_input()? {
-            self.kick(&id);
-            resumed += 1;
+        resumed.extend(self.inner.store.tasks_with_queued_input()?);
+        for id in &resumed {
+            self.kick(id);
         }
-        Ok(resumed)
+        Ok(resumed.len())
+    }
+
+    /// The review `record` waits in, if it can wait across a restart: one of a call's
+    /// `before_first` or `before` steps, in a task that no parent's call waits for (a parent's
+    /// delegation is reported as interrupted at restart, so its child's turn ends too).
+    fn review_to_keep(&self, record: &TaskRecord) -> Option<PendingReview> {
+        if record.status() != Status::Waiting || record.parent.is_some() {
+            return None;
+        }
+        record
+            .pending_review
+            .clone()
+            .filter(|p| p.call_id.is_some())
+    }
+
+    /// Records the decision on `pending`, the review `record` waits in with no turn waiting for
+    /// it (it was pending when the host restarted), after `events`; the task's runner then
+    /// resumes the turn (`turn::resume`). Call holding the task's lock, or at start.
+    fn decide_stored(
+        &self,
+        record: &mut TaskRecord,
+        pending: PendingReview,
+        approve: bool,
+        decided_by: &str,
+        mut events: Vec<(EventSource, EventKind)>,
+    ) -> Result<()> {
+        let Some(call_id) = pending.call_id else {
+            return Err(EngineError::Conflict(format!(
+                "review `{}` of task `{}` cannot resume its turn",
+                pending.review_id, record.id
+            )));
+        };
+        events.extend(steps::decision_events(
+            record,
+            pending.review_id,
+            approve,
+            decided_by.to_owned(),
+        ));
+        record.resume = Some(Resume {
+            call_id,
+            triggered: pending.triggered,
+        });
+        self.save(record, events)
+    }
+
+    /// At `deadline_ms`, denies review `review_id` of task `task_id` as timed out, unless it
+    /// was decided by then. The timer does not keep the engine alive.
+    fn time_out_review(&self, task_id: String, review_id: String, deadline_ms: i64) {
+        let inner: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let wait = u64::try_from(deadline_ms.saturating_sub(now_ms())).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let engine = Engine { inner };
+            match engine
+                .decide_review(&task_id, &review_id, false, "timeout")
+                .await
+            {
+                // Not found: decided in time, or the task no longer waits.
+                Ok(()) | Err(EngineError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(
+                    task.id = %task_id,
+                    "review `{review_id}` could not time out: {e}"
+                ),
+            }
+        });
+    }
+
+    /// Ends a turn suspended with no runner (a review pending across a restart, or decided
+    /// and not resumed yet): the review is dropped and every call without a result is answered
+    /// with `why`. Returns those answers (none when there is no such turn). Call holding the
+    /// task's lock: no turn of the task is running then.
+    fn end_suspended_turn(
+        &self,
+        record: &mut TaskRecord,
+        why: &str,
+    ) -> Result<Vec<(EventSource, EventKind)>> {
+        let pending = record.pending_review.take();
+        let resume = record.resume.take();
+        if pending.is_none() && resume.is_none() {
+            return Ok(Vec::new());
+        }
+        if let Some(p) = pending {
+            lock(&self.inner.reviews).remove(&p.review_id);
+        }
+        self.log_view(record)?;
+        Ok(unanswered_calls(record.journal.view(), why))
     }
 
     /// The routing state, for reading.
@@ -685,8 +863,13 @@ impl Engine {
         Arc::clone(locks.entry(id.to_owned()).or_default())
     }
 
-    /// Answers a review: resumes a task waiting in `review()`.
-    pub fn decide_review(
+    /// Answers a review: resumes a task waiting in `review()`. A review pending when the host
+    /// restarted (see [`Engine::recover`]) is answered too: the decision is recorded and the
+    /// task's runner resumes the turn, running the call that waited from its start (its
+    /// reviews answered by the decisions recorded for it). `NotFound`: the task does not wait
+    /// for this review (unknown, decided already, or the task went on); `Conflict`: the turn
+    /// that waited is gone.
+    pub async fn decide_review(
         &self,
         task_id: &str,
         review_id: &str,
@@ -698,23 +881,73 @@ impl Engine {
                 .as_ref()
                 .is_some_and(|r| r.review_id == review_id)
         })?;
+        let not_found =
+            || EngineError::NotFound(format!("review `{review_id}` of task `{task_id}`"));
         if !pending {
+            return Err(not_found());
+        }
+        let waiter = lock(&self.inner.reviews).remove(review_id);
+        match waiter {
+            Some(Waiter::Turn(s)) => s.send((approve, user.to_owned())).map_err(|_| {
+                EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
+            }),
+            Some(Waiter::Stored) => {
+                let decided = self
+                    .decide_after_restart(task_id, review_id, (approve, user))
+                    .await;
+                if matches!(decided, Err(EngineError::Store(_))) {
+                    // Nothing was recorded: the review still waits.
+                    lock(&self.inner.reviews).insert(review_id.to_owned(), Waiter::Stored);
+                }
+                decided
+            }
+            None => Err(not_found()),
+        }
+    }
+
+    /// Decides review `review_id` of task `task_id`, pending since before a restart, as
+    /// `(approve, user)`, and starts the task's runner to resume the turn.
+    async fn decide_after_restart(
+        &self,
+        task_id: &str,
+        review_id: &str,
+        (approve, user): (bool, &str),
+    ) -> Result<()> {
+        let task_lock = self.task_lock(task_id);
+        let turn = task_lock.lock().await;
+        let mut record = self.checkout(task_id)?;
+        let pending = record
+            .pending_review
+            .clone()
+            .filter(|p| p.review_id == review_id && record.status() == Status::Waiting);
+        let Some(pending) = pending else {
+            self.checkin(record);
             return Err(EngineError::NotFound(format!(
                 "review `{review_id}` of task `{task_id}`"
             )));
-        }
-        let sender = lock(&self.inner.reviews).remove(review_id);
-        match sender {
-            Some(s) => s.send((approve, user.to_owned())).map_err(|_| {
-                EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
-            }),
-            None => Err(EngineError::NotFound(format!("review `{review_id}`"))),
-        }
+        };
+        self.decide_stored(&mut record, pending, approve, user, Vec::new())?;
+        // Durable before the decision is acknowledged.
+        let flushed = self.inner.store.flush();
+        self.checkin(record);
+        drop(turn);
+        self.kick(task_id);
+        Ok(flushed?)
     }
 }
 
-/// An error result for every call in `log` that has none (the host stopped mid-call).
-fn unanswered_calls(log: &[Event]) -> Vec<(EventSource, EventKind)> {
+/// What a task's runner does next.
+// One lives on the stack for a turn's start; boxing the input would add an allocation per turn.
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    /// A turn for this queued input.
+    Input(QueuedInput),
+    /// The rest of a turn suspended across a restart, whose review was decided.
+    Resume(Resume),
+}
+
+/// An error result, `why`, for every call in `log` that has none.
+fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
     let mut open: Vec<(String, String)> = Vec::new();
     for event in log {
         match &event.kind {
@@ -739,8 +972,7 @@ fn unanswered_calls(log: &[Event]) -> Vec<(EventSource, EventKind)> {
                 EventKind::AgentErrorEvent {
                     tool_call_id: Some(id),
                     tool_name: Some(name),
-                    error: "interrupted: the host restarted during this call; it was not re-run"
-                        .into(),
+                    error: why.to_owned(),
                 },
             )
         })

@@ -4,7 +4,7 @@
 use agentmesh_expr::{Activation, Bound, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
 use agentmesh_store::event::{EventKind, EventSource};
-use agentmesh_store::now_rfc3339;
+use agentmesh_store::{now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -62,13 +62,15 @@ pub(crate) async fn run(
             continue;
         }
         let failure = match &step.kind {
-            StepKind::Assert(expr) => match decide(engine, record, expr, &act, vars).await? {
-                Ok(true) => None,
-                Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
-                Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
-            },
+            StepKind::Assert(expr) => {
+                match decide(engine, record, expr, &act, phase, vars).await? {
+                    Ok(true) => None,
+                    Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
+                    Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
+                }
+            }
             StepKind::Transform(expr) => {
-                let act = with_reviews(engine, record, expr, act, vars).await?;
+                let act = with_reviews(engine, record, expr, act, phase, vars).await?;
                 match expr.evaluate(&act) {
                     Ok(v) => {
                         match phase {
@@ -246,20 +248,23 @@ async fn decide(
     record: &mut TaskRecord,
     expr: &Expression,
     act: &Activation,
-    vars: &StepVars,
+    phase: Phase,
+    vars: &mut StepVars,
 ) -> Result<std::result::Result<bool, String>> {
-    let act = with_reviews(engine, record, expr, act.clone(), vars).await?;
+    let act = with_reviews(engine, record, expr, act.clone(), phase, vars).await?;
     Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
 }
 
 /// For an expression that calls `review(user)`: suspends the task until each reviewer
 /// decides (or the review times out: a denial), and returns the activation with the decisions.
+/// A decision recorded for the call already ([`StepVars::replay`]) is used instead of asking.
 async fn with_reviews(
     engine: &Engine,
     record: &mut TaskRecord,
     expr: &Expression,
     mut act: Activation,
-    vars: &StepVars,
+    phase: Phase,
+    vars: &mut StepVars,
 ) -> Result<Activation> {
     if !expr.calls_review() {
         return Ok(act);
@@ -268,27 +273,45 @@ async fn with_reviews(
     // Routing an event cannot wait for a person: in an event activation every review is a
     // denial, decided at once, and nothing is written to the task.
     let routing = !vars.event.is_null() && !vars.guardrail;
+    // Only a call's steps before its action can wait across a restart: running the call again
+    // from its start repeats nothing that left the process.
+    let call_id = match phase {
+        Phase::Before => vars.call_id.clone(),
+        Phase::After => None,
+    };
     for reviewer in reviewers {
-        let approve = !routing && review(engine, record, &reviewer, vars.subject()).await?;
+        let approve = if routing {
+            false
+        } else if let Some(approve) = vars.replay.take(&reviewer) {
+            approve
+        } else {
+            let subject = vars.subject();
+            review(engine, record, &reviewer, subject, call_id.clone()).await?
+        };
         act.set_review(&reviewer, approve);
     }
     Ok(act)
 }
 
-/// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision.
+/// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision. `call_id`: the
+/// call whose steps ask, when the review may wait across a restart.
 async fn review(
     engine: &Engine,
     record: &mut TaskRecord,
     reviewer: &str,
     subject: Value,
+    call_id: Option<String>,
 ) -> Result<bool> {
     let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
     let (tx, rx) = oneshot::channel();
-    lock(&engine.inner.reviews).insert(review_id.clone(), tx);
+    lock(&engine.inner.reviews).insert(review_id.clone(), Waiter::Turn(tx));
     record.status = Some(Status::Waiting);
     record.pending_review = Some(PendingReview {
         review_id: review_id.clone(),
         reviewer: reviewer.to_owned(),
+        call_id,
+        requested_ms: now_ms(),
+        triggered: engine.is_triggered(&record.id),
     });
     engine.save(
         record,
@@ -304,29 +327,66 @@ async fn review(
             status_event("waiting"),
         ],
     )?;
+    // Durable before a reviewer can answer it: the review survives a crash too.
+    engine.inner.store.flush()?;
     let decision = match engine.review_timeout(&record.id) {
         Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
         None => rx.await.ok(),
     };
     lock(&engine.inner.reviews).remove(&review_id);
     let (approve, decided_by) = decision.unwrap_or((false, "timeout".into()));
+    let events = decision_events(record, review_id, approve, decided_by);
+    engine.save(record, events)?;
+    Ok(approve)
+}
+
+/// Ends the wait on a review: the task `running` again, and the events recording the decision.
+pub(crate) fn decision_events(
+    record: &mut TaskRecord,
+    review_id: String,
+    approve: bool,
+    decided_by: String,
+) -> Vec<(EventSource, EventKind)> {
     record.status = Some(Status::Running);
     record.pending_review = None;
-    engine.save(
-        record,
-        vec![
-            (
-                EventSource::User,
-                EventKind::ReviewDecisionEvent {
-                    review_id,
-                    approve,
-                    decided_by,
-                },
-            ),
-            status_event("running"),
-        ],
-    )?;
-    Ok(approve)
+    vec![
+        (
+            EventSource::User,
+            EventKind::ReviewDecisionEvent {
+                review_id,
+                approve,
+                decided_by,
+            },
+        ),
+        status_event("running"),
+    ]
+}
+
+/// Who waits for a review's decision.
+pub(crate) enum Waiter {
+    /// A turn of this process, suspended in [`review`].
+    Turn(oneshot::Sender<(bool, String)>),
+    /// Nobody: the review was pending when the host restarted, and is kept in the task record
+    /// (the decision resumes the turn, see [`Engine::decide_review`]).
+    Stored,
+}
+
+/// Review decisions already recorded for a call, by reviewer, in the order they were made: a
+/// call run again after a restart answers its reviews from them instead of asking again.
+#[derive(Debug, Default)]
+pub(crate) struct Replay(Vec<(String, bool)>);
+
+impl Replay {
+    /// Records `reviewer`'s decision.
+    pub(crate) fn push(&mut self, reviewer: String, approve: bool) {
+        self.0.push((reviewer, approve));
+    }
+
+    /// Takes `reviewer`'s first decision not used yet.
+    fn take(&mut self, reviewer: &str) -> Option<bool> {
+        let at = self.0.iter().position(|(r, _)| r == reviewer)?;
+        Some(self.0.remove(at).1)
+    }
 }
 
 /// A `status` state update.
@@ -350,6 +410,10 @@ pub(crate) struct StepVars {
     pub event: Value,
     /// Whether `input` is a guardrail's arriving input (no `event` in scope).
     pub guardrail: bool,
+    /// The capability call whose steps these are (`None` in guardrails and routing).
+    pub call_id: Option<String>,
+    /// Decisions recorded for this call's reviews before a restart.
+    pub replay: Replay,
 }
 
 impl StepVars {

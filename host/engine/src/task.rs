@@ -150,6 +150,28 @@ pub struct PendingReview {
     pub review_id: String,
     /// Who must decide.
     pub reviewer: String,
+    /// The capability call whose `before_first` or `before` steps asked: a review that can
+    /// wait across a restart (the call runs again once it is decided). `None` for a review in
+    /// a guardrail or an `after` step, which a restart ends.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// When it was requested, epoch ms: its timeout counts from here.
+    #[serde(default)]
+    pub requested_ms: i64,
+    /// Whether the turn is a triggered one (its timeout is at most
+    /// [`TRIGGERED_REVIEW_TIMEOUT`](crate::TRIGGERED_REVIEW_TIMEOUT)).
+    #[serde(default)]
+    pub triggered: bool,
+}
+
+/// A turn to resume: the review its call waited in across a restart was decided, and the call
+/// runs again from its start (see [`Engine::decide_review`](crate::Engine::decide_review)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The call that waited.
+    pub call_id: String,
+    /// Whether the turn is a triggered one.
+    pub triggered: bool,
 }
 
 /// Everything the host keeps about a task besides its log and queue.
@@ -218,6 +240,9 @@ pub struct TaskRecord {
     pub prompt_logged: bool,
     /// The review the task waits for.
     pub pending_review: Option<PendingReview>,
+    /// A turn suspended across a restart whose review was decided: the task's runner resumes
+    /// it before taking new input.
+    pub resume: Option<Resume>,
     /// Epoch ms of the last processing step.
     pub last_activity_ms: i64,
     /// Event subscriptions (expired ones are removed).

@@ -1,18 +1,22 @@
 //! One turn: an input through the guardrails, the LLM loop with its calls, the response
-//! through the guardrails, outputs and exposes. Limits are checked at every step.
+//! through the guardrails, outputs and exposes. Limits are checked at every step. A turn
+//! suspended in a review across a restart resumes here too, at the call that waited.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use agentmesh_expr::{Activation, Needs};
 use agentmesh_llm::ChatRequest;
-use agentmesh_store::event::{ContentPart, EventKind, EventSource, MessageMetadata};
+use agentmesh_store::event::{
+    ContentPart, Event, EventKind, EventSource, MessageMetadata, ToolCall,
+};
 use agentmesh_store::{now_ms, now_rfc3339};
 use serde_json::{Value, json};
 
 use crate::call::{self, CallEnd};
 use crate::plan::AgentPlan;
-use crate::steps::{self, Phase, StepVars, Verdict, status_event};
-use crate::task::{Reason, Status, TaskRecord};
+use crate::steps::{self, Phase, Replay, StepVars, Verdict, status_event};
+use crate::task::{Reason, Resume, Status, TaskRecord};
 use crate::{Engine, QueuedInput, Result};
 
 type Events = Vec<(EventSource, EventKind)>;
@@ -31,6 +35,8 @@ pub(crate) async fn run(
         output: None,
         event: Value::Null,
         guardrail: true,
+        call_id: None,
+        replay: Replay::default(),
     };
     let verdict = steps::run(
         engine,
@@ -295,112 +301,224 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
             })
             .collect();
         engine.log(record, actions)?;
-        for (i, tool_call) in response.tool_calls.iter().enumerate() {
-            if engine.interrupt_requested(&id) {
-                let mut events = Vec::new();
-                skip_calls(
-                    &response.tool_calls[i..],
-                    "not run: the task was interrupted",
-                    &mut events,
-                );
-                engine.save(record, events)?;
-                pause(record);
-                return Ok(false);
-            }
-            if let Some(max) = agent.limits.max_tool_calls
-                && record.tool_calls >= max
-            {
-                let mut events = Vec::new();
-                skip_rest(&response.tool_calls[i..], &mut events);
-                let message = format!(
-                    "{} capability calls reached the limit of {max}",
-                    record.tool_calls
-                );
-                return exceeded(engine, record, "max_tool_calls", &message, events);
-            }
-            record.tool_calls += 1;
-            let end = call::run(engine, agent, record, tool_call).await?;
-            record.last_activity_ms = now_ms();
-            let name = tool_call.name.clone();
-            let call_id = tool_call.id.clone();
-            let mut events: Events = Vec::new();
-            let terminal = match end {
-                CallEnd::Observation(result) => {
-                    events.push((
-                        EventSource::Environment,
-                        EventKind::ObservationEvent {
-                            tool_call_id: call_id,
-                            tool_name: name,
-                            result,
-                        },
-                    ));
-                    None
-                }
-                CallEnd::Error(error) => {
-                    events.push((
-                        EventSource::Environment,
-                        EventKind::ObservationEvent {
-                            tool_call_id: call_id,
-                            tool_name: name,
-                            result: json!({"error": error}),
-                        },
-                    ));
-                    None
-                }
-                CallEnd::Rejected(reason) => {
-                    events.push((
-                        EventSource::Environment,
-                        EventKind::UserRejectObservation {
-                            tool_call_id: call_id,
-                            tool_name: name,
-                            reason,
-                        },
-                    ));
-                    None
-                }
-                CallEnd::Fatal(error) => {
-                    events.push((
-                        EventSource::Agent,
-                        EventKind::AgentErrorEvent {
-                            tool_call_id: Some(call_id),
-                            tool_name: Some(name),
-                            error: error.clone(),
-                        },
-                    ));
-                    Some((Reason::Error, error))
-                }
-                CallEnd::Locked(reason) => {
-                    events.push((
-                        EventSource::Environment,
-                        EventKind::UserRejectObservation {
-                            tool_call_id: call_id,
-                            tool_name: name,
-                            reason: reason.clone(),
-                        },
-                    ));
-                    Some((Reason::Locked, reason))
-                }
-            };
-            if let Some((reason, message)) = terminal {
-                skip_rest(&response.tool_calls[i + 1..], &mut events);
-                terminate(record, reason, None, &message, &mut events);
-                engine.save(record, events)?;
-                return Ok(true);
-            }
-            engine.log(record, events)?;
-            // The call may have grown an allow list: events for the new values route now.
-            engine.sync_routes(record);
+        let ended = run_calls(
+            engine,
+            agent,
+            record,
+            &response.tool_calls,
+            Replay::default(),
+            false,
+        )
+        .await?;
+        if let Some(ended) = ended {
+            return Ok(ended);
         }
     }
 }
 
+/// Runs `calls`, the calls of one LLM response (or those of them not answered yet), in order,
+/// logging each result. `replay` answers the first call's reviews that were decided already;
+/// `counted`: the first call was counted against `max_tool_calls` already. Returns
+/// `Some(terminated)` when the turn ended (an interrupt, a limit, a fatal result), `None` to
+/// go on.
+async fn run_calls(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    calls: &[ToolCall],
+    mut replay: Replay,
+    counted: bool,
+) -> Result<Option<bool>> {
+    let id = record.id.clone();
+    for (i, tool_call) in calls.iter().enumerate() {
+        if engine.interrupt_requested(&id) {
+            let mut events = Vec::new();
+            skip_calls(
+                &calls[i..],
+                "not run: the task was interrupted",
+                &mut events,
+            );
+            engine.save(record, events)?;
+            pause(record);
+            return Ok(Some(false));
+        }
+        if !(counted && i == 0) {
+            if let Some(max) = agent.limits.max_tool_calls
+                && record.tool_calls >= max
+            {
+                let mut events = Vec::new();
+                skip_rest(&calls[i..], &mut events);
+                let message = format!(
+                    "{} capability calls reached the limit of {max}",
+                    record.tool_calls
+                );
+                return exceeded(engine, record, "max_tool_calls", &message, events).map(Some);
+            }
+            record.tool_calls += 1;
+        }
+        let end = call::run(
+            engine,
+            agent,
+            record,
+            tool_call,
+            std::mem::take(&mut replay),
+        )
+        .await?;
+        record.last_activity_ms = now_ms();
+        let name = tool_call.name.clone();
+        let call_id = tool_call.id.clone();
+        let mut events: Events = Vec::new();
+        let terminal = match end {
+            CallEnd::Observation(result) => {
+                events.push((
+                    EventSource::Environment,
+                    EventKind::ObservationEvent {
+                        tool_call_id: call_id,
+                        tool_name: name,
+                        result,
+                    },
+                ));
+                None
+            }
+            CallEnd::Error(error) => {
+                events.push((
+                    EventSource::Environment,
+                    EventKind::ObservationEvent {
+                        tool_call_id: call_id,
+                        tool_name: name,
+                        result: json!({"error": error}),
+                    },
+                ));
+                None
+            }
+            CallEnd::Rejected(reason) => {
+                events.push((
+                    EventSource::Environment,
+                    EventKind::UserRejectObservation {
+                        tool_call_id: call_id,
+                        tool_name: name,
+                        reason,
+                    },
+                ));
+                None
+            }
+            CallEnd::Fatal(error) => {
+                events.push((
+                    EventSource::Agent,
+                    EventKind::AgentErrorEvent {
+                        tool_call_id: Some(call_id),
+                        tool_name: Some(name),
+                        error: error.clone(),
+                    },
+                ));
+                Some((Reason::Error, error))
+            }
+            CallEnd::Locked(reason) => {
+                events.push((
+                    EventSource::Environment,
+                    EventKind::UserRejectObservation {
+                        tool_call_id: call_id,
+                        tool_name: name,
+                        reason: reason.clone(),
+                    },
+                ));
+                Some((Reason::Locked, reason))
+            }
+        };
+        if let Some((reason, message)) = terminal {
+            skip_rest(&calls[i + 1..], &mut events);
+            terminate(record, reason, None, &message, &mut events);
+            engine.save(record, events)?;
+            return Ok(Some(true));
+        }
+        engine.log(record, events)?;
+        // The call may have grown an allow list: events for the new values route now.
+        engine.sync_routes(record);
+    }
+    Ok(None)
+}
+
+/// Resumes a turn suspended across a restart once the review its call waited in is decided
+/// ([`Engine::decide_review`]): the calls of the last LLM response not answered yet run, the
+/// first (the one that waited) with the review decisions recorded for it, then the turn goes
+/// on as usual.
+pub(crate) async fn resume(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    resume: &Resume,
+) -> Result<()> {
+    engine.log_view(record)?;
+    let (calls, replay) = open_calls(record.journal.view());
+    // The call that waited was counted when it first ran.
+    let counted = calls.first().is_some_and(|c| c.id == resume.call_id);
+    let ended = match run_calls(engine, agent, record, &calls, replay, counted).await? {
+        Some(ended) => ended,
+        None => llm_loop(engine, agent, record).await?,
+    };
+    if ended {
+        engine.inner.store.clear_queue(&record.id)?;
+    }
+    Ok(())
+}
+
+/// The calls of the log's last LLM response that have no result, in order, and the review
+/// decisions made since the last call event (those of the first open call's reviews).
+fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
+    let mut calls: Vec<ToolCall> = Vec::new();
+    let mut response: Option<&str> = None;
+    let mut reviewers: HashMap<&str, &str> = HashMap::new();
+    let mut replay = Replay::default();
+    for event in log {
+        match &event.kind {
+            EventKind::ActionEvent {
+                tool_call,
+                llm_response_id,
+                ..
+            } => {
+                if response != Some(llm_response_id.as_str()) {
+                    calls.clear();
+                    response = Some(llm_response_id);
+                }
+                calls.push(tool_call.clone());
+                replay = Replay::default();
+            }
+            EventKind::ObservationEvent { tool_call_id, .. }
+            | EventKind::UserRejectObservation { tool_call_id, .. }
+            | EventKind::AgentErrorEvent {
+                tool_call_id: Some(tool_call_id),
+                ..
+            } => {
+                calls.retain(|c| c.id != *tool_call_id);
+                replay = Replay::default();
+            }
+            EventKind::ReviewRequestEvent {
+                review_id,
+                reviewer,
+                ..
+            } => {
+                reviewers.insert(review_id, reviewer);
+            }
+            EventKind::ReviewDecisionEvent {
+                review_id, approve, ..
+            } => {
+                if let Some(reviewer) = reviewers.get(review_id.as_str()) {
+                    replay.push((*reviewer).to_owned(), *approve);
+                }
+            }
+            _ => response = None,
+        }
+    }
+    (calls, replay)
+}
+
 /// Answers calls that will not run because the task ended, so every call in the log has a
 /// result.
-fn skip_rest(calls: &[agentmesh_store::event::ToolCall], events: &mut Events) {
+fn skip_rest(calls: &[ToolCall], events: &mut Events) {
     skip_calls(calls, "not run: the task ended", events);
 }
 
-fn skip_calls(calls: &[agentmesh_store::event::ToolCall], why: &str, events: &mut Events) {
+fn skip_calls(calls: &[ToolCall], why: &str, events: &mut Events) {
     for c in calls {
         events.push((
             EventSource::Environment,
@@ -431,6 +549,8 @@ async fn finish(
         output: Some(json!({"message": message})),
         event: Value::Null,
         guardrail: true,
+        call_id: None,
+        replay: Replay::default(),
     };
     let verdict = steps::run(
         engine,

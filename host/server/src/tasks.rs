@@ -290,7 +290,8 @@ pub async fn review(
     let user = body.user.unwrap_or_else(|| caller.subject.clone());
     state
         .engine()
-        .decide_review(&id, &review_id, body.approve, &user)?;
+        .decide_review(&id, &review_id, body.approve, &user)
+        .await?;
     Ok(Json(
         json!({"task_id": id, "review_id": review_id, "approve": body.approve}),
     ))

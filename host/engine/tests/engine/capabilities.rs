@@ -1,13 +1,10 @@
 //! Bindings, include, middleware, transforms, delegation, mount, exposes.
 
-use std::sync::Arc;
-
-use agentmesh_engine::{Reason, Status, TaskRecord};
-use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_engine::{Reason, Status};
+use agentmesh_store::event::EventKind;
 use serde_json::json;
-use tokio::task::JoinHandle;
 
-use crate::util::{ECHO_TOOL, Harness, RESEARCHER, functions, harness, harness_with, observations};
+use crate::util::{ECHO_TOOL, RESEARCHER, functions, harness, harness_with, observations};
 
 fn agent(capability: &str) -> String {
     format!(
@@ -252,79 +249,4 @@ capabilities:
     );
     let file = h.dir.path().join("data/mounts/t/a/_memory/k");
     assert_eq!(std::fs::read_to_string(file).unwrap(), "remembered");
-}
-
-const REVIEWED_ECHO: &str = "  echo:\n    before:\n      - assert: \"review(context.user.id)\"\n        error_message: Denied.\n";
-
-/// Starts a task of `t/a` for alice and runs it in the background until its call waits in a
-/// review; returns the task id, the runner and the review id.
-async fn until_review(h: &Harness) -> (String, JoinHandle<Arc<TaskRecord>>, String) {
-    let task = h
-        .engine
-        .create_task(agentmesh_engine::NewTask {
-            agent: "t/a".into(),
-            input: Some(json!({"message": "go"})),
-            user: agentmesh_engine::UserRef {
-                id: "alice".into(),
-                email: None,
-            },
-        })
-        .await
-        .unwrap();
-    let engine = h.engine.clone();
-    let id = task.id.clone();
-    let runner = tokio::spawn(async move { engine.run_until_idle(&id).await.unwrap() });
-    for _ in 0..1000 {
-        let record = h.engine.task(&task.id).unwrap();
-        if let Some(r) = record.pending_review.clone() {
-            assert_eq!(record.status(), Status::Waiting);
-            assert_eq!(r.reviewer, "alice");
-            return (task.id, runner, r.review_id);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    panic!("the task never waited for a review");
-}
-
-#[tokio::test]
-async fn a_review_suspends_the_task_until_a_decision_arrives() {
-    let h = harness(&agent(REVIEWED_ECHO), SAY_EVIL);
-    let (id, runner, review_id) = until_review(&h).await;
-    h.engine
-        .decide_review(&id, &review_id, true, "alice")
-        .unwrap();
-    let done = runner.await.unwrap();
-    assert_eq!(done.status(), Status::Idle);
-    assert_eq!(done.capabilities["echo_say"].count_successful, 1);
-}
-
-#[tokio::test]
-async fn an_interrupt_during_a_turn_keeps_what_the_turn_did() {
-    let h = harness(&agent(REVIEWED_ECHO), SAY_EVIL);
-    let (id, runner, review_id) = until_review(&h).await;
-    // The interrupt arrives while the call waits; the turn stops after the call.
-    let engine = h.engine.clone();
-    let task_id = id.clone();
-    let interrupt = tokio::spawn(async move { engine.interrupt(&task_id).await.unwrap() });
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    h.engine
-        .decide_review(&id, &review_id, true, "alice")
-        .unwrap();
-    runner.await.unwrap();
-    interrupt.await.unwrap();
-    let record = h.engine.task(&id).unwrap();
-    assert_eq!(record.status(), Status::Idle);
-    assert_eq!(record.capabilities["echo_say"].count_successful, 1);
-    let events = h.events(&record);
-    let at = |kind: &str| events.iter().position(|e| e.kind.name() == kind);
-    let observed = at("ObservationEvent").expect("the call's result is in the log");
-    let paused = at("PauseEvent").expect("the interrupt is in the log");
-    assert!(observed < paused, "{events:?}");
-    // The LLM was not asked again: no answer after the call.
-    assert!(
-        !events
-            .iter()
-            .any(|e| e.source == EventSource::Agent && e.kind.name() == "MessageEvent"),
-        "{events:?}"
-    );
 }

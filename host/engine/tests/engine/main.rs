@@ -9,5 +9,6 @@ mod condensation;
 mod lifecycle;
 mod limits;
 mod queue;
+mod reviews;
 mod schedules;
 mod util;

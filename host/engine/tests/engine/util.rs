@@ -33,6 +33,11 @@ pub fn harness_with(manifests: &str, files: &[(&str, &str)]) -> Harness {
 
 /// An engine over the config dir and data dir at `dir` (a second one reopens the store).
 pub fn engine_at(dir: &Path) -> Engine {
+    engine_with_review_timeout(dir, Some(Duration::from_secs(5)))
+}
+
+/// Like [`engine_at`], with reviews timing out after `review_timeout`.
+pub fn engine_with_review_timeout(dir: &Path, review_timeout: Option<Duration>) -> Engine {
     let report = agentmesh_manifest::validate(dir);
     let errors: Vec<String> = report
         .diagnostics
@@ -45,7 +50,7 @@ pub fn engine_at(dir: &Path) -> Engine {
     let store = Arc::new(Store::open(&dir.join("data")).unwrap());
     let options = EngineOptions {
         mount_root: dir.join("data/mounts"),
-        review_timeout: Some(Duration::from_secs(5)),
+        review_timeout,
         ..EngineOptions::default()
     };
     Engine::new(plan, store, options)
