@@ -6,6 +6,9 @@
 //! CEL, the event log in sled (on disk, in a temp dir), the conversion of the log to messages.
 //! Queueing the input (`submit`) includes the fsync that makes it durable; it is reported
 //! apart from the turn.
+//!
+//! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, and one task of 400 turns
+//! (whether a turn's cost grows with the task: its first 50 turns against its last 50).
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -24,6 +27,9 @@ use serde_json::json;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const TURNS_PER_TASK: usize = 5;
+
+/// Turns of the one long task, which shows whether a turn's cost grows with the task.
+const LONG_TASK_TURNS: usize = 400;
 
 fn config(dir: &std::path::Path) {
     std::fs::write(
@@ -56,7 +62,7 @@ guardrails:
     )
     .unwrap();
     let mut script = String::from("responses:\n");
-    for i in 0..TURNS_PER_TASK {
+    for i in 0..LONG_TASK_TURNS {
         writeln!(
             script,
             "  - tool_calls: [{{name: calc, arguments: {{a: {i}, b: 2}}}}]"
@@ -100,8 +106,8 @@ fn cpu_time() -> Option<(Duration, std::thread::ThreadId)> {
     Some((t.as_duration(), std::thread::current().id()))
 }
 
-/// Runs `TURNS_PER_TASK` turns on a new task; one sample per turn.
-async fn task_turns(engine: &Engine) -> Vec<Sample> {
+/// Runs `turns` turns on a new task; one sample per turn.
+async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
     let task = engine
         .create_task(NewTask {
             agent: "b/a".into(),
@@ -114,7 +120,7 @@ async fn task_turns(engine: &Engine) -> Vec<Sample> {
         .await
         .unwrap();
     let mut samples = Vec::new();
-    for i in 0..TURNS_PER_TASK {
+    for i in 0..turns {
         let start = Instant::now();
         engine
             .submit(
@@ -227,12 +233,12 @@ fn main() {
         .unwrap();
 
     // Warm-up.
-    rt.block_on(task_turns(&engine));
+    rt.block_on(task_turns(&engine, TURNS_PER_TASK));
 
     let start = Instant::now();
     let mut single = Vec::new();
     for _ in 0..100 {
-        single.extend(rt.block_on(task_turns(&engine)));
+        single.extend(rt.block_on(task_turns(&engine, TURNS_PER_TASK)));
     }
     report("single task at a time", &single, start.elapsed());
 
@@ -241,7 +247,7 @@ fn main() {
         let handles: Vec<_> = (0..100)
             .map(|_| {
                 let engine = engine.clone();
-                tokio::spawn(async move { task_turns(&engine).await })
+                tokio::spawn(async move { task_turns(&engine, TURNS_PER_TASK).await })
             })
             .collect();
         let mut all = Vec::new();
@@ -251,5 +257,21 @@ fn main() {
         all
     });
     report("100 concurrent tasks", &concurrent, start.elapsed());
+
+    // One task for many turns: the first turns against the last.
+    let long = rt.block_on(task_turns(&engine, LONG_TASK_TURNS));
+    let p50 = |turns: &[Sample]| {
+        let mut t: Vec<Duration> = turns.iter().map(|s| s.turn).collect();
+        t.sort();
+        percentile(&t, 0.5).as_secs_f64() * 1e6
+    };
+    let (first, last) = (&long[..50], &long[LONG_TASK_TURNS - 50..]);
+    println!(
+        "one task, {LONG_TASK_TURNS} turns: turn p50 {:.1} µs over turns 1-50, {:.1} µs over turns {}-{LONG_TASK_TURNS} ({:.2}x)",
+        p50(first),
+        p50(last),
+        LONG_TASK_TURNS - 49,
+        p50(last) / p50(first),
+    );
     cel_assert();
 }
