@@ -434,10 +434,9 @@ impl Engine {
             if record.status() == Status::Waiting {
                 return Ok(self.checkin(record));
             }
-            let work = match record.resume.clone() {
+            let work = match record.resume.take() {
                 Some(resume) if record.status() == Status::Running => Work::Resume(resume),
                 _ => {
-                    record.resume = None;
                     let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)?
                     else {
                         return Ok(self.checkin(record));
@@ -461,9 +460,9 @@ impl Engine {
             let ran = match work {
                 Work::Input(input) => turn::run(self, &agent, &mut record, input).await,
                 Work::Resume(resume) => {
-                    // Written before the call runs again: if the host stops during it, the
-                    // next start reports the call as interrupted instead of running it again.
-                    record.resume = None;
+                    // Written (without `resume`, taken above) before the call runs again: if
+                    // the host stops during it, the next start reports the call as interrupted
+                    // instead of running it again.
                     match self.save(&mut record, Vec::new()) {
                         Ok(()) => turn::resume(self, &agent, &mut record, &resume).await,
                         Err(e) => Err(e),

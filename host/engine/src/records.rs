@@ -285,6 +285,9 @@ impl TaskRecord {
             record.stored = Stored::default();
             return record;
         }
+        // A record with parts holds no statistics in its JSON. Each part lists its calls newest
+        // first: they are joined oldest first (appending, not inserting at the front, which
+        // would move the lists once per part), then turned around.
         for part in parts.parts {
             record.history.extend(part.history);
             record.inputs.extend(part.inputs);
@@ -295,15 +298,26 @@ impl TaskRecord {
                 stats.count_successful += new.count_successful;
                 stats.count_errored += new.count_errored;
                 stats.count_restricted += new.count_restricted;
-                prepend(&mut stats.timestamps, new.timestamps);
-                prepend(&mut stats.inputs, new.inputs);
-                prepend(&mut stats.outputs, new.outputs);
-                prepend(&mut stats.successful, new.successful);
-                prepend(&mut stats.errored, new.errored);
-                prepend(&mut stats.restricted, new.restricted);
+                append_reversed(&mut stats.timestamps, new.timestamps);
+                append_reversed(&mut stats.inputs, new.inputs);
+                append_reversed(&mut stats.outputs, new.outputs);
+                append_reversed(&mut stats.successful, new.successful);
+                append_reversed(&mut stats.errored, new.errored);
+                append_reversed(&mut stats.restricted, new.restricted);
                 if let Some(ids) = new.task_ids {
-                    prepend(stats.task_ids.get_or_insert_with(Vec::new), ids);
+                    append_reversed(stats.task_ids.get_or_insert_with(Vec::new), ids);
                 }
+            }
+        }
+        for stats in record.capabilities.values_mut() {
+            stats.timestamps.reverse();
+            stats.inputs.reverse();
+            stats.outputs.reverse();
+            stats.successful.reverse();
+            stats.errored.reverse();
+            stats.restricted.reverse();
+            if let Some(ids) = &mut stats.task_ids {
+                ids.reverse();
             }
         }
         record.stored = Stored::of(&record, count, parts.bytes);
@@ -311,9 +325,9 @@ impl TaskRecord {
     }
 }
 
-/// Puts `newer` (newest first) before `list`.
-fn prepend<T>(list: &mut Vec<T>, newer: Vec<T>) {
-    list.splice(0..0, newer);
+/// Appends `newer` (newest first) to `list` (oldest first).
+fn append_reversed<T>(list: &mut Vec<T>, newer: Vec<T>) {
+    list.extend(newer.into_iter().rev());
 }
 
 /// Records of tasks between turns, by task id, with their size; and the total size.

@@ -246,7 +246,10 @@ mod tests {
             store.task::<Value>("t").unwrap(),
             Some(json!({"old": true}))
         );
-        assert_eq!(store.tasks::<Value>().unwrap(), [json!({"old": true})]);
+        let tasks = store.tasks_with_parts::<Value, Value>().unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].0, json!({"old": true}));
+        assert!(tasks[0].1.parts.is_empty());
         assert_eq!(store.events("t", 0).unwrap().len(), 1);
     }
 

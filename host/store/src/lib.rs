@@ -449,22 +449,6 @@ impl Store {
         Ok((record, parts))
     }
 
-    /// Every task record, in id order. Records that do not decode as `R` are skipped with a
-    /// warning rather than failing the listing.
-    pub fn tasks<R: DeserializeOwned>(&self) -> Result<Vec<R>> {
-        let mut out = Vec::new();
-        for entry in self.tasks.iter() {
-            let (key, value) = entry?;
-            match serde_json::from_slice(head::decode(&value).1) {
-                Ok(r) => out.push(r),
-                Err(e) => {
-                    tracing::warn!(task.id = %String::from_utf8_lossy(&key), "undecodable task record: {e}")
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// Task `task_id`'s events with `seq > after`, in order.
     pub fn events(&self, task_id: &str, after: u64) -> Result<Vec<Event>> {
         Ok(self.events_sized(task_id, after)?.0)
