@@ -7,8 +7,10 @@
 //! Queueing the input (`submit`) includes the fsync that makes it durable; it is reported
 //! apart from the turn.
 //!
-//! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, and one task of 400 turns
-//! (whether a turn's cost grows with the task: its first 50 turns against its last 50).
+//! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, one task of 400 turns
+//! (whether a turn's cost grows with the task: its first 50 turns against its last 50), and
+//! one task of 3,000 text-only turns on a host that condenses (its first 100 turns against
+//! its last 100).
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -30,6 +32,9 @@ const TURNS_PER_TASK: usize = 5;
 
 /// Turns of the one long task, which shows whether a turn's cost grows with the task.
 const LONG_TASK_TURNS: usize = 400;
+
+/// Turns of the long task with condensation configured (text answers only).
+const CONDENSED_TASK_TURNS: usize = 3000;
 
 fn config(dir: &std::path::Path) {
     std::fs::write(
@@ -83,12 +88,35 @@ guardrails:
     std::fs::write(dir.join("script.yaml"), script).unwrap();
 }
 
-fn engine(dir: &std::path::Path) -> Engine {
+/// An agent whose scripted model has run out (it answers "(script exhausted)" to every
+/// call, summaries included), on a host that condenses past 40 events, keeping 10.
+fn condensed_config(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        "kind: commonagents.info/v1beta2/agent
+namespace: b
+name: a
+description: Bench agent.
+prompt: You help {context.user.id}.
+model: scripted/script.yaml
+---
+kind: agentmesh/v1/host
+condensation: {max_events: 40, keep_recent: 10}
+",
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
+}
+
+fn engine(dir: &std::path::Path) -> (Engine, Arc<Store>) {
     let report = agentmesh_manifest::validate(dir);
     assert!(!report.has_errors(), "{:?}", report.diagnostics);
     let plan = Plan::build(&report.config, &|_| None).unwrap();
     let store = Arc::new(Store::open(&dir.join("data")).unwrap());
-    Engine::new(plan, store, EngineOptions::default())
+    (
+        Engine::new(plan, Arc::clone(&store), EngineOptions::default()),
+        store,
+    )
 }
 
 struct Sample {
@@ -135,6 +163,7 @@ async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
         let done = Instant::now();
         let cpu_end = cpu_time();
         assert_eq!(record.outputs.len(), i + 1);
+        assert_eq!(record.status(), agentmesh_engine::Status::Idle);
         samples.push(Sample {
             submit: submitted - start,
             turn: done - submitted,
@@ -226,7 +255,7 @@ fn cel_assert() {
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path());
-    let engine = engine(dir.path());
+    let (engine, store) = engine(dir.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -236,11 +265,17 @@ fn main() {
     rt.block_on(task_turns(&engine, TURNS_PER_TASK));
 
     let start = Instant::now();
+    let writes = store.writes();
     let mut single = Vec::new();
     for _ in 0..100 {
         single.extend(rt.block_on(task_turns(&engine, TURNS_PER_TASK)));
     }
     report("single task at a time", &single, start.elapsed());
+    println!(
+        "{:<28} store writes per turn (submit included): {:.1}",
+        "",
+        (store.writes() - writes) as f64 / single.len() as f64
+    );
 
     let start = Instant::now();
     let concurrent: Vec<Sample> = rt.block_on(async {
@@ -271,6 +306,21 @@ fn main() {
         p50(first),
         p50(last),
         LONG_TASK_TURNS - 49,
+        p50(last) / p50(first),
+    );
+
+    // One task for many more turns, condensed as it goes: a turn reads only the LLM's view
+    // (the prompt and what follows the last forgotten range), whatever the task's age.
+    let condensed_dir = tempfile::tempdir().unwrap();
+    condensed_config(condensed_dir.path());
+    let (condensed_engine, _) = self::engine(condensed_dir.path());
+    let long = rt.block_on(task_turns(&condensed_engine, CONDENSED_TASK_TURNS));
+    let (first, last) = (&long[..100], &long[CONDENSED_TASK_TURNS - 100..]);
+    println!(
+        "one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events: turn p50 {:.1} µs over turns 1-100, {:.1} µs over turns {}-{CONDENSED_TASK_TURNS} ({:.2}x)",
+        p50(first),
+        p50(last),
+        CONDENSED_TASK_TURNS - 99,
         p50(last) / p50(first),
     );
     cel_assert();

@@ -3,7 +3,9 @@
 //! replaced in its view by a summary the LLM writes. The log keeps everything: a
 //! `CondensationSummaryEvent` and a `Condensation` naming the forgotten range are appended.
 
-use agentmesh_llm::{ChatMessage, ChatRequest, estimate_prompt_tokens, to_messages};
+use agentmesh_llm::{
+    ChatMessage, ChatRequest, SUMMARY_PREFIX, estimate_prompt_tokens, to_messages,
+};
 use agentmesh_manifest::model::host::Condensation;
 use agentmesh_store::event::{Event, EventKind, EventSource};
 use agentmesh_store::now_ms;
@@ -46,17 +48,22 @@ fn answers_a_call(kind: &EventKind) -> bool {
     )
 }
 
-/// The range to forget, if `history` is past the budget: the conversation events in view
-/// except the last `keep_recent`, never separating a call from its answer.
-fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64, String)> {
-    let forgotten_to = history
+/// The end of the last range forgotten in `history` (0: none).
+pub(crate) fn forgotten_to(history: &[Event]) -> u64 {
+    history
         .iter()
         .filter_map(|e| match e.kind {
             EventKind::Condensation { forgotten_to, .. } => Some(forgotten_to),
             _ => None,
         })
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// The range to forget, if `history` is past the budget: the conversation events in view
+/// except the last `keep_recent`, never separating a call from its answer.
+fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64, String)> {
+    let forgotten_to = forgotten_to(history);
     let in_view: Vec<&Event> = history
         .iter()
         .filter(|e| e.seq > forgotten_to && conversational(&e.kind))
@@ -100,38 +107,57 @@ fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64
     Some((in_view[0].seq, in_view[split - 1].seq, reason))
 }
 
-/// The forgotten events as a transcript for the summarizing call.
+/// The forgotten events as a transcript for the summarizing call, after the summary in view
+/// (only the newest summary is shown, so it carries the earlier ones forward).
 fn transcript(history: &[Event], from: u64, to: u64) -> String {
+    let previous = history
+        .windows(2)
+        .rev()
+        .find_map(|w| match (&w[0].kind, &w[1].kind) {
+            (EventKind::CondensationSummaryEvent { summary }, EventKind::Condensation { .. }) => {
+                Some(summary)
+            }
+            _ => None,
+        });
+    // Earlier summaries in the range are not repeated: the one in view carries them.
     let part: Vec<Event> = history
         .iter()
         .filter(|e| (from..=to).contains(&e.seq))
+        .filter(|e| {
+            !matches!(
+                e.kind,
+                EventKind::CondensationSummaryEvent { .. } | EventKind::Condensation { .. }
+            )
+        })
         .cloned()
         .collect();
-    to_messages(&part)
-        .iter()
-        .map(|m| match m {
-            ChatMessage::System { content } => format!("system: {content}"),
-            ChatMessage::User { content } => format!("user: {content}"),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                let calls: Vec<String> = tool_calls
-                    .iter()
-                    .map(|c| format!("{}({})", c.name, c.arguments))
-                    .collect();
-                format!(
-                    "assistant: {}{}",
-                    content.clone().unwrap_or_default(),
-                    if calls.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" [calls: {}]", calls.join(", "))
-                    }
-                )
-            }
-            ChatMessage::Tool { content, .. } => format!("tool result: {content}"),
-        })
+    let lines = to_messages(&part).into_iter().map(|m| match m {
+        ChatMessage::System { content } => format!("system: {content}"),
+        ChatMessage::User { content } => format!("user: {content}"),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let calls: Vec<String> = tool_calls
+                .iter()
+                .map(|c| format!("{}({})", c.name, c.arguments))
+                .collect();
+            format!(
+                "assistant: {}{}",
+                content.unwrap_or_default(),
+                if calls.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [calls: {}]", calls.join(", "))
+                }
+            )
+        }
+        ChatMessage::Tool { content, .. } => format!("tool result: {content}"),
+    });
+    previous
+        .map(|summary| format!("user: {SUMMARY_PREFIX}{summary}"))
+        .into_iter()
+        .chain(lines)
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -190,6 +216,7 @@ pub(crate) async fn maybe_condense(
     record.completion_tokens += response.usage.completion_tokens;
     record.history.push("llm".into());
     record.last_activity_ms = now_ms();
+    record.condensed_to = record.condensed_to.max(to);
     let events = vec![
         (
             EventSource::Agent,
@@ -207,4 +234,54 @@ pub(crate) async fn maybe_condense(
         ),
     ];
     engine.log(record, events)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly.
+mod tests {
+    use agentmesh_store::event::ContentPart;
+
+    use super::*;
+
+    fn log(kinds: Vec<EventKind>) -> Vec<Event> {
+        kinds
+            .into_iter()
+            .zip(1u64..)
+            .map(|(kind, seq)| Event {
+                seq,
+                id: format!("ev_{seq}"),
+                timestamp: "2026-01-01T00:00:00Z".into(),
+                source: EventSource::User,
+                kind,
+            })
+            .collect()
+    }
+
+    fn message(text: &str) -> EventKind {
+        EventKind::MessageEvent {
+            content: vec![ContentPart::text(text)],
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_transcript_starts_from_the_summary_in_view_and_repeats_no_other() {
+        let history = log(vec![
+            message("one"), // 1
+            message("two"), // 2
+            EventKind::CondensationSummaryEvent {
+                summary: "one was said".into(),
+            }, // 3
+            EventKind::Condensation {
+                forgotten_from: 1,
+                forgotten_to: 1,
+                reason: None,
+            }, // 4
+            message("three"), // 5
+        ]);
+        assert_eq!(
+            transcript(&history, 2, 5),
+            format!("user: {SUMMARY_PREFIX}one was said\nuser: two\nuser: three")
+        );
+    }
 }

@@ -303,6 +303,16 @@ impl Engine {
         Ok(self.inner.store.events(id, after)?)
     }
 
+    /// The conversation task `id`'s next LLM call is sent, as its log stands (as written):
+    /// the system prompt, the last condensation summary, the events since. It is read as a
+    /// turn reads it: after a condensation, from the system prompt and the events past the
+    /// forgotten range only.
+    pub fn conversation(&self, id: &str) -> Result<Vec<agentmesh_llm::ChatMessage>> {
+        let mut record = self.stored_record(id)?;
+        self.log_view(&mut record)?;
+        Ok(agentmesh_llm::to_messages(record.journal.view()))
+    }
+
     /// The task object (CONTRACT §3).
     pub fn task_object(&self, id: &str) -> Result<Value> {
         self.peek(id, |record| record.object(self.inner.store.queue_depth(id)))

@@ -43,19 +43,20 @@ const CACHE_BYTES: usize = 64 << 20;
 /// read from the store at its task's next turn.
 const CACHED_ENTRY_BYTES: usize = 16 << 20;
 
-/// A cached record keeps its task's log up to this many bytes; a longer log is read from the
-/// store, whole, at the next turn. Below it a turn costs the same at the task's 400th turn as
-/// at its first; past it, a turn reads and converts the whole log (~5 ms per turn at 500 KB
-/// here).
+/// A cached record keeps its task's log (as far as the LLM's view reaches: all of it before
+/// a condensation, the prompt and what follows the forgotten range after) up to this many
+/// bytes; a longer one is read from the store at the next turn, and converted again (~60 ms
+/// per turn at 4 MiB here). A task with condensation configured stays far below it.
 const CACHED_LOG_BYTES: usize = 4 << 20;
 
 /// A task's log as far as it is in memory, with what a turn has not written yet.
 #[derive(Debug, Default)]
 pub struct Journal {
-    /// Numbered events, in order: the whole log once `complete`, otherwise only those logged
-    /// since the record was read. The last `pending` are not written yet.
+    /// Numbered events, in order: the log as far as the LLM's view reaches once `complete`
+    /// (see [`Engine::log_view`]), otherwise only those logged since the record was read.
+    /// The last `pending` are not written yet.
     log: Vec<Event>,
-    /// `log` is the whole log ([`Engine::log_view`]).
+    /// `log` is all of the log the view reaches ([`Engine::log_view`]).
     complete: bool,
     /// How many events at the end of `log` are not written yet.
     pending: usize,
@@ -99,12 +100,12 @@ impl Journal {
         &self.log[self.log.len() - self.pending..]
     }
 
-    /// The whole log, written and pending, after [`Engine::log_view`].
+    /// The log as far as the view reaches, written and pending, after [`Engine::log_view`].
     pub(crate) fn view(&self) -> &[Event] {
         &self.log
     }
 
-    /// The whole log as chat messages, after [`Engine::log_view`]; give them back with
+    /// The view as chat messages, after [`Engine::log_view`]; give them back with
     /// [`Journal::restore_messages`] once the request is done.
     pub(crate) fn messages(&mut self) -> Vec<agentmesh_llm::ChatMessage> {
         self.conversation.messages(&self.log)
@@ -114,6 +115,27 @@ impl Journal {
     pub(crate) fn restore_messages(&mut self, messages: Vec<agentmesh_llm::ChatMessage>) {
         self.conversation.restore(messages);
     }
+}
+
+/// Drops from a journal's log, all of it written, what the LLM's view no longer reaches once
+/// the log is condensed up to `condensed_to`: the events after the system prompt
+/// (`prompt_seq`) up to there. Returns the bytes of what is left (as JSON, about as stored),
+/// or `None` when there was nothing to drop.
+fn trim(journal: &mut Journal, prompt_seq: u64, condensed_to: u64) -> Option<usize> {
+    let dropped = |e: &Event| e.seq <= condensed_to && e.seq != prompt_seq;
+    let first_kept = usize::from(journal.log.first().is_some_and(|e| e.seq == prompt_seq));
+    if journal.pending > 0 || !journal.log.get(first_kept).is_some_and(dropped) {
+        return None;
+    }
+    journal.log.retain(|e| !dropped(e));
+    journal.conversation.reset();
+    Some(
+        journal
+            .log
+            .iter()
+            .map(|e| serde_json::to_vec(e).map_or(0, |v| v.len()))
+            .sum(),
+    )
 }
 
 /// How much of a record's growing fields its stored parts hold (the rest is new since the
@@ -397,6 +419,12 @@ impl Engine {
             // Unwritten changes must not be served as the task's state.
             return Arc::new(record);
         }
+        if journal.complete
+            && record.condensed_to > 0
+            && let Some(bytes) = trim(journal, record.prompt_seq, record.condensed_to)
+        {
+            journal.log_bytes = bytes;
+        }
         if !journal.complete || journal.log_bytes > CACHED_LOG_BYTES {
             journal.log = Vec::new();
             journal.complete = false;
@@ -443,21 +471,56 @@ impl Engine {
         let n = events.len();
         journal.log.extend(self.inner.store.stamp(next, events));
         journal.pending += n;
+        if let Some(prompt) = journal.log[journal.log.len() - n..]
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::SystemPromptEvent { .. }))
+        {
+            record.prompt_seq = prompt.seq;
+        }
         Ok(())
     }
 
-    /// Makes the journal hold the task's whole log (written and pending), reading the written
-    /// part from the store unless it is there already; read it with [`Journal::view`].
+    /// Makes the journal hold the task's log as far as the LLM's view reaches (written and
+    /// pending), reading the written part from the store unless it is there already; read it
+    /// with [`Journal::view`]. That is the whole log until a condensation; after one, the
+    /// system prompt and the events past the last forgotten range (all the view shows), so a
+    /// condensed task's turn reads the same whatever its age.
     pub(crate) fn log_view(&self, record: &mut TaskRecord) -> Result<()> {
-        let journal = &mut record.journal;
-        if !journal.complete {
-            let (mut log, bytes) = self.inner.store.events_sized(&record.id, 0)?;
-            log.extend_from_slice(journal.unwritten());
-            journal.log = log;
-            journal.log_bytes = bytes;
-            journal.complete = true;
-            journal.conversation.reset();
+        if record.journal.complete {
+            return Ok(());
         }
+        let store = &self.inner.store;
+        let (mut log, mut bytes) = if record.condensed_to > 0 {
+            let (mut log, bytes) = if (1..=record.condensed_to).contains(&record.prompt_seq) {
+                store.events_in(&record.id, record.prompt_seq, record.prompt_seq)?
+            } else {
+                (Vec::new(), 0)
+            };
+            let (tail, tail_bytes) = store.events_sized(&record.id, record.condensed_to)?;
+            log.extend(tail);
+            (log, bytes + tail_bytes)
+        } else {
+            let (log, bytes) = store.events_sized(&record.id, 0)?;
+            // Records written before these fields existed learn them here.
+            if record.prompt_seq == 0
+                && let Some(prompt) = log
+                    .iter()
+                    .find(|e| matches!(e.kind, EventKind::SystemPromptEvent { .. }))
+            {
+                record.prompt_seq = prompt.seq;
+            }
+            record.condensed_to = crate::condense::forgotten_to(&log);
+            (log, bytes)
+        };
+        let journal = &mut record.journal;
+        log.extend_from_slice(journal.unwritten());
+        journal.log = log;
+        journal.complete = true;
+        journal.conversation.reset();
+        if record.condensed_to > 0 {
+            bytes = trim(journal, record.prompt_seq, record.condensed_to).unwrap_or(bytes);
+        }
+        record.journal.log_bytes = bytes;
         Ok(())
     }
 

@@ -238,6 +238,13 @@ pub struct TaskRecord {
     pub exposes: Map<String, Value>,
     /// Whether the system prompt was logged.
     pub prompt_logged: bool,
+    /// The `seq` of the system prompt's event (0: not known, for records older than it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prompt_seq: u64,
+    /// The end of the last range condensation forgot (0: none): the LLM's view of the log is
+    /// the system prompt and the events after it, so a turn reads no further back.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub condensed_to: u64,
     /// The review the task waits for.
     pub pending_review: Option<PendingReview>,
     /// A turn suspended across a restart whose review was decided: the task's runner resumes
@@ -430,4 +437,8 @@ fn aggregate<'a>(stats: impl Iterator<Item = &'a CapStats>) -> Value {
         total.restricted.push(r);
     }
     serde_json::to_value(total).unwrap_or(Value::Null)
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -9,7 +9,7 @@
 //! | `ObservationEvent` | tool: the result as JSON text (a JSON string without its quotes) |
 //! | `UserRejectObservation` | tool: the reason |
 //! | `AgentErrorEvent` with a `tool_call_id` | tool: the error (without one: nothing) |
-//! | `CondensationSummaryEvent` | user: [`SUMMARY_PREFIX`] + the summary, in place of the events its `Condensation` (the next event) forgets |
+//! | `CondensationSummaryEvent` | user: [`SUMMARY_PREFIX`] + the summary, in place of the events its `Condensation` (the next event) forgets; only the last one is shown (it summarizes the one before) |
 //! | `Condensation` | the events with `seq` in `forgotten_from..=forgotten_to` are left out |
 //! | every other kind | nothing (internal) |
 //!
@@ -32,10 +32,21 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation: ";
 
 /// Converts a task's event log to chat messages (see the module docs for the mapping).
 pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
+    build(events).finish()
+}
+
+/// The conversation of `events`, not finished (calls not answered yet stay pending).
+///
+/// Only the last summary (a `CondensationSummaryEvent` right before a `Condensation`) is
+/// shown: each summary is written with the one before it in its transcript, so the last
+/// stands for everything forgotten. It is placed before the first event at or after the
+/// start of its condensation's range — where the forgotten events were, or, when the log is
+/// given from a later point on, at the start of what is given (after the system prompt).
+fn build(events: &[Event]) -> Builder {
     let mut forgotten: Vec<(u64, u64)> = Vec::new();
-    // A summary written for a condensation (the summary event right before its `Condensation`)
-    // stands where the forgotten events were, not at the end of the log.
-    let mut summaries: Vec<(u64, u64)> = Vec::new();
+    // The seq of every summary written for a condensation, and the last with its range start.
+    let mut summaries: Vec<u64> = Vec::new();
+    let mut last_summary: Option<(u64, usize)> = None;
     for (i, event) in events.iter().enumerate() {
         if let EventKind::Condensation {
             forgotten_from,
@@ -44,31 +55,41 @@ pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
         } = event.kind
         {
             forgotten.push((forgotten_from, forgotten_to));
-            if let Some(prev) = i.checked_sub(1).and_then(|p| events.get(p))
-                && matches!(prev.kind, EventKind::CondensationSummaryEvent { .. })
+            if let Some(p) = i.checked_sub(1)
+                && matches!(events[p].kind, EventKind::CondensationSummaryEvent { .. })
             {
-                summaries.push((forgotten_from, prev.seq));
+                summaries.push(events[p].seq);
+                last_summary = Some((forgotten_from, p));
             }
         }
     }
+    forgotten.sort_unstable();
+    // Ranges merged, so that a seq is looked up by bisection.
+    let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(forgotten.len());
+    for (from, to) in forgotten {
+        match ranges.last_mut() {
+            Some(last) if from <= last.1.saturating_add(1) => last.1 = last.1.max(to),
+            _ => ranges.push((from, to)),
+        }
+    }
+    let is_forgotten = |seq: u64| {
+        let i = ranges.partition_point(|&(from, _)| from <= seq);
+        i > 0 && seq <= ranges[i - 1].1
+    };
     let mut builder = Builder::default();
     for event in events {
-        if let Some(&(_, summary)) = summaries.iter().find(|(from, _)| *from == event.seq)
-            && let Some(s) = events.iter().find(|e| e.seq == summary)
+        if let Some((from, at)) = last_summary
+            && event.seq >= from
         {
-            builder.push(s);
+            builder.push(&events[at]);
+            last_summary = None;
         }
-        let placed = summaries.iter().any(|(_, seq)| *seq == event.seq);
-        if placed
-            || forgotten
-                .iter()
-                .any(|&(from, to)| (from..=to).contains(&event.seq))
-        {
+        if summaries.binary_search(&event.seq).is_ok() || is_forgotten(event.seq) {
             continue;
         }
         builder.push(event);
     }
-    builder.finish()
+    builder
 }
 
 /// A task's conversation kept up to date with its growing log: each call converts only the
@@ -76,8 +97,8 @@ pub fn to_messages(events: &[Event]) -> Vec<ChatMessage> {
 ///
 /// The messages are lent to a request ([`Conversation::messages`]) and given back after it
 /// ([`Conversation::restore`]); if they are not given back, the next call converts the whole
-/// log again. A log with a condensation is always converted whole ([`to_messages`]): a
-/// condensation changes what came before it.
+/// log again. New events that condense (a summary, a `Condensation`) make it convert the
+/// whole log given: a condensation changes what came before it.
 #[derive(Debug, Default)]
 pub struct Conversation {
     builder: Builder,
@@ -88,25 +109,25 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    /// The conversation of `events`, a task's whole log in order (exactly [`to_messages`]).
+    /// The conversation of `events`, a task's log in order: exactly [`to_messages`] of it.
     pub fn messages(&mut self, events: &[Event]) -> Vec<ChatMessage> {
-        let condensed = |e: &Event| {
-            matches!(
-                e.kind,
-                EventKind::Condensation { .. } | EventKind::CondensationSummaryEvent { .. }
-            )
-        };
-        if events.iter().any(condensed) {
-            self.reset();
-            return to_messages(events);
-        }
         let last = events.last().map_or(0, |e| e.seq);
         if self.stale || last < self.upto {
             self.reset();
         }
-        let new = events.partition_point(|e| e.seq <= self.upto);
-        for event in &events[new..] {
-            self.builder.push(event);
+        let new = &events[events.partition_point(|e| e.seq <= self.upto)..];
+        let condenses = new.iter().any(|e| {
+            matches!(
+                e.kind,
+                EventKind::Condensation { .. } | EventKind::CondensationSummaryEvent { .. }
+            )
+        });
+        if condenses {
+            self.builder = build(events);
+        } else {
+            for event in new {
+                self.builder.push(event);
+            }
         }
         self.upto = last;
         if self.builder.pending.is_empty() {

@@ -456,8 +456,14 @@ impl Store {
 
     /// Like [`Store::events`], with the size of what was read (bytes as stored).
     pub fn events_sized(&self, task_id: &str, after: u64) -> Result<(Vec<Event>, usize)> {
-        // Entries are keyed by their last event: the first to read ends at `after + 1` or later.
-        let start = task_key(task_id, &(after + 1).to_be_bytes());
+        self.events_in(task_id, after.saturating_add(1), u64::MAX)
+    }
+
+    /// Task `task_id`'s events with `seq` in `from..=to`, in order, with the size of what was
+    /// read (bytes as stored: whole entries, which may hold events outside the range).
+    pub fn events_in(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
+        // Entries are keyed by their last event: the first to read ends at `from` or later.
+        let start = task_key(task_id, &from.to_be_bytes());
         let end = task_key(task_id, &u64::MAX.to_be_bytes());
         let mut out = Vec::new();
         let mut bytes = 0;
@@ -470,7 +476,11 @@ impl Store {
                 // One event an entry, as earlier versions wrote them.
                 vec![serde_json::from_slice(&value)?]
             };
-            out.extend(chunk.into_iter().filter(|e| e.seq > after));
+            let past = chunk.last().is_some_and(|e| e.seq >= to);
+            out.extend(chunk.into_iter().filter(|e| (from..=to).contains(&e.seq)));
+            if past {
+                break;
+            }
         }
         Ok((out, bytes))
     }
@@ -700,6 +710,11 @@ impl Store {
             self.kv.remove(key)?;
         }
         Ok(())
+    }
+
+    /// How many writes this handle has made (each one or more keys at once).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
     }
 
     /// Makes every write so far durable. Concurrent callers share one fsync.

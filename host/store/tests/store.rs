@@ -51,6 +51,39 @@ fn events_get_gapless_sequence_numbers_per_task() {
 }
 
 #[test]
+fn a_range_of_events_reads_only_the_entries_that_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Entries: [1, 2], [3], [4, 5, 6].
+    store
+        .commit("a", &json!({}), vec![message("1"), message("2")])
+        .unwrap();
+    store.commit("a", &json!({}), vec![message("3")]).unwrap();
+    store
+        .commit(
+            "a",
+            &json!({}),
+            (4..=6).map(|i| message(&i.to_string())).collect(),
+        )
+        .unwrap();
+    store.commit("b", &json!({}), vec![message("x")]).unwrap();
+    let seqs = |from, to| -> Vec<u64> {
+        let (events, _) = store.events_in("a", from, to).unwrap();
+        events.iter().map(|e| e.seq).collect()
+    };
+    assert_eq!(seqs(2, 2), [2]);
+    assert_eq!(seqs(2, 4), [2, 3, 4]);
+    assert_eq!(seqs(5, u64::MAX), [5, 6]);
+    assert!(seqs(7, 9).is_empty());
+    // The first entry alone is read for event 1.
+    let (_, first) = store.events_in("a", 1, 1).unwrap();
+    let (_, all) = store.events_sized("a", 0).unwrap();
+    let (_, last) = store.events_in("a", 4, 6).unwrap();
+    let (_, middle) = store.events_in("a", 3, 3).unwrap();
+    assert_eq!(first + middle + last, all);
+}
+
+#[test]
 fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();

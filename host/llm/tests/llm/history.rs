@@ -1,6 +1,6 @@
 //! The event log as chat messages: parallel calls, condensation, missing observations.
 
-use agentmesh_llm::{ChatMessage, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
+use agentmesh_llm::{ChatMessage, Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
 use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, ToolCall, ToolSchema};
 use serde_json::{Value, json};
 
@@ -277,6 +277,95 @@ fn condensed_events_are_replaced_by_their_summary() {
         ]
     );
     assert_eq!(SUMMARY_PREFIX, "Summary of the earlier conversation: ");
+}
+
+fn summary(text: &str) -> (EventSource, EventKind) {
+    (
+        EventSource::Agent,
+        EventKind::CondensationSummaryEvent {
+            summary: text.into(),
+        },
+    )
+}
+
+fn condensation(from: u64, to: u64) -> (EventSource, EventKind) {
+    (
+        EventSource::Environment,
+        EventKind::Condensation {
+            forgotten_from: from,
+            forgotten_to: to,
+            reason: None,
+        },
+    )
+}
+
+/// A log condensed twice, as the engine condenses: each range starts at the first event in
+/// view, and the second summary was written with the first in its transcript.
+fn condensed_twice() -> Vec<Event> {
+    log(vec![
+        system("prompt"),                    // 1
+        message(EventSource::User, "one"),   // 2
+        message(EventSource::Agent, "1"),    // 3
+        message(EventSource::User, "two"),   // 4
+        message(EventSource::Agent, "2"),    // 5
+        summary("one, 1"),                   // 6
+        condensation(2, 3),                  // 7
+        message(EventSource::User, "three"), // 8
+        action("c1", "r1", "looking"),       // 9
+        observation("c1", json!("found")),   // 10
+        message(EventSource::Agent, "3"),    // 11
+        summary("one, 1, two, 2, three"),    // 12
+        condensation(4, 8),                  // 13
+        message(EventSource::User, "four"),  // 14
+    ])
+}
+
+#[test]
+fn only_the_last_summary_is_shown_where_the_forgotten_events_were() {
+    let messages = to_messages(&condensed_twice());
+    assert_eq!(
+        messages,
+        vec![
+            ChatMessage::System {
+                content: "prompt".into()
+            },
+            user(&format!("{SUMMARY_PREFIX}one, 1, two, 2, three")),
+            ChatMessage::Assistant {
+                content: Some("looking".into()),
+                tool_calls: vec![call("c1")],
+            },
+            tool("c1", "found"),
+            ChatMessage::Assistant {
+                content: Some("3".into()),
+                tool_calls: vec![]
+            },
+            user("four"),
+        ]
+    );
+}
+
+#[test]
+fn a_condensed_log_given_from_past_its_forgotten_range_reads_the_same() {
+    // What a turn reads of a condensed log: the system prompt and the events after the last
+    // forgotten range.
+    let events = condensed_twice();
+    let view: Vec<Event> = events
+        .iter()
+        .filter(|e| e.seq == 1 || e.seq > 8)
+        .cloned()
+        .collect();
+    assert_eq!(to_messages(&view), to_messages(&events));
+}
+
+#[test]
+fn a_conversation_goes_on_incrementally_after_a_condensation() {
+    let events = condensed_twice();
+    let mut conversation = Conversation::default();
+    for end in 1..=events.len() {
+        let messages = conversation.messages(&events[..end]);
+        assert_eq!(messages, to_messages(&events[..end]), "after {end} events");
+        conversation.restore(messages);
+    }
 }
 
 #[test]
