@@ -45,7 +45,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
-use agentmesh_expr::Activation;
+use agentmesh_expr::{Activation, Needs};
 use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
@@ -379,9 +379,18 @@ impl Engine {
 
     /// Evaluates every binding at task start and seals its allow-list entry to the value.
     fn seal_allow_lists(&self, agent: &AgentPlan, record: &mut TaskRecord) {
-        let context = record.context(agent);
+        if agent.capabilities.iter().all(|c| c.bindings.is_empty()) {
+            return;
+        }
+        // Only the parts of the context the bindings read.
+        let mut needs = Needs::default();
+        for cap in &agent.capabilities {
+            cap.bindings
+                .iter()
+                .for_each(|(_, e)| needs.add(e, &["context", "c"]));
+        }
         let mut act = Activation::new();
-        act.set_aliased("context", "c", context)
+        act.set_aliased("context", "c", record.context_for(agent, &needs))
             .set("runtime", self.inner.options.runtime.clone())
             .set("now", json!(now_rfc3339()));
         for cap in &agent.capabilities {

@@ -107,8 +107,10 @@ fn system_prompt(
     agent: &AgentPlan,
     record: &TaskRecord,
 ) -> (EventSource, EventKind) {
+    let mut needs = Needs::default();
+    needs.add_template(&agent.prompt, &["context", "c"]);
     let mut act = Activation::new();
-    act.set_aliased("context", "c", record.context(agent))
+    act.set_aliased("context", "c", record.context_for(agent, &needs))
         .set("runtime", engine.inner.options.runtime.clone())
         .set("now", json!(now_rfc3339()));
     let prompt = agent.prompt.render(&act).unwrap_or_else(|e| {
