@@ -9,8 +9,8 @@
 //!
 //! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, one task of 400 turns
 //! (whether a turn's cost grows with the task: its first 50 turns against its last 50), and
-//! one task of 3,000 text-only turns on a host that condenses (its first 100 turns against
-//! its last 100).
+//! one task of 3,000 turns on a host that condenses (its first 100 turns against its last
+//! 100).
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -33,13 +33,11 @@ const TURNS_PER_TASK: usize = 5;
 /// Turns of the one long task, which shows whether a turn's cost grows with the task.
 const LONG_TASK_TURNS: usize = 400;
 
-/// Turns of the long task with condensation configured (text answers only).
+/// Turns of the long task with condensation configured.
 const CONDENSED_TASK_TURNS: usize = 3000;
 
-fn config(dir: &std::path::Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        "kind: commonagents.info/v1beta2/tool
+/// The bench's tool: one `cel` action.
+const CALC_TOOL: &str = "kind: commonagents.info/v1beta2/tool
 namespace: b
 name: calc
 description: Adds.
@@ -50,7 +48,14 @@ actions:
     execute:
       cel: {expression: \"{'result': input.a + input.b}\"}
 ---
-kind: commonagents.info/v1beta2/agent
+";
+
+fn config(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        [
+            CALC_TOOL,
+            "kind: commonagents.info/v1beta2/agent
 namespace: b
 name: a
 description: Bench agent.
@@ -64,6 +69,8 @@ guardrails:
   before:
     - assert: \"size(input.message) > 0\"
 ",
+        ]
+        .concat(),
     )
     .unwrap();
     let mut script = String::from("responses:\n");
@@ -88,24 +95,41 @@ guardrails:
     std::fs::write(dir.join("script.yaml"), script).unwrap();
 }
 
-/// An agent whose scripted model has run out (it answers "(script exhausted)" to every
-/// call, summaries included), on a host that condenses past 40 events, keeping 10.
+/// The `calc` tool and an agent calling it once a turn (each call with a new value, so its
+/// allow list grows), on a host that condenses past 40 events, keeping 10. A summarizing
+/// call takes the next scripted response like any call: the turn after it answers without
+/// calling, then the script is in step again.
 fn condensed_config(dir: &std::path::Path) {
     std::fs::write(
         dir.join("manifests.yaml"),
-        "kind: commonagents.info/v1beta2/agent
+        [
+            CALC_TOOL,
+            "kind: commonagents.info/v1beta2/agent
 namespace: b
 name: a
 description: Bench agent.
 prompt: You help {context.user.id}.
 model: scripted/script.yaml
+capabilities:
+  calc: \"*\"
 ---
 kind: agentmesh/v1/host
 condensation: {max_events: 40, keep_recent: 10}
 ",
+        ]
+        .concat(),
     )
     .unwrap();
-    std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
+    let mut script = String::from("responses:\n");
+    for i in 0..CONDENSED_TASK_TURNS {
+        writeln!(
+            script,
+            "  - tool_calls: [{{name: calc, arguments: {{a: {i}, b: 2}}}}]"
+        )
+        .unwrap();
+        writeln!(script, "  - text: ok").unwrap();
+    }
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
 }
 
 fn engine(dir: &std::path::Path) -> (Engine, Arc<Store>) {

@@ -325,14 +325,10 @@ fn grow_allow_list(record: &mut TaskRecord, cap: &CapabilityPlan, input: &Value)
         .iter()
         .flat_map(|a| a.parameters.keys())
         .collect();
-    let lists = record.allow_lists.entry(id).or_default();
     for (name, value) in values {
         if sealed.contains(name) || !declared.contains(&name) {
             continue;
         }
-        lists
-            .entry(name.clone())
-            .or_default()
-            .insert(allow_value(value));
+        record.allow(&id, name, Some(allow_value(value)));
     }
 }

@@ -398,15 +398,8 @@ impl Engine {
                 continue;
             };
             for (name, expr) in &cap.bindings {
-                let list = record
-                    .allow_lists
-                    .entry(tool.id())
-                    .or_default()
-                    .entry(name.clone())
-                    .or_default();
-                if let Ok(v) = expr.evaluate(&act) {
-                    list.insert(call::allow_value(&v));
-                }
+                let value = expr.evaluate(&act).ok().map(|v| call::allow_value(&v));
+                record.allow(&tool.id(), name, value);
                 record
                     .sealed
                     .entry(tool.id())

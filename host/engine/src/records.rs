@@ -12,8 +12,8 @@
 //!
 //! A record is stored as its fixed fields (the record's JSON) and parts: what only grows
 //! (`history`, `inputs`, `outputs`, the per-call statistics in `capabilities`,
-//! `invocations`) goes into a [`Part`] per write, holding what that write added, so a write
-//! costs what changed, not the task's length. [`Stored`] remembers how much of each the
+//! `invocations`, the values of the allow lists) goes into a [`Part`] per write, holding what
+//! that write added, so a write costs what changed, not the task's length. [`Stored`] remembers how much of each the
 //! stored parts hold; reading a record joins its parts back in.
 //!
 //! The cache holds the records of tasks between turns, exactly as written: a turn takes its
@@ -200,6 +200,8 @@ pub(crate) struct Part {
     invocations: Vec<String>,
     /// Each function's new calls, newest first (as in its statistics), with their counts.
     calls: IndexMap<String, CapStats>,
+    /// Allow-list values added: (tool, parameter, value).
+    allow: Vec<(String, String, String)>,
 }
 
 /// What a write adds to a record's growing fields: [`Part`] as written, borrowed from the
@@ -216,6 +218,8 @@ struct NewPart<'a> {
     invocations: &'a [String],
     #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "as_map")]
     calls: Vec<(&'a str, NewCalls<'a>)>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    allow: &'a [(String, String, String)],
 }
 
 /// A function's calls since the last write: the newest entries of its [`CapStats`] lists.
@@ -289,12 +293,14 @@ impl TaskRecord {
             outputs: tail(&self.outputs, stored.outputs),
             invocations: tail(&self.invocations, stored.invocations),
             calls,
+            allow: &self.allow_added,
         };
         let empty = part.history.is_empty()
             && part.inputs.is_empty()
             && part.outputs.is_empty()
             && part.invocations.is_empty()
-            && part.calls.is_empty();
+            && part.calls.is_empty()
+            && part.allow.is_empty();
         (!empty).then_some(part)
     }
 
@@ -305,7 +311,29 @@ impl TaskRecord {
             // Nothing stored in parts: a record written before parts existed keeps its growing
             // fields in its JSON, and its next write moves them into its first part.
             record.stored = Stored::default();
+            record.allow_added = record
+                .allow_lists
+                .iter()
+                .flat_map(|(tool, lists)| {
+                    lists.iter().flat_map(move |(param, values)| {
+                        values
+                            .iter()
+                            .map(move |v| (tool.clone(), param.clone(), v.clone()))
+                    })
+                })
+                .collect();
             return record;
+        }
+        // Sealed lists exist even when empty (a binding that did not evaluate).
+        for (tool, names) in &record.sealed {
+            for name in names {
+                record
+                    .allow_lists
+                    .entry(tool.clone())
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default();
+            }
         }
         // A record with parts holds no statistics in its JSON. Each part lists its calls newest
         // first: they are joined oldest first (appending, not inserting at the front, which
@@ -315,6 +343,15 @@ impl TaskRecord {
             record.inputs.extend(part.inputs);
             record.outputs.extend(part.outputs);
             record.invocations.extend(part.invocations);
+            for (tool, param, value) in part.allow {
+                record
+                    .allow_lists
+                    .entry(tool)
+                    .or_default()
+                    .entry(param)
+                    .or_default()
+                    .insert(value);
+            }
             for (name, new) in part.calls {
                 let stats = record.capabilities.entry(name).or_default();
                 stats.count_successful += new.count_successful;
@@ -568,6 +605,7 @@ impl Engine {
             let mut stored = std::mem::take(&mut record.stored);
             stored.advance(record, parts, stored.bytes + written.part_bytes);
             record.stored = stored;
+            record.allow_added.clear();
         }
         let journal = &mut record.journal;
         journal.pending = 0;

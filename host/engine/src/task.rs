@@ -230,8 +230,16 @@ pub struct TaskRecord {
     pub delegation_count: u64,
     /// Capability keys whose `before_first` ran.
     pub before_first_done: BTreeSet<String>,
-    /// Allow lists: tool → parameter → values.
+    /// Allow lists: tool → parameter → values. Stored in parts, as values are added (see
+    /// [`TaskRecord::allow`]).
+    #[serde(skip_serializing)]
     pub allow_lists: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Allow-list values added since the record was last written: (tool, parameter, value).
+    #[serde(skip)]
+    pub(crate) allow_added: Vec<(String, String, String)>,
+    /// Allow-list values added since the record was read (never goes back).
+    #[serde(skip)]
+    pub(crate) allow_grown: u64,
     /// Sealed parameter names per tool (bound at task start).
     pub sealed: BTreeMap<String, BTreeSet<String>>,
     /// The latest `exposes` values.
@@ -265,6 +273,23 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// Adds `value` to `tool`'s allow list for `param` (an empty list is made if needed).
+    pub(crate) fn allow(&mut self, tool: &str, param: &str, value: Option<String>) {
+        let list = self
+            .allow_lists
+            .entry(tool.to_owned())
+            .or_default()
+            .entry(param.to_owned())
+            .or_default();
+        if let Some(value) = value
+            && list.insert(value.clone())
+        {
+            self.allow_added
+                .push((tool.to_owned(), param.to_owned(), value));
+            self.allow_grown += 1;
+        }
+    }
+
     /// The current status.
     pub fn status(&self) -> Status {
         self.status.unwrap_or(Status::Idle)

@@ -164,6 +164,7 @@ fn growing(record: &agentmesh_engine::TaskRecord) -> serde_json::Value {
         "outputs": record.outputs,
         "capabilities": record.capabilities,
         "invocations": record.invocations,
+        "allow_lists": record.allow_lists,
     })
 }
 
@@ -202,6 +203,11 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     let before = growing(&h.engine.run_until_idle(&id).await.unwrap());
     assert_eq!(before["capabilities"]["echo_shout"]["count_restricted"], 1);
     assert_eq!(
+        before["allow_lists"]["t/echo"]["text"],
+        json!(["one"]),
+        "a refused call adds nothing"
+    );
+    assert_eq!(
         before["capabilities"]["researcher"]["task_ids"]
             .as_array()
             .unwrap()
@@ -239,6 +245,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
         "outputs",
         "capabilities",
         "invocations",
+        "allow_lists",
     ] {
         assert!(head.get(field).is_none(), "{field} in the record: {head}");
     }
@@ -279,4 +286,8 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     assert_eq!(reread, last);
     assert_eq!(reread["capabilities"]["echo_shout"]["count_successful"], 1);
     assert_eq!(reread["outputs"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        reread["allow_lists"]["t/echo"]["text"],
+        json!(["four", "one", "three"])
+    );
 }
