@@ -120,8 +120,9 @@ condensation: {max_events: 40, keep_recent: 10}
         .concat(),
     )
     .unwrap();
+    // Enough responses for every turn and the summaries between (one every ~15 turns).
     let mut script = String::from("responses:\n");
-    for i in 0..CONDENSED_TASK_TURNS {
+    for i in 0..2 * CONDENSED_TASK_TURNS {
         writeln!(
             script,
             "  - tool_calls: [{{name: calc, arguments: {{a: {i}, b: 2}}}}]"
