@@ -23,7 +23,7 @@
 //! record keeps its log only while that is small, a big record is not kept, and past the
 //! total arbitrary entries go.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use agentmesh_store::event::{Event, EventKind, EventSource};
@@ -186,7 +186,7 @@ impl Stored {
 fn call_counts(stats: &CapStats) -> (usize, usize) {
     (
         stats.timestamps.len(),
-        stats.task_ids.as_ref().map_or(0, Vec::len),
+        stats.task_ids.as_ref().map_or(0, VecDeque::len),
     )
 }
 
@@ -228,14 +228,26 @@ struct NewCalls<'a> {
     count_successful: usize,
     count_errored: usize,
     count_restricted: usize,
-    timestamps: &'a [String],
-    inputs: &'a [Value],
-    outputs: &'a [Value],
-    successful: &'a [bool],
-    errored: &'a [bool],
-    restricted: &'a [bool],
+    timestamps: Front<'a, String>,
+    inputs: Front<'a, Value>,
+    outputs: Front<'a, Value>,
+    successful: Front<'a, bool>,
+    errored: Front<'a, bool>,
+    restricted: Front<'a, bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    task_ids: Option<&'a [String]>,
+    task_ids: Option<Front<'a, String>>,
+}
+
+/// The first `n` items of a list (or all of them), serialized as a sequence.
+struct Front<'a, T>(&'a VecDeque<T>, usize);
+
+impl<T: Serialize> Serialize for Front<'_, T> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().take(self.1))
+    }
 }
 
 fn as_map<S: serde::Serializer>(
@@ -250,11 +262,6 @@ fn tail<T>(list: &[T], stored: usize) -> &[T] {
     &list[stored.min(list.len())..]
 }
 
-/// The first `n` items of `list` (or all of them).
-fn head<T>(list: &[T], n: usize) -> &[T] {
-    &list[..n.min(list.len())]
-}
-
 impl TaskRecord {
     /// What the record's growing fields gained since its last write, if anything.
     fn new_part(&self) -> Option<NewPart<'_>> {
@@ -267,7 +274,7 @@ impl TaskRecord {
             if n == 0 {
                 continue;
             }
-            let count = |flags: &[bool]| head(flags, n).iter().filter(|f| **f).count();
+            let count = |flags: &VecDeque<bool>| flags.iter().take(n).filter(|f| **f).count();
             let ids = ids_now.saturating_sub(ids_before);
             calls.push((
                 name.as_str(),
@@ -275,14 +282,14 @@ impl TaskRecord {
                     count_successful: count(&stats.successful),
                     count_errored: count(&stats.errored),
                     count_restricted: count(&stats.restricted),
-                    timestamps: head(&stats.timestamps, n),
-                    inputs: head(&stats.inputs, n),
-                    outputs: head(&stats.outputs, n),
-                    successful: head(&stats.successful, n),
-                    errored: head(&stats.errored, n),
-                    restricted: head(&stats.restricted, n),
+                    timestamps: Front(&stats.timestamps, n),
+                    inputs: Front(&stats.inputs, n),
+                    outputs: Front(&stats.outputs, n),
+                    successful: Front(&stats.successful, n),
+                    errored: Front(&stats.errored, n),
+                    restricted: Front(&stats.restricted, n),
                     task_ids: (ids > 0)
-                        .then(|| stats.task_ids.as_deref().map(|v| head(v, ids)))
+                        .then(|| stats.task_ids.as_ref().map(|v| Front(v, ids)))
                         .flatten(),
                 },
             ));
@@ -336,8 +343,7 @@ impl TaskRecord {
             }
         }
         // A record with parts holds no statistics in its JSON. Each part lists its calls newest
-        // first: they are joined oldest first (appending, not inserting at the front, which
-        // would move the lists once per part), then turned around.
+        // first; parts are oldest first: each call goes to the front, oldest first.
         for part in parts.parts {
             record.history.extend(part.history);
             record.inputs.extend(part.inputs);
@@ -357,26 +363,15 @@ impl TaskRecord {
                 stats.count_successful += new.count_successful;
                 stats.count_errored += new.count_errored;
                 stats.count_restricted += new.count_restricted;
-                append_reversed(&mut stats.timestamps, new.timestamps);
-                append_reversed(&mut stats.inputs, new.inputs);
-                append_reversed(&mut stats.outputs, new.outputs);
-                append_reversed(&mut stats.successful, new.successful);
-                append_reversed(&mut stats.errored, new.errored);
-                append_reversed(&mut stats.restricted, new.restricted);
+                prepend(&mut stats.timestamps, new.timestamps);
+                prepend(&mut stats.inputs, new.inputs);
+                prepend(&mut stats.outputs, new.outputs);
+                prepend(&mut stats.successful, new.successful);
+                prepend(&mut stats.errored, new.errored);
+                prepend(&mut stats.restricted, new.restricted);
                 if let Some(ids) = new.task_ids {
-                    append_reversed(stats.task_ids.get_or_insert_with(Vec::new), ids);
+                    prepend(stats.task_ids.get_or_insert_with(VecDeque::new), ids);
                 }
-            }
-        }
-        for stats in record.capabilities.values_mut() {
-            stats.timestamps.reverse();
-            stats.inputs.reverse();
-            stats.outputs.reverse();
-            stats.successful.reverse();
-            stats.errored.reverse();
-            stats.restricted.reverse();
-            if let Some(ids) = &mut stats.task_ids {
-                ids.reverse();
             }
         }
         record.stored = Stored::of(&record, count, parts.bytes);
@@ -384,9 +379,11 @@ impl TaskRecord {
     }
 }
 
-/// Appends `newer` (newest first) to `list` (oldest first).
-fn append_reversed<T>(list: &mut Vec<T>, newer: Vec<T>) {
-    list.extend(newer.into_iter().rev());
+/// Puts `newer` (newest first) in front of `list` (newest first).
+fn prepend<T>(list: &mut VecDeque<T>, newer: VecDeque<T>) {
+    for item in newer.into_iter().rev() {
+        list.push_front(item);
+    }
 }
 
 /// Records of tasks between turns, by task id, with their size; and the total size.

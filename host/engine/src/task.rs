@@ -1,6 +1,6 @@
 //! The task record the store keeps, and the context object built from it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -57,7 +57,7 @@ pub struct UserRef {
 }
 
 /// Per-function statistics, as `context.capabilities.<fn>` shows them. Lists are newest
-/// first, so `outputs[0]` is the latest output.
+/// first, so `outputs[0]` is the latest output (deques: a call is added at the front).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CapStats {
     /// Calls that succeeded.
@@ -67,20 +67,20 @@ pub struct CapStats {
     /// Calls middleware refused.
     pub count_restricted: u64,
     /// When each call happened.
-    pub timestamps: Vec<String>,
+    pub timestamps: VecDeque<String>,
     /// The resolved input of each call.
-    pub inputs: Vec<Value>,
+    pub inputs: VecDeque<Value>,
     /// The output of each call (before `after` transforms).
-    pub outputs: Vec<Value>,
+    pub outputs: VecDeque<Value>,
     /// Whether each call succeeded.
-    pub successful: Vec<bool>,
+    pub successful: VecDeque<bool>,
     /// Whether each call failed.
-    pub errored: Vec<bool>,
+    pub errored: VecDeque<bool>,
     /// Whether each call was refused.
-    pub restricted: Vec<bool>,
+    pub restricted: VecDeque<bool>,
     /// Child tasks, for delegations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task_ids: Option<Vec<String>>,
+    pub task_ids: Option<VecDeque<String>>,
 }
 
 /// How a call ended, for the statistics.
@@ -129,16 +129,16 @@ impl CapStats {
             Outcome::Errored => self.count_errored += 1,
             Outcome::Restricted => self.count_restricted += 1,
         }
-        self.timestamps.insert(0, agentmesh_store::now_rfc3339());
-        self.inputs.insert(0, input);
-        self.outputs.insert(0, output);
-        self.successful.insert(0, outcome == Outcome::Successful);
-        self.errored.insert(0, outcome == Outcome::Errored);
-        self.restricted.insert(0, outcome == Outcome::Restricted);
+        self.timestamps.push_front(agentmesh_store::now_rfc3339());
+        self.inputs.push_front(input);
+        self.outputs.push_front(output);
+        self.successful.push_front(outcome == Outcome::Successful);
+        self.errored.push_front(outcome == Outcome::Errored);
+        self.restricted.push_front(outcome == Outcome::Restricted);
         if let Some(id) = child {
             self.task_ids
-                .get_or_insert_with(Vec::new)
-                .insert(0, id.to_owned());
+                .get_or_insert_with(VecDeque::new)
+                .push_front(id.to_owned());
         }
     }
 }
@@ -454,12 +454,12 @@ fn aggregate<'a>(stats: impl Iterator<Item = &'a CapStats>) -> Value {
     }
     calls.sort_by(|a, b| b.0.cmp(&a.0));
     for (t, i, o, s, e, r) in calls {
-        total.timestamps.push(t);
-        total.inputs.push(i);
-        total.outputs.push(o);
-        total.successful.push(s);
-        total.errored.push(e);
-        total.restricted.push(r);
+        total.timestamps.push_back(t);
+        total.inputs.push_back(i);
+        total.outputs.push_back(o);
+        total.successful.push_back(s);
+        total.errored.push_back(e);
+        total.restricted.push_back(r);
     }
     serde_json::to_value(total).unwrap_or(Value::Null)
 }
