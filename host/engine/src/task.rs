@@ -237,9 +237,6 @@ pub struct TaskRecord {
     /// Allow-list values added since the record was last written: (tool, parameter, value).
     #[serde(skip)]
     pub(crate) allow_added: Vec<(String, String, String)>,
-    /// Allow-list values added since the record was read (never goes back).
-    #[serde(skip)]
-    pub(crate) allow_grown: u64,
     /// Sealed parameter names per tool (bound at task start).
     pub sealed: BTreeMap<String, BTreeSet<String>>,
     /// The latest `exposes` values.
@@ -286,7 +283,6 @@ impl TaskRecord {
         {
             self.allow_added
                 .push((tool.to_owned(), param.to_owned(), value));
-            self.allow_grown += 1;
         }
     }
 

@@ -358,7 +358,6 @@ async fn run_calls(
             }
             record.tool_calls += 1;
         }
-        let grown = record.allow_grown;
         let end = call::run(
             engine,
             agent,
@@ -435,10 +434,9 @@ async fn run_calls(
             return Ok(Some(true));
         }
         engine.log(record, events)?;
-        // The call grew an allow list: events for the new values route now.
-        if record.allow_grown != grown {
-            engine.sync_routes(record);
-        }
+        // The call may have grown an allow list, and it moved the subscriptions' deadlines:
+        // events route by them now.
+        engine.sync_routes(record);
     }
     Ok(None)
 }
