@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every check and test: formatting, lints, the guest components the tests load, and the
-# whole test suite in release (wasmtime is 15–30× slower in debug). The guests always build into
-# guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
+# Runs every check and test: formatting, lints, API docs, the guest components the tests load,
+# and the whole test suite in release (wasmtime is 15–30× slower in debug). The guests always
+# build into guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,4 +13,6 @@ if [ -f guests/Cargo.toml ]; then
     --target-dir guests/target
 fi
 cargo clippy --release --workspace --all-targets -- -D warnings
+# The API docs build without a broken link or a link to a private item.
+RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps
 cargo test --release --workspace

@@ -230,8 +230,7 @@ pub struct TaskRecord {
     pub delegation_count: u64,
     /// Capability keys whose `before_first` ran.
     pub before_first_done: BTreeSet<String>,
-    /// Allow lists: tool → parameter → values. Stored in parts, as values are added (see
-    /// [`TaskRecord::allow`]).
+    /// Allow lists: tool → parameter → values. Stored in parts, as values are added.
     #[serde(skip_serializing)]
     pub allow_lists: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Allow-list values added since the record was last written: (tool, parameter, value).
