@@ -50,31 +50,23 @@ actions:
 ---
 ";
 
-fn config(dir: &std::path::Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        [
-            CALC_TOOL,
-            "kind: commonagents.info/v1beta2/agent
+/// Writes [`CALC_TOOL`] and the bench agent `b/a` (its manifest ending with `rest`) into
+/// `dir`, with a script of `turns` turns, each calling `calc` with a new value, then answering.
+fn write_config(dir: &std::path::Path, rest: &str, turns: usize) {
+    let agent = "kind: commonagents.info/v1beta2/agent
 namespace: b
 name: a
 description: Bench agent.
 prompt: You help {context.user.id}.
 model: scripted/script.yaml
-capabilities:
-  calc:
-    before:
-      - assert: \"context.capabilities.calc.count_successful < 1000 && context.user.id != ''\"
-guardrails:
-  before:
-    - assert: \"size(input.message) > 0\"
-",
-        ]
-        .concat(),
+";
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        [CALC_TOOL, agent, rest].concat(),
     )
     .unwrap();
     let mut script = String::from("responses:\n");
-    for i in 0..LONG_TASK_TURNS {
+    for i in 0..turns {
         writeln!(
             script,
             "  - tool_calls: [{{name: calc, arguments: {{a: {i}, b: 2}}}}]"
@@ -95,42 +87,36 @@ guardrails:
     std::fs::write(dir.join("script.yaml"), script).unwrap();
 }
 
-/// The `calc` tool and an agent calling it once a turn (each call with a new value, so its
-/// allow list grows), on a host that condenses past 40 events, keeping 10. A summarizing
-/// call takes the next scripted response like any call: the turn after it answers without
-/// calling, then the script is in step again.
+fn config(dir: &std::path::Path) {
+    write_config(
+        dir,
+        "capabilities:
+  calc:
+    before:
+      - assert: \"context.capabilities.calc.count_successful < 1000 && context.user.id != ''\"
+guardrails:
+  before:
+    - assert: \"size(input.message) > 0\"
+",
+        LONG_TASK_TURNS,
+    );
+}
+
+/// The agent calling `calc` once a turn (each call with a new value, so its allow list
+/// grows), on a host that condenses past 40 events, keeping 10. A summarizing call takes the
+/// next scripted response like any call: the turn after it answers without calling, then the
+/// script is in step again; it holds enough responses for the summaries (one every ~15 turns).
 fn condensed_config(dir: &std::path::Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        [
-            CALC_TOOL,
-            "kind: commonagents.info/v1beta2/agent
-namespace: b
-name: a
-description: Bench agent.
-prompt: You help {context.user.id}.
-model: scripted/script.yaml
-capabilities:
+    write_config(
+        dir,
+        "capabilities:
   calc: \"*\"
 ---
 kind: agentmesh/v1/host
 condensation: {max_events: 40, keep_recent: 10}
 ",
-        ]
-        .concat(),
-    )
-    .unwrap();
-    // Enough responses for every turn and the summaries between (one every ~15 turns).
-    let mut script = String::from("responses:\n");
-    for i in 0..2 * CONDENSED_TASK_TURNS {
-        writeln!(
-            script,
-            "  - tool_calls: [{{name: calc, arguments: {{a: {i}, b: 2}}}}]"
-        )
-        .unwrap();
-        writeln!(script, "  - text: ok").unwrap();
-    }
-    std::fs::write(dir.join("script.yaml"), script).unwrap();
+        2 * CONDENSED_TASK_TURNS,
+    );
 }
 
 fn engine(dir: &std::path::Path) -> (Engine, Arc<Store>) {

@@ -35,19 +35,6 @@ fn conversational(kind: &EventKind) -> bool {
     )
 }
 
-/// Whether an event answers a call (it must stay with the call that it answers).
-fn answers_a_call(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::ObservationEvent { .. }
-            | EventKind::UserRejectObservation { .. }
-            | EventKind::AgentErrorEvent {
-                tool_call_id: Some(_),
-                ..
-            }
-    )
-}
-
 /// The end of the last range forgotten in `history` (0: none).
 pub(crate) fn forgotten_to(history: &[Event]) -> u64 {
     history
@@ -95,7 +82,7 @@ fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64
             ) => a == b,
             _ => false,
         };
-        if answers_a_call(&first_kept.kind) || same_response {
+        if first_kept.kind.answered_call().is_some() || same_response {
             split -= 1;
         } else {
             break;

@@ -699,10 +699,10 @@ impl Engine {
                 }
                 continue;
             }
-            let mut events = unanswered_calls(
-                &self.events(&record.id, 0)?,
+            let mut events = self.unanswered_calls(
+                &mut record,
                 "interrupted: the host restarted during this call; it was not re-run",
-            );
+            )?;
             record.status = Some(Status::Idle);
             record.pending_review = None;
             record.resume = None;
@@ -809,6 +809,16 @@ impl Engine {
         if let Some(p) = pending {
             lock(&self.inner.reviews).remove(&p.review_id);
         }
+        self.unanswered_calls(record, why)
+    }
+
+    /// An error result, `why`, for every call in `record`'s log that has none (they are all
+    /// in the part of the log the LLM's view reaches).
+    fn unanswered_calls(
+        &self,
+        record: &mut TaskRecord,
+        why: &str,
+    ) -> Result<Vec<(EventSource, EventKind)>> {
         self.log_view(record)?;
         Ok(unanswered_calls(record.journal.view(), why))
     }
@@ -961,19 +971,10 @@ enum Work {
 fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
     let mut open: Vec<(String, String)> = Vec::new();
     for event in log {
-        match &event.kind {
-            EventKind::ActionEvent { tool_call, .. } => {
-                open.push((tool_call.id.clone(), tool_call.name.clone()));
-            }
-            EventKind::ObservationEvent { tool_call_id, .. }
-            | EventKind::UserRejectObservation { tool_call_id, .. } => {
-                open.retain(|(id, _)| id != tool_call_id);
-            }
-            EventKind::AgentErrorEvent {
-                tool_call_id: Some(id),
-                ..
-            } => open.retain(|(open_id, _)| open_id != id),
-            _ => {}
+        if let EventKind::ActionEvent { tool_call, .. } = &event.kind {
+            open.push((tool_call.id.clone(), tool_call.name.clone()));
+        } else if let Some(answered) = event.kind.answered_call() {
+            open.retain(|(id, _)| id != answered);
         }
     }
     open.into_iter()

@@ -32,7 +32,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::task::{CapStats, TaskRecord};
+use crate::task::{CapStats, TaskRecord, allow_list};
 use crate::{Engine, EngineError, Result, lock};
 
 /// The most the cache holds, in bytes as stored; past it, arbitrary entries are dropped (and
@@ -115,6 +115,14 @@ impl Journal {
     pub(crate) fn restore_messages(&mut self, messages: Vec<agentmesh_llm::ChatMessage>) {
         self.conversation.restore(messages);
     }
+}
+
+/// The `seq` of the system prompt's event among `events`, if it is there.
+fn prompt_seq(events: &[Event]) -> Option<u64> {
+    events
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::SystemPromptEvent { .. }))
+        .map(|e| e.seq)
 }
 
 /// Drops from a journal's log, all of it written, what the LLM's view no longer reaches once
@@ -329,53 +337,47 @@ impl TaskRecord {
                     })
                 })
                 .collect();
-            return record;
+        } else {
+            // A record with parts holds no statistics in its JSON. Each part lists its calls
+            // newest first; parts are oldest first: each call goes to the front, oldest first.
+            for part in parts.parts {
+                record.join(part);
+            }
+            record.stored = Stored::of(&record, count, parts.bytes);
         }
         // Sealed lists exist even when empty (a binding that did not evaluate).
         for (tool, names) in &record.sealed {
             for name in names {
-                record
-                    .allow_lists
-                    .entry(tool.clone())
-                    .or_default()
-                    .entry(name.clone())
-                    .or_default();
+                allow_list(&mut record.allow_lists, tool, name);
             }
         }
-        // A record with parts holds no statistics in its JSON. Each part lists its calls newest
-        // first; parts are oldest first: each call goes to the front, oldest first.
-        for part in parts.parts {
-            record.history.extend(part.history);
-            record.inputs.extend(part.inputs);
-            record.outputs.extend(part.outputs);
-            record.invocations.extend(part.invocations);
-            for (tool, param, value) in part.allow {
-                record
-                    .allow_lists
-                    .entry(tool)
-                    .or_default()
-                    .entry(param)
-                    .or_default()
-                    .insert(value);
-            }
-            for (name, new) in part.calls {
-                let stats = record.capabilities.entry(name).or_default();
-                stats.count_successful += new.count_successful;
-                stats.count_errored += new.count_errored;
-                stats.count_restricted += new.count_restricted;
-                prepend(&mut stats.timestamps, new.timestamps);
-                prepend(&mut stats.inputs, new.inputs);
-                prepend(&mut stats.outputs, new.outputs);
-                prepend(&mut stats.successful, new.successful);
-                prepend(&mut stats.errored, new.errored);
-                prepend(&mut stats.restricted, new.restricted);
-                if let Some(ids) = new.task_ids {
-                    prepend(stats.task_ids.get_or_insert_with(VecDeque::new), ids);
-                }
-            }
-        }
-        record.stored = Stored::of(&record, count, parts.bytes);
         record
+    }
+
+    /// Adds what one stored part holds to the record's growing fields.
+    fn join(&mut self, part: Part) {
+        self.history.extend(part.history);
+        self.inputs.extend(part.inputs);
+        self.outputs.extend(part.outputs);
+        self.invocations.extend(part.invocations);
+        for (tool, param, value) in part.allow {
+            allow_list(&mut self.allow_lists, &tool, &param).insert(value);
+        }
+        for (name, new) in part.calls {
+            let stats = self.capabilities.entry(name).or_default();
+            stats.count_successful += new.count_successful;
+            stats.count_errored += new.count_errored;
+            stats.count_restricted += new.count_restricted;
+            prepend(&mut stats.timestamps, new.timestamps);
+            prepend(&mut stats.inputs, new.inputs);
+            prepend(&mut stats.outputs, new.outputs);
+            prepend(&mut stats.successful, new.successful);
+            prepend(&mut stats.errored, new.errored);
+            prepend(&mut stats.restricted, new.restricted);
+            if let Some(ids) = new.task_ids {
+                prepend(stats.task_ids.get_or_insert_with(VecDeque::new), ids);
+            }
+        }
     }
 }
 
@@ -505,11 +507,8 @@ impl Engine {
         let n = events.len();
         journal.log.extend(self.inner.store.stamp(next, events));
         journal.pending += n;
-        if let Some(prompt) = journal.log[journal.log.len() - n..]
-            .iter()
-            .find(|e| matches!(e.kind, EventKind::SystemPromptEvent { .. }))
-        {
-            record.prompt_seq = prompt.seq;
+        if let Some(seq) = prompt_seq(&journal.log[journal.log.len() - n..]) {
+            record.prompt_seq = seq;
         }
         Ok(())
     }
@@ -537,11 +536,9 @@ impl Engine {
             let (log, bytes) = store.events_sized(&record.id, 0)?;
             // Records written before these fields existed learn them here.
             if record.prompt_seq == 0
-                && let Some(prompt) = log
-                    .iter()
-                    .find(|e| matches!(e.kind, EventKind::SystemPromptEvent { .. }))
+                && let Some(seq) = prompt_seq(&log)
             {
-                record.prompt_seq = prompt.seq;
+                record.prompt_seq = seq;
             }
             record.condensed_to = crate::condense::forgotten_to(&log);
             (log, bytes)

@@ -271,12 +271,7 @@ pub struct TaskRecord {
 impl TaskRecord {
     /// Adds `value` to `tool`'s allow list for `param` (an empty list is made if needed).
     pub(crate) fn allow(&mut self, tool: &str, param: &str, value: Option<String>) {
-        let list = self
-            .allow_lists
-            .entry(tool.to_owned())
-            .or_default()
-            .entry(param.to_owned())
-            .or_default();
+        let list = allow_list(&mut self.allow_lists, tool, param);
         if let Some(value) = value
             && list.insert(value.clone())
         {
@@ -461,4 +456,17 @@ fn aggregate<'a>(stats: impl Iterator<Item = &'a CapStats>) -> Value {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// `tool`'s allow list for `param` in `lists`, made empty if it is not there.
+pub(crate) fn allow_list<'a>(
+    lists: &'a mut BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    tool: &str,
+    param: &str,
+) -> &'a mut BTreeSet<String> {
+    lists
+        .entry(tool.to_owned())
+        .or_default()
+        .entry(param.to_owned())
+        .or_default()
 }

@@ -486,15 +486,6 @@ fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
                 calls.push(tool_call.clone());
                 replay = Replay::default();
             }
-            EventKind::ObservationEvent { tool_call_id, .. }
-            | EventKind::UserRejectObservation { tool_call_id, .. }
-            | EventKind::AgentErrorEvent {
-                tool_call_id: Some(tool_call_id),
-                ..
-            } => {
-                calls.retain(|c| c.id != *tool_call_id);
-                replay = Replay::default();
-            }
             EventKind::ReviewRequestEvent {
                 review_id,
                 reviewer,
@@ -509,7 +500,13 @@ fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
                     replay.push((*reviewer).to_owned(), *approve);
                 }
             }
-            _ => response = None,
+            other => match other.answered_call() {
+                Some(answered) => {
+                    calls.retain(|c| c.id != answered);
+                    replay = Replay::default();
+                }
+                None => response = None,
+            },
         }
     }
     (calls, replay)

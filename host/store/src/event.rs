@@ -139,6 +139,20 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The id of the call this event answers: an observation, a rejection, or an error of a
+    /// call (`None` for every other event).
+    pub fn answered_call(&self) -> Option<&str> {
+        match self {
+            EventKind::ObservationEvent { tool_call_id, .. }
+            | EventKind::UserRejectObservation { tool_call_id, .. }
+            | EventKind::AgentErrorEvent {
+                tool_call_id: Some(tool_call_id),
+                ..
+            } => Some(tool_call_id),
+            _ => None,
+        }
+    }
+
     /// The kind's name, as in the log's `kind` field.
     pub fn name(&self) -> &'static str {
         match self {

@@ -30,6 +30,12 @@ const TAG: u8 = 0x02;
 /// The first byte of a head written before parts existed: no parts count.
 const TAG_V1: u8 = 0x01;
 
+/// Bytes before the key: tag, `log_end`, `parts`, key length.
+const FIXED: usize = 1 + 8 + 8 + 2;
+
+/// Bytes before the key in a [`TAG_V1`] head: tag, `log_end`, key length.
+const FIXED_V1: usize = 1 + 8 + 2;
+
 /// What a record's head says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Head<'a> {
@@ -48,7 +54,7 @@ pub(crate) fn encode(log_end: u64, parts: u64, took: Option<&[u8]>) -> Vec<u8> {
     // Queue keys are a task id and 16 bytes; an id longer than 64 KiB is not taken anywhere.
     let len = u16::try_from(took.len()).unwrap_or(0);
     let took = &took[..usize::from(len)];
-    let mut out = Vec::with_capacity(1 + 8 + 8 + 2 + took.len() + 1024);
+    let mut out = Vec::with_capacity(FIXED + took.len() + 1024);
     out.push(TAG);
     out.extend_from_slice(&log_end.to_be_bytes());
     out.extend_from_slice(&parts.to_be_bytes());
@@ -60,8 +66,8 @@ pub(crate) fn encode(log_end: u64, parts: u64, took: Option<&[u8]>) -> Vec<u8> {
 /// Splits a stored record into its head (`None` for a record without one) and its JSON.
 pub(crate) fn decode(stored: &[u8]) -> (Option<Head<'_>>, &[u8]) {
     let (with_parts, fixed) = match stored.first() {
-        Some(&TAG) => (true, 1 + 8 + 8 + 2),
-        Some(&TAG_V1) => (false, 1 + 8 + 2),
+        Some(&TAG) => (true, FIXED),
+        Some(&TAG_V1) => (false, FIXED_V1),
         _ => return (None, stored),
     };
     if stored.len() < fixed {
