@@ -97,34 +97,87 @@ fn run_continues_a_task_from_the_same_data_dir() {
     );
 }
 
-#[test]
-fn run_exits_2_when_the_task_terminates() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("agent.yaml"),
+/// An agent `t/NAME` on the model `scripted/MODEL`, its manifest ending with `rest`.
+fn agent(name: &str, description: &str, model: &str, rest: &str) -> String {
+    format!(
         "kind: commonagents.info/v1beta2/agent
 namespace: t
-name: a
-description: Always locked.
+name: {name}
+description: {description}
 prompt: Hi.
-model: scripted/script.yaml
-guardrails:
-  before:
-    - assert: \"false\"
-",
+model: scripted/{model}
+{rest}"
     )
-    .unwrap();
-    std::fs::write(dir.path().join("script.yaml"), "responses: []\n").unwrap();
-    let (code, _, err) = agentmesh(&[
-        "run",
-        dir.path().to_str().unwrap(),
-        "--agent",
+}
+
+/// Runs `agentmesh run DIR --agent AGENT -m hi` on a config dir of `manifests` (one file)
+/// and the model script `script.yaml`: (exit code, stdout, stderr).
+fn run_in(manifests: &str, script: &str, agent: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("manifests.yaml"), manifests).unwrap();
+    std::fs::write(dir.path().join("script.yaml"), script).unwrap();
+    let dir = dir.path().to_str().unwrap();
+    agentmesh(&["run", dir, "--agent", agent, "-m", "hi"])
+}
+
+#[test]
+fn run_exits_2_when_the_task_terminates() {
+    let (code, _, err) = run_in(
+        &agent(
+            "a",
+            "Always locked.",
+            "script.yaml",
+            "guardrails:\n  before:\n    - assert: \"false\"\n",
+        ),
+        "responses: []\n",
         "t/a",
-        "-m",
-        "hi",
-    ]);
+    );
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("terminated"), "{err}");
+    // Why, as the log says: the reason and the message of the step that ended it.
+    assert!(
+        err.contains("terminated: locked: assertion `false` is false"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_says_which_limit_ended_the_task() {
+    let (code, _, err) = run_in(
+        &agent(
+            "a",
+            "One capability call at most.",
+            "script.yaml",
+            "limits: {max_tool_calls: 1}\n",
+        ),
+        "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {delay: 60}}
+      - {name: request_wakeup, arguments: {delay: 120}}
+  - text: never
+",
+        "t/a",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "terminated: limit_exceeded (max_tool_calls): the limit of 1 capability calls is reached"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_finds_a_script_named_two_ways() {
+    let manifests = [
+        agent("a", "The script by one name.", "script.yaml", ""),
+        agent("b", "The same script by another.", "./script.yaml", ""),
+    ]
+    .join("---\n");
+    for id in ["t/a", "t/b"] {
+        let (code, out, err) = run_in(&manifests, "responses:\n  - text: hello\n", id);
+        assert_eq!(code, Some(0), "{id}: {err}");
+        assert_eq!(out.trim(), "hello", "{id}: {err}");
+    }
 }
 
 #[test]

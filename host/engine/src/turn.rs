@@ -184,7 +184,7 @@ fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static 
     {
         return Some((
             "max_turns",
-            format!("{} LLM turns reached the limit of {max}", record.llm_calls),
+            format!("the limit of {max} LLM turns is reached"),
         ));
     }
     if let Some(max) = l.max_age {
@@ -350,10 +350,7 @@ async fn run_calls(
             {
                 let mut events = Vec::new();
                 skip_rest(&calls[i..], &mut events);
-                let message = format!(
-                    "{} capability calls reached the limit of {max}",
-                    record.tool_calls
-                );
+                let message = format!("the limit of {max} capability calls is reached");
                 return exceeded(engine, record, "max_tool_calls", &message, events).map(Some);
             }
             record.tool_calls += 1;

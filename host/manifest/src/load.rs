@@ -166,14 +166,20 @@ fn load_scripts(config: &mut Config, diags: &mut Vec<Diagnostic>) {
             .file
             .canonicalize()
             .unwrap_or_else(|_| source.file.clone());
-        let Some((name, _)) = scripts.iter().find(|(_, p)| *p == key) else {
+        // Every name of the file (`script.yaml`, `./script.yaml`, …) is a model that uses it.
+        let names: Vec<&String> = scripts
+            .iter()
+            .filter(|(_, p)| *p == key)
+            .map(|(name, _)| name)
+            .collect();
+        if names.is_empty() {
             diags.push(Diagnostic::error(
                 &source.file,
                 source.node.pos,
                 "missing required field `kind`",
             ));
             continue;
-        };
+        }
         let schema = schemars::schema_for!(Script).to_value();
         let problems = shape::check(&source.node, &schema, "model script");
         if !problems.is_empty() {
@@ -185,7 +191,11 @@ fn load_scripts(config: &mut Config, diags: &mut Vec<Diagnostic>) {
         let mut loaded = Vec::new();
         push(source, &mut loaded, diags);
         if let Some(script) = loaded.pop() {
-            config.scripts.push((name.clone(), script));
+            for name in names {
+                if config.script(name).is_none() {
+                    config.scripts.push((name.clone(), script.clone()));
+                }
+            }
         }
     }
 }

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Status, UserRef};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Status, TaskRecord, UserRef};
 use agentmesh_store::Store;
+use agentmesh_store::event::EventKind;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 
@@ -99,11 +100,7 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
             Status::Terminated => eprintln!(
                 "task {} terminated: {}",
                 record.id,
-                record
-                    .limit
-                    .clone()
-                    .or_else(|| record.reason.map(|r| format!("{r:?}")))
-                    .unwrap_or_default()
+                termination(&engine, &record)
             ),
             _ => println!("{}", record.last_output_text().unwrap_or_default()),
         }
@@ -114,6 +111,36 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Why a terminated task ended, as its log says: the reason (`error`, `limit_exceeded`,
+/// `locked`, `deleted`) and the message of the event that ended it, e.g. `error: configuration:
+/// no model script …` or `limit_exceeded (max_turns): …`.
+fn termination(engine: &Engine, record: &TaskRecord) -> String {
+    let reason = record
+        .reason
+        .and_then(|r| serde_json::to_value(r).ok())
+        .and_then(|r| r.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "terminated".into());
+    let reason = match &record.limit {
+        Some(limit) => format!("{reason} ({limit})"),
+        None => reason,
+    };
+    // The last event naming why: `error`, `limit_exceeded` or `locked` with a message.
+    let message = engine.events(&record.id, 0).ok().and_then(|events| {
+        events.iter().rev().find_map(|e| match &e.kind {
+            EventKind::ConversationStateUpdateEvent { key, value }
+                if matches!(key.as_str(), "error" | "limit_exceeded" | "locked") =>
+            {
+                value["message"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+    });
+    match message {
+        Some(message) => format!("{reason}: {message}"),
+        None => reason,
+    }
 }
 
 fn input(args: &Args) -> anyhow::Result<Option<Value>> {

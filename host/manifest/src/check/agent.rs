@@ -422,20 +422,7 @@ fn check_model(c: &mut Checker, src: &Source, agent: &Agent) {
     };
     let host = c.config.host_config();
     match provider {
-        "scripted" => {
-            let dir = if c.config.root.is_dir() {
-                c.config.root.clone()
-            } else {
-                src.base_dir.clone()
-            };
-            if !dir.join(name).is_file() {
-                c.error(
-                    src,
-                    pos,
-                    format!("scripted model file `{name}` does not exist (paths are relative to the config dir)"),
-                );
-            }
-        }
+        "scripted" => c.scripted_model(src, pos, name),
         "openai" => {}
         other if host.models.contains_key(other) => {}
         other => c.warning(

@@ -20,14 +20,17 @@ pub(crate) fn check(c: &mut Checker) {
             format!("`listen` must be an address such as 127.0.0.1:8080, found `{listen}`"),
         );
     }
-    if let Some(model) = &host.default_model
-        && !model.contains('/')
-    {
-        c.error(
-            src,
-            pos_at(&src.node, &[K("default_model")]),
-            format!("`default_model` must be `<provider>/<name>`, found `{model}`"),
-        );
+    if let Some(model) = &host.default_model {
+        let pos = pos_at(&src.node, &[K("default_model")]);
+        match model.split_once('/') {
+            None => c.error(
+                src,
+                pos,
+                format!("`default_model` must be `<provider>/<name>`, found `{model}`"),
+            ),
+            Some(("scripted", name)) => c.scripted_model(src, pos, name),
+            Some(_) => {}
+        }
     }
     let mut vars: Vec<(Vec<Seg>, &str)> = Vec::new();
     for (i, token) in host.api_tokens.iter().enumerate() {

@@ -137,6 +137,48 @@ impl Checker<'_> {
             .push(Diagnostic::warning(&source.file, pos, message));
     }
 
+    /// The file of model `scripted/<name>` (named at `pos` of `source`) exists and holds a
+    /// model script. A script with errors of its own is reported where it is loaded.
+    pub fn scripted_model(&mut self, source: &Source, pos: Pos, name: &str) {
+        if self.config.script(name).is_some() {
+            return;
+        }
+        let root = &self.config.root;
+        let dir = if root.is_dir() {
+            root.clone()
+        } else {
+            source.base_dir.clone()
+        };
+        let file = dir.join(name);
+        if !file.is_file() {
+            self.error(
+                source,
+                pos,
+                format!("scripted model file `{name}` does not exist (paths are relative to the config dir)"),
+            );
+            return;
+        }
+        // Not loaded as a script: empty (no YAML document), or a manifest (it has a `kind`).
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let blank = text.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#') || l == "---"
+        });
+        if blank {
+            self.error(
+                source,
+                pos,
+                format!("scripted model file `{name}` is empty: a model script is a YAML document with `responses:`"),
+            );
+        } else if text.lines().any(|l| l.starts_with("kind:")) {
+            self.error(
+                source,
+                pos,
+                format!("scripted model file `{name}` holds a manifest (it has a `kind`), not a model script"),
+            );
+        }
+    }
+
     pub fn env_var(&self, name: &str) -> Option<String> {
         (self.env)(name)
     }
