@@ -54,6 +54,18 @@ fn run_json_prints_the_task_object_and_events_prints_the_log() {
     }
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+
+    // A data dir without a store is an error, and stays without one.
+    let missing = data.path().join("mistyped");
+    let (code, _, err) = agentmesh(&[
+        "events",
+        "--data",
+        missing.to_str().unwrap(),
+        task["id"].as_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no store in"), "{err}");
+    assert!(!missing.exists());
 }
 
 #[test]

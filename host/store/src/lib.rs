@@ -226,6 +226,11 @@ impl Store {
         Ok(store)
     }
 
+    /// Whether `dir` holds a store (one [`Store::open`] created), without creating one.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join("store").is_dir()
+    }
+
     /// Finishes or undoes writes a crash cut short (see [`head`]): removes events and parts
     /// past their task record's `log_end` and `parts`, and queue entries a record says were
     /// taken. Reads every record's head and the keys past it.

@@ -24,6 +24,14 @@ pub struct Args {
 
 /// Prints the task's event log, one JSON object a line.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+    // Reading must not create: a mistyped `--data` would otherwise become an empty store.
+    if !Store::exists(&args.data) {
+        anyhow::bail!(
+            "no store in {}: give the data dir of `agentmesh run` or `serve` (by default \
+             the config dir's `.agentmesh`, or the host config's `data_dir`)",
+            args.data.display()
+        );
+    }
     let store = Store::open(&args.data).with_context(|| {
         format!(
             "opening the store in {} (while `agentmesh serve` holds it, use GET /v1/tasks/{}/events)",
