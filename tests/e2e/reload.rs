@@ -1,5 +1,6 @@
 //! Hot reload of the config dir: replacing a component changes behaviour without a restart;
-//! replacing it with garbage keeps the last good version and reports why.
+//! replacing it with garbage, or with a component of another world, keeps the last good
+//! version and reports why.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -116,4 +117,18 @@ fn a_replaced_component_is_swapped_in_and_garbage_keeps_the_last_good_one() {
             .is_some_and(|e| e.contains("refused")),
         "the probe still answers: {still}"
     );
+
+    // A component of another world (an event filter as the tool) is refused as well.
+    std::fs::copy(guest("label_filter"), dir.join("box.wasm.new")).unwrap();
+    std::fs::rename(dir.join("box.wasm.new"), dir.join("box.wasm")).unwrap();
+    let error = wait_for(Duration::from_secs(5), || {
+        let status = server.request("GET", "/v1/status").send().json();
+        status["reload"]["last_error"]["message"]
+            .as_str()
+            .filter(|m| m.contains("event-filter-plugin"))
+            .map(str::to_owned)
+    })
+    .expect("the refused reload is reported");
+    assert!(error.contains("must implement `tool-plugin`"), "{error}");
+    assert_eq!(box_hash(&server), v2);
 }

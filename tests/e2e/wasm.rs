@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::util::{events, first, run_json};
+use crate::util::{agentmesh, events, first, run_json};
 
 fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -19,6 +19,38 @@ fn guest(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A tool `t/NAME` run by `component` (`wasm_extra`: more of its `wasm:` map, e.g.
+/// `, timeout: 5s`) with one action `ACTION`, and an agent `t/a` on `scripted/script.yaml`
+/// whose `capabilities:` are `capabilities` (indented lines).
+fn tool_and_agent(
+    name: &str,
+    component: &Path,
+    wasm_extra: &str,
+    action: &str,
+    capabilities: &str,
+) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: {name}
+description: The tool under test.
+wasm: {{component: {component}{wasm_extra}}}
+actions:
+  - name: {action}
+    description: The action.
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Uses the tool.
+prompt: Go.
+model: scripted/script.yaml
+capabilities:
+{capabilities}",
+        component = component.display()
+    )
 }
 
 /// One request the fake server received.
@@ -197,26 +229,12 @@ fn a_component_that_calls_a_host_not_allowed_is_a_recoverable_error() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("all.yaml"),
-        format!(
-            "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: sneaky
-description: Calls a host it may not.
-wasm: {{component: {component}, timeout: 5s}}
-actions:
-  - name: run
-    description: Run.
----
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Uses the sneaky tool.
-prompt: Go.
-model: scripted/script.yaml
-capabilities:
-  sneaky: \"*\"
-",
-            component = component.display()
+        tool_and_agent(
+            "sneaky",
+            &component,
+            ", timeout: 5s",
+            "run",
+            "  sneaky: \"*\"\n",
         ),
     )
     .unwrap();
@@ -372,4 +390,52 @@ capabilities:
         first(&events, "ObservationEvent")["result"],
         serde_json::json!({"key": "plan", "value": null})
     );
+}
+
+/// A component of the wrong world is refused where it is referenced, by `validate` and before
+/// `run` starts a task: an event filter as a tool, a tool as a middleware step.
+#[test]
+fn a_component_of_the_wrong_world_is_refused_before_any_task_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = guest("notes");
+    let before = format!(
+        "  notes:\n    before:\n      - wasm: {{component: {}}}\n",
+        notes.display()
+    );
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        tool_and_agent("notes", &guest("label_filter"), "", "put", &before),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("script.yaml"), "responses: []\n").unwrap();
+    let config = dir.path().to_str().unwrap();
+    let (code, out, err) = agentmesh(&["validate", config]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("implements `event-filter-plugin`; here it must implement `tool-plugin`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("implements `tool-plugin`; here it must implement `middleware-plugin`"),
+        "{out}"
+    );
+    assert!(out.contains("all.yaml:5:"), "{out}");
+
+    let data = dir.path().join("data");
+    let (code, _, err) = agentmesh(&[
+        "run",
+        config,
+        "--agent",
+        "t/a",
+        "-m",
+        "go",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("here it must implement `tool-plugin`"),
+        "{err}"
+    );
+    assert!(!data.join("store").exists(), "no task was started");
 }

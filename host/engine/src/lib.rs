@@ -41,7 +41,7 @@ mod wakeups;
 mod wasm;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
@@ -56,6 +56,7 @@ pub use plan::Plan;
 pub use task::{Reason, Status, TaskRecord, UserRef};
 pub use triggers::{FireError, SourceDelivery};
 pub use wakeups::HostTool;
+pub use wasm::check_components;
 
 use plan::{AgentPlan, Target};
 use providers::Providers;
@@ -278,6 +279,11 @@ impl Engine {
             Some(Ok(p)) => p.versions(),
             _ => Vec::new(),
         }
+    }
+
+    /// Where compiled components are cached, if anywhere.
+    pub fn component_cache(&self) -> Option<&Path> {
+        self.inner.options.component_cache.as_deref()
     }
 
     /// The store.

@@ -7,15 +7,67 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentmesh_manifest::model::tool::WasmRuntime;
+use agentmesh_manifest::{Diagnostic, Report};
 use agentmesh_plugins::{
-    KvError, KvScope, KvStore, Limits, LoadedComponent, MiddlewareCall, PluginConfig, PluginError,
-    PluginHost, Sandbox, ToolSession, Verdict,
+    KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall, PluginConfig,
+    PluginError, PluginHost, Sandbox, ToolSession, Verdict,
 };
 use agentmesh_store::Store;
 use serde_json::Value;
 
 use crate::lock;
 use crate::runtime::ActionResult;
+
+/// Compiles every component `report` references — reading or filling the compiled cache in
+/// `cache_dir` — and checks that each implements the world its reference needs (a tool's
+/// `wasm.component` a `tool-plugin` component, a middleware step a `middleware-plugin`
+/// component, a webhook's `filter_component` an `event-filter-plugin` component). Each problem
+/// becomes an error at the reference. With `progress`, says on stderr what it compiles.
+pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress: bool) {
+    if report.components.is_empty() {
+        return;
+    }
+    let config = PluginConfig {
+        cache_dir: cache_dir.map(Path::to_path_buf),
+        max_instances: 1,
+        ..PluginConfig::default()
+    };
+    let host = PluginHost::new(config, Arc::new(MemoryKv::new())).map_err(|e| e.to_string());
+    let mut outcomes: HashMap<PathBuf, Result<&'static str, String>> = HashMap::new();
+    let mut found = Vec::new();
+    for reference in &report.components {
+        let outcome = outcomes.entry(reference.path.clone()).or_insert_with(|| {
+            if progress {
+                eprintln!("compiling component {}", reference.written);
+            }
+            let host = host
+                .as_ref()
+                .map_err(|e| format!("cannot be checked: {e}"))?;
+            host.load(&reference.path)
+                .map(|c| c.world().as_str())
+                .map_err(|e| {
+                    // The reference names the file: say the rest (`is not a valid …`).
+                    let text = e.to_string();
+                    let path = reference.path.display().to_string();
+                    match text.strip_prefix(&path) {
+                        Some(rest) => rest.trim_start().to_owned(),
+                        None => format!("cannot be loaded: {text}"),
+                    }
+                })
+        });
+        let needed = reference.world.wit_name();
+        let problem = match outcome {
+            Ok(world) if *world == needed => continue,
+            Ok(world) => format!(
+                "component `{}` implements `{world}`; here it must implement `{needed}`",
+                reference.written
+            ),
+            Err(e) => format!("component `{}` {e}", reference.written),
+        };
+        found.push(Diagnostic::error(&reference.file, reference.pos, problem));
+    }
+    report.add_diagnostics(found);
+}
 
 /// Plugin key-value in the store, one scope per (component, task).
 struct StoreKv(Arc<Store>);

@@ -26,7 +26,7 @@ pub mod yaml;
 
 use std::path::Path;
 
-pub use check::Summary;
+pub use check::{ComponentUse, ComponentWorld, Summary};
 pub use diag::{Diagnostic, Severity};
 pub use load::{Config, Loaded, Source};
 
@@ -39,12 +39,24 @@ pub struct Report {
     pub summary: Summary,
     /// Every problem, sorted by file and position.
     pub diagnostics: Vec<Diagnostic>,
+    /// Every reference to a component file (what compiling them needs; see
+    /// [`Report::add_diagnostics`]).
+    pub components: Vec<ComponentUse>,
 }
 
 impl Report {
     /// Whether any diagnostic is an error.
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// Adds problems found after loading (e.g. by compiling the components), keeping the
+    /// diagnostics sorted by file and position.
+    pub fn add_diagnostics(&mut self, more: impl IntoIterator<Item = Diagnostic>) {
+        self.diagnostics.extend(more);
+        self.diagnostics
+            .sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
+        self.diagnostics.dedup();
     }
 }
 
@@ -65,21 +77,21 @@ pub fn validate_text(
     let mut config = Config::default();
     let mut diagnostics = Vec::new();
     load::load_text(text, file, Path::new("."), &mut config, &mut diagnostics);
-    let (_, more) = check::validate(&config, env);
+    let (_, more, _) = check::validate(&config, env);
     diagnostics.extend(more);
     diagnostics
 }
 
 /// [`validate`] with an injected environment.
 pub fn validate_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
-    let (config, mut diagnostics) = load::load(path);
-    let (summary, more) = check::validate(&config, env);
-    diagnostics.extend(more);
-    diagnostics.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
-    diagnostics.dedup();
-    Report {
+    let (config, diagnostics) = load::load(path);
+    let (summary, more, components) = check::validate(&config, env);
+    let mut report = Report {
         config,
         summary,
         diagnostics,
-    }
+        components,
+    };
+    report.add_diagnostics(more);
+    report
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use agentmesh_engine::Plan;
+use agentmesh_engine::{Plan, check_components};
 use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 
@@ -126,10 +126,15 @@ pub async fn watch(state: Arc<AppState>, interval: Duration) {
 /// version in force and records why.
 pub async fn reload(state: &AppState) -> Result<(), String> {
     let dir = state.config_dir.clone();
+    let cache = state.engine().component_cache().map(Path::to_path_buf);
     let outcome = async {
-        let report = tokio::task::spawn_blocking(move || agentmesh_manifest::validate(&dir))
-            .await
-            .map_err(|e| format!("validation did not finish: {e}"))?;
+        let report = tokio::task::spawn_blocking(move || {
+            let mut report = agentmesh_manifest::validate(&dir);
+            check_components(&mut report, cache.as_deref(), false);
+            report
+        })
+        .await
+        .map_err(|e| format!("validation did not finish: {e}"))?;
         if report.has_errors() {
             let lines: Vec<String> = report.diagnostics.iter().map(ToString::to_string).collect();
             return Err(lines.join("\n"));

@@ -8,7 +8,9 @@ pub mod validate;
 
 use std::path::{Path, PathBuf};
 
-use agentmesh_engine::Plan;
+use std::io::IsTerminal;
+
+use agentmesh_engine::{Plan, check_components};
 use agentmesh_manifest::model::host::HostConfig;
 
 /// The data dir: the flag, else the host config's `data_dir` (relative to the config dir),
@@ -21,10 +23,24 @@ pub fn data_dir(flag: Option<&Path>, config_dir: &Path, host: &HostConfig) -> Pa
     }
 }
 
-/// Loads and validates `dir` and compiles it into a plan; `Ok(None)` after printing the
-/// diagnostics when it is invalid (the caller exits 1).
-pub fn load(dir: &Path) -> anyhow::Result<Option<(agentmesh_manifest::Report, Plan)>> {
-    let report = agentmesh_manifest::validate(dir);
+/// Loads and validates `dir` — compiling its components into the cache of the data dir (the
+/// flag `data`, else as [`data_dir`] says) — and compiles it into a plan. Returns the report,
+/// the plan and the data dir; `Ok(None)` after printing the diagnostics when it is invalid
+/// (the caller exits 1).
+pub fn load(
+    dir: &Path,
+    data: Option<&Path>,
+) -> anyhow::Result<Option<(agentmesh_manifest::Report, Plan, PathBuf)>> {
+    let mut report = agentmesh_manifest::validate(dir);
+    let data = data_dir(
+        data,
+        &report.config.base_dir(),
+        &report.config.host_config(),
+    );
+    if !report.has_errors() {
+        let progress = std::io::stderr().is_terminal();
+        check_components(&mut report, Some(&data.join("components")), progress);
+    }
     if report.has_errors() {
         for d in &report.diagnostics {
             eprintln!("{d}");
@@ -33,5 +49,5 @@ pub fn load(dir: &Path) -> anyhow::Result<Option<(agentmesh_manifest::Report, Pl
     }
     let env = |n: &str| std::env::var(n).ok();
     let plan = Plan::build(&report.config, &env)?;
-    Ok(Some((report, plan)))
+    Ok(Some((report, plan, data)))
 }

@@ -42,10 +42,9 @@ pub struct Args {
 /// Runs one task in-process to idle or termination: exit 0 idle, 2 terminated, 1 bad
 /// usage or config.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
-    let Some((report, plan)) = super::load(&args.dir)? else {
+    let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
-    let data = super::data_dir(args.data.as_deref(), &report.config.base_dir(), &plan.host);
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );

@@ -36,7 +36,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves until SIGINT or SIGTERM, then drains and exits 0.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
-    let Some((report, plan)) = super::load(&args.dir)? else {
+    let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
     let host = plan.host.clone();
@@ -73,7 +73,6 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
              drive every task; configure api_tokens or listen on a loopback address"
         );
     }
-    let data = super::data_dir(args.data.as_deref(), &report.config.base_dir(), &host);
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );

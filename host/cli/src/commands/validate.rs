@@ -1,8 +1,10 @@
 //! `agentmesh validate DIR`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use agentmesh_engine::check_components;
 
 /// Arguments of `validate`.
 #[derive(clap::Args)]
@@ -13,7 +15,9 @@ pub struct Args {
 
 /// Prints every diagnostic as `FILE:LINE:COL: error: MESSAGE` (exit 1), or the `ok:` summary.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
-    let report = agentmesh_manifest::validate(&args.dir);
+    let mut report = agentmesh_manifest::validate(&args.dir);
+    // Compiled aside, not into a data dir: validating writes nothing.
+    check_components(&mut report, None, std::io::stderr().is_terminal());
     let mut out = std::io::stdout().lock();
     for d in &report.diagnostics {
         writeln!(out, "{d}")?;

@@ -32,16 +32,56 @@ pub struct Summary {
     pub components: usize,
 }
 
+/// The world a referenced component must implement, by where it is referenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComponentWorld {
+    /// A tool's or an action's `wasm.component`.
+    Tool,
+    /// A middleware `wasm` step.
+    Middleware,
+    /// A webhook's `filter_component`.
+    EventFilter,
+}
+
+impl ComponentWorld {
+    /// The world's WIT name (`tool-plugin`, …).
+    pub fn wit_name(self) -> &'static str {
+        match self {
+            ComponentWorld::Tool => "tool-plugin",
+            ComponentWorld::Middleware => "middleware-plugin",
+            ComponentWorld::EventFilter => "event-filter-plugin",
+        }
+    }
+}
+
+/// A reference to a Wasm component: what compiling it needs, and where to report a problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentUse {
+    /// The component file, resolved (canonical when it exists).
+    pub path: PathBuf,
+    /// The path as written in the manifest.
+    pub written: String,
+    /// The world the reference needs.
+    pub world: ComponentWorld,
+    /// The manifest file and the position of the reference in it.
+    pub file: PathBuf,
+    /// See `file`.
+    pub pos: Pos,
+}
+
 /// Checks a loaded config. `env` reads environment variables (injected so tests control it).
+/// Returns the summary, the problems, and every reference to a component that looked usable
+/// (a Wasm component file), for a caller that can compile them.
 pub fn validate(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
-) -> (Summary, Vec<Diagnostic>) {
+) -> (Summary, Vec<Diagnostic>, Vec<ComponentUse>) {
     let mut c = Checker {
         config,
         env,
         diags: Vec::new(),
         components: BTreeSet::new(),
+        uses: Vec::new(),
     };
     c.duplicates();
     host::check(&mut c);
@@ -64,7 +104,7 @@ pub fn validate(
         schedules: config.schedules.len(),
         components: c.components.len(),
     };
-    (summary, c.diags)
+    (summary, c.diags, c.uses)
 }
 
 /// A document's identity: namespace, name, and where it is.
@@ -86,6 +126,7 @@ pub(crate) struct Checker<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
     pub diags: Vec<Diagnostic>,
     components: BTreeSet<PathBuf>,
+    uses: Vec<ComponentUse>,
 }
 
 /// The node at `path`, or `None` where the path leaves the tree.
@@ -262,8 +303,8 @@ impl Checker<'_> {
     }
 
     /// Checks that the component at `path` (relative to the manifest) exists and is a Wasm
-    /// component, and counts it.
-    pub fn component(&mut self, source: &Source, path: &[Seg]) {
+    /// component, counts it, and records the reference (it must implement `world`).
+    pub fn component(&mut self, source: &Source, path: &[Seg], world: ComponentWorld) {
         let Some(node) = node_at(&source.node, path) else {
             return;
         };
@@ -273,7 +314,14 @@ impl Checker<'_> {
             Some(problem) => self.error(source, node.pos, format!("component `{rel}` {problem}")),
             None => {
                 let key = full.canonicalize().unwrap_or(full);
-                self.components.insert(key);
+                self.components.insert(key.clone());
+                self.uses.push(ComponentUse {
+                    path: key,
+                    written: rel.to_owned(),
+                    world,
+                    file: source.file.clone(),
+                    pos: node.pos,
+                });
             }
         }
     }

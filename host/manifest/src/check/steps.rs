@@ -3,7 +3,7 @@
 use agentmesh_expr::Scope;
 
 use super::scopes;
-use super::{Checker, K, Seg, key_pos, node_at, pos_at};
+use super::{Checker, ComponentWorld, K, Seg, key_pos, node_at, pos_at};
 use crate::load::Source;
 use crate::model::Tool;
 use crate::model::common::{MiddlewareStep, OnFail};
@@ -140,7 +140,7 @@ fn check_step(
     if step.wasm.is_some() {
         let mut p = at("wasm");
         p.push(K("component"));
-        c.component(source, &p);
+        c.component(source, &p, ComponentWorld::Middleware);
     }
     if let (Some(name), Some(tool)) = (&step.match_action, around.tool) {
         let names: Vec<&str> = tool

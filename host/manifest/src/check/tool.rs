@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Checker, I, K, Seg, key_pos, pos_at, scopes};
+use super::{Checker, ComponentWorld, I, K, Seg, key_pos, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
 use crate::model::tool::HttpRequest;
@@ -28,7 +28,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         "events",
     );
     if tool.wasm.is_some() {
-        c.component(src, &[K("wasm"), K("component")]);
+        c.component(src, &[K("wasm"), K("component")], ComponentWorld::Tool);
     }
     if let Some(shared) = &tool.stateless_http {
         http(c, src, &[K("stateless_http")], shared, &scopes::HTTP);
@@ -106,7 +106,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         if execute.wasm.is_some() {
             let mut p = exec("wasm").to_vec();
             p.push(K("component"));
-            c.component(src, &p);
+            c.component(src, &p, ComponentWorld::Tool);
         }
     }
     for (i, event) in tool.events.iter().enumerate() {
@@ -149,7 +149,11 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             c.expr(src, &recv("webhook", "filter"), &scopes::FILTER, "");
             c.template(src, &recv("webhook", "secret"), &scopes::SECRET);
             if hook.filter_component.is_some() {
-                c.component(src, &recv("webhook", "filter_component"));
+                c.component(
+                    src,
+                    &recv("webhook", "filter_component"),
+                    ComponentWorld::EventFilter,
+                );
             }
         }
         if let Some(sub) = &event.receive.subscription {
