@@ -319,6 +319,30 @@ fn a_body_over_max_body_bytes_is_413() {
 }
 
 #[test]
+fn every_error_has_the_json_shape() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(&dir, &data, &[]);
+    for (method, path, status, code) in [
+        ("GET", "/v1/tasks?limit=5", 400, "bad_request"),
+        ("GET", "/v1/tasks/t_x/events?after=soon", 400, "bad_request"),
+        ("GET", "/v1/schedules?taks=t_x", 400, "bad_request"),
+        ("PUT", "/v1/tasks", 405, "method_not_allowed"),
+        ("GET", "/v1/nowhere", 404, "not_found"),
+    ] {
+        let r = server.request(method, path).send();
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+        let body = r.json();
+        assert_eq!(body["error"]["code"], code, "{method} {path}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{method} {path}: {body}"
+        );
+    }
+}
+
+#[test]
 fn sigterm_drains_and_exits_zero() {
     let (_root, dir, data) = dirs("");
     let server = Server::start(&dir, &data, &[]);

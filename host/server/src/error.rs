@@ -102,3 +102,37 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
         }
     }
 }
+
+/// A query string, with the API's JSON 400 when it does not parse (an unknown parameter, a
+/// value of the wrong type) instead of axum's plain-text one.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for ApiQuery<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(query)) => Ok(ApiQuery(query)),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "the query string is not as expected: {}",
+                // "Failed to deserialize query string: limit: unknown field …": the cause.
+                e.body_text()
+                    .trim_start_matches("Failed to deserialize query string: ")
+            ))),
+        }
+    }
+}
+
+/// 405 for a route that exists with other methods, in the API's error shape.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}

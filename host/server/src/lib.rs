@@ -103,6 +103,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(status::healthz))
         .route("/metrics", get(status::metrics))
         .fallback(status::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentmesh_engine::{NewTask, Status, UserRef};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{Caller, Role};
-use crate::error::{ApiError, ApiResult, Body};
+use crate::error::{ApiError, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 
 /// `POST /v1/tasks` body.
@@ -121,7 +121,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
     let status = q
@@ -185,7 +185,7 @@ pub async fn events(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers)?;
     visible_task(&state, &caller, &id)?;

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use agentmesh_engine::{FireError, SourceDelivery};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::Role;
-use crate::error::{ApiError, ApiResult, Body};
+use crate::error::{ApiError, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 
 /// `POST /v1/webhooks/sources/{source}`.
@@ -145,7 +145,7 @@ pub struct SchedulesQuery {
 pub async fn schedules(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<SchedulesQuery>,
+    ApiQuery(q): ApiQuery<SchedulesQuery>,
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth.caller(&headers)?;
     let engine = state.engine();
