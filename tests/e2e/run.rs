@@ -11,13 +11,17 @@ fn quickstart() -> String {
         .to_string()
 }
 
+/// `agentmesh run examples/quickstart ARGS…`: (exit code, stdout, stderr).
+fn run_quickstart(args: &[&str]) -> (Option<i32>, String, String) {
+    let quickstart = quickstart();
+    agentmesh(&[&["run", quickstart.as_str()], args].concat())
+}
+
 #[test]
 fn run_answers_offline_with_the_scripted_model() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().to_str().unwrap();
-    let (code, out, err) = agentmesh(&[
-        "run",
-        &quickstart(),
+    let (code, out, err) = run_quickstart(&[
         "--agent",
         "demo/assistant",
         "-m",
@@ -72,9 +76,7 @@ fn run_json_prints_the_task_object_and_events_prints_the_log() {
 fn run_continues_a_task_from_the_same_data_dir() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().to_str().unwrap();
-    let (_, out, _) = agentmesh(&[
-        "run",
-        &quickstart(),
+    let (_, out, _) = run_quickstart(&[
         "--agent",
         "demo/assistant",
         "-m",
@@ -85,19 +87,12 @@ fn run_continues_a_task_from_the_same_data_dir() {
     ]);
     let task: serde_json::Value = serde_json::from_str(&out).unwrap();
     let id = task["id"].as_str().unwrap();
-    let (code, out, err) = agentmesh(&[
-        "run",
-        &quickstart(),
-        "--agent",
-        "demo/assistant",
-        "--task",
-        id,
-        "-m",
-        "again",
-        "--data",
-        data,
-        "--json",
-    ]);
+    let again = |agent| {
+        run_quickstart(&[
+            "--agent", agent, "--task", id, "-m", "again", "--data", data, "--json",
+        ])
+    };
+    let (code, out, err) = again("demo/assistant");
     assert_eq!(code, Some(0), "{err}");
     let task: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(task["output"].as_array().unwrap().len(), 2);
@@ -107,6 +102,22 @@ fn run_continues_a_task_from_the_same_data_dir() {
         task["output"][1]["message"][0]["text"],
         "(script exhausted)"
     );
+
+    // Without input, nothing runs, and `run` says what it waits for.
+    let (code, out, err) = run_quickstart(&["--agent", "demo/assistant", "--data", data]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "");
+    assert!(err.contains("no input given"), "{err}");
+
+    // Continuing it as another agent is refused, and adds nothing to it.
+    let (code, _, err) = again("demo/other");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("runs agent `demo/assistant`, not `demo/other`"),
+        "{err}"
+    );
+    let (_, out, _) = agentmesh(&["events", "--data", data, id]);
+    assert_eq!(out.matches("\"source\":\"user\"").count(), 2, "{out}");
 }
 
 /// An agent `t/NAME` on the model `scripted/MODEL`, its manifest ending with `rest`.
@@ -196,21 +207,10 @@ fn run_finds_a_script_named_two_ways() {
 fn run_refuses_an_unknown_agent_and_invalid_input() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().to_str().unwrap();
-    let (code, _, err) = agentmesh(&[
-        "run",
-        &quickstart(),
-        "--agent",
-        "demo/nobody",
-        "-m",
-        "hi",
-        "--data",
-        data,
-    ]);
+    let (code, _, err) = run_quickstart(&["--agent", "demo/nobody", "-m", "hi", "--data", data]);
     assert_eq!(code, Some(1));
     assert!(err.contains("agent `demo/nobody`"), "{err}");
-    let (code, _, err) = agentmesh(&[
-        "run",
-        &quickstart(),
+    let (code, _, err) = run_quickstart(&[
         "--agent",
         "demo/assistant",
         "--param",

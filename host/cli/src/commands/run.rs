@@ -57,13 +57,21 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let engine = Engine::new(plan, store, options);
     let input = input(args)?;
+    let no_input = input.is_none();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let record = runtime.block_on(async {
         let id = match &args.task {
             Some(id) => {
-                engine.task(id)?;
+                let task = engine.task(id)?;
+                if task.agent != args.agent {
+                    bail!(
+                        "task `{id}` runs agent `{}`, not `{}`",
+                        task.agent,
+                        args.agent
+                    );
+                }
                 if let Some(input) = &input {
                     engine.submit(id, input, None)?;
                 }
@@ -101,6 +109,9 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
                 record.id,
                 termination(&engine, &record)
             ),
+            _ if record.outputs.is_empty() && no_input => {
+                eprintln!("no input given (-m TEXT or --param KEY=VALUE): the task waits for it");
+            }
             _ => println!("{}", record.last_output_text().unwrap_or_default()),
         }
         eprintln!("task: {}", record.id);
