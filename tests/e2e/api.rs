@@ -326,6 +326,7 @@ fn every_error_has_the_json_shape() {
         ("GET", "/v1/tasks?limit=5", 400, "bad_request"),
         ("GET", "/v1/tasks/t_x/events?after=soon", 400, "bad_request"),
         ("GET", "/v1/schedules?taks=t_x", 400, "bad_request"),
+        ("DELETE", "/v1/schedules/%FF%FE", 400, "bad_request"),
         ("PUT", "/v1/tasks", 405, "method_not_allowed"),
         ("GET", "/v1/nowhere", 404, "not_found"),
     ] {

@@ -136,3 +136,26 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
         format!("{method} is not allowed on {}", uri.path()),
     )
 }
+
+/// Path parameters, with the API's JSON 400 when they do not decode (e.g. a percent-encoded
+/// byte that is not UTF-8) instead of axum's plain-text one.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S>
+    for ApiPath<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(params)) => Ok(ApiPath(params)),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "the path is not as expected: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentmesh_engine::{NewTask, Status, UserRef};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{Caller, Role};
-use crate::error::{ApiError, ApiQuery, ApiResult, Body};
+use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 
 /// `POST /v1/tasks` body.
@@ -102,7 +102,7 @@ pub async fn create(
 pub async fn get(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
     visible_task(&state, &caller, &id)?;
@@ -149,7 +149,7 @@ pub async fn list(
 pub async fn input(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
     writer(&state, &headers, &id)?;
@@ -184,7 +184,7 @@ pub struct EventsQuery {
 pub async fn events(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers)?;
@@ -251,7 +251,7 @@ fn writer(state: &AppState, headers: &HeaderMap, id: &str) -> ApiResult<Caller> 
 pub async fn interrupt(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     writer(&state, &headers, &id)?;
     state.engine().interrupt(&id).await?;
@@ -262,7 +262,7 @@ pub async fn interrupt(
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     writer(&state, &headers, &id)?;
     state.engine().delete_task(&id).await?;
@@ -282,7 +282,7 @@ struct ReviewBody {
 pub async fn review(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, review_id)): Path<(String, String)>,
+    ApiPath((id, review_id)): ApiPath<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Json<Value>> {
     let caller = writer(&state, &headers, &id)?;

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use agentmesh_engine::{FireError, SourceDelivery};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -26,13 +26,13 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::Role;
-use crate::error::{ApiError, ApiQuery, ApiResult, Body};
+use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 
 /// `POST /v1/webhooks/sources/{source}`.
 pub async fn source(
     State(state): State<Arc<AppState>>,
-    Path(source): Path<String>,
+    ApiPath(source): ApiPath<String>,
     headers: HeaderMap,
     body: Result<Body, ApiError>,
 ) -> ApiResult<Response> {
@@ -71,7 +71,7 @@ pub async fn source(
 /// `POST /v1/triggers/{namespace}/{name}/fire`.
 pub async fn fire(
     State(state): State<Arc<AppState>>,
-    Path((namespace, name)): Path<(String, String)>,
+    ApiPath((namespace, name)): ApiPath<(String, String)>,
     headers: HeaderMap,
     Body(body): Body,
 ) -> ApiResult<Response> {
@@ -123,7 +123,7 @@ pub async fn list(
 pub async fn get(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((namespace, name)): Path<(String, String)>,
+    ApiPath((namespace, name)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth.caller(&headers)?;
     let id = format!("{namespace}/{name}");
@@ -164,7 +164,7 @@ pub async fn schedules(
 pub async fn revoke(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     let caller = state.auth.caller(&headers)?;
     caller.require_write()?;

@@ -6,19 +6,19 @@ use std::sync::Arc;
 
 use agentmesh_engine::{WebhookError, WebhookOutcome};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult, Body};
+use crate::error::{ApiError, ApiPath, ApiResult, Body};
 use crate::metrics::Metrics;
 
 /// `POST /v1/webhooks/tools/{namespace}/{tool}`.
 pub async fn tool(
     State(state): State<Arc<AppState>>,
-    Path((namespace, tool)): Path<(String, String)>,
+    ApiPath((namespace, tool)): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Result<Body, ApiError>,
 ) -> ApiResult<Response> {
