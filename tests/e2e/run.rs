@@ -118,6 +118,21 @@ fn run_continues_a_task_from_the_same_data_dir() {
     );
     let (_, out, _) = agentmesh(&["events", "--data", data, id]);
     assert_eq!(out.matches("\"source\":\"user\"").count(), 2, "{out}");
+
+    // Continuing it from a data dir it never ran in names the problem and creates no store.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let elsewhere = elsewhere.path().join("data");
+    let (code, _, err) = run_quickstart(&[
+        "--agent",
+        "demo/assistant",
+        "--task",
+        id,
+        "--data",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no store in"), "{err}");
+    assert!(!elsewhere.join("store").exists());
 }
 
 /// An agent `t/NAME` on the model `scripted/MODEL`, its manifest ending with `rest`.

@@ -45,6 +45,14 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
+    if let Some(id) = &args.task
+        && !Store::exists(&data)
+    {
+        bail!(
+            "no store in {}, so no task `{id}`: give the data dir the task ran in (--data)",
+            data.display()
+        );
+    }
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );
