@@ -22,7 +22,8 @@ use crate::runtime::ActionResult;
 /// `cache_dir` — and checks that each implements the world its reference needs (a tool's
 /// `wasm.component` a `tool-plugin` component, a middleware step a `middleware-plugin`
 /// component, a webhook's `filter_component` an `event-filter-plugin` component). Each problem
-/// becomes an error at the reference. With `progress`, says on stderr what it compiles.
+/// becomes an error at the reference. With `progress`, names each component on stderr as it
+/// loads it (compiling takes a while; a cached one loads in milliseconds).
 pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress: bool) {
     if report.components.is_empty() {
         return;
@@ -38,7 +39,7 @@ pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress:
     for reference in &report.components {
         let outcome = outcomes.entry(reference.path.clone()).or_insert_with(|| {
             if progress {
-                eprintln!("compiling component {}", reference.written);
+                eprintln!("loading component {}", reference.written);
             }
             let host = host
                 .as_ref()

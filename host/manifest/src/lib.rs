@@ -39,8 +39,9 @@ pub struct Report {
     pub summary: Summary,
     /// Every problem, sorted by file and position.
     pub diagnostics: Vec<Diagnostic>,
-    /// Every reference to a component file (what compiling them needs; see
-    /// [`Report::add_diagnostics`]).
+    /// Every reference to a component file, with the world it must implement, for a caller
+    /// that compiles them (the manifest crate only reads their headers) and reports with
+    /// [`Report::add_diagnostics`].
     pub components: Vec<ComponentUse>,
 }
 

@@ -6,9 +6,8 @@ pub mod schema;
 pub mod serve;
 pub mod validate;
 
-use std::path::{Path, PathBuf};
-
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
 use agentmesh_engine::{Plan, check_components};
 use agentmesh_manifest::model::host::HostConfig;
