@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::util::{agentmesh, events, run_json};
+use crate::util::{agentmesh, events, first, run_json};
 
 fn quickstart() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -237,4 +237,51 @@ fn run_refuses_an_unknown_agent_and_invalid_input() {
     ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("`colour` is not a parameter"), "{err}");
+}
+
+/// Arguments that are not a JSON object (an OpenAI-compatible provider keeps them as
+/// `{"_raw": …}`) come back to the LLM as that, not as a missing argument.
+#[test]
+fn arguments_that_are_not_json_are_reported_to_the_llm_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: calc
+description: Adds.
+actions:
+  - name: add
+    description: Add.
+    parameters: {type: object, properties: {a: {type: integer}}}
+    execute:
+      cel: {expression: \"{'sum': input.a + 1}\"}
+---
+";
+    std::fs::write(
+        dir.path().join("manifests.yaml"),
+        [
+            tool,
+            &agent(
+                "a",
+                "Calls calc.",
+                "script.yaml",
+                "capabilities:\n  calc: \"*\"\n",
+            ),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "responses:\n  - tool_calls: [{name: calc, arguments: {_raw: '{\"a\": 1'}}]\n  - text: fixed\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "hi", &data, &[]);
+    let events = events(&data, &task);
+    let observation = first(&events, "ObservationEvent");
+    assert_eq!(
+        observation["result"]["error"],
+        "the arguments are not a JSON object: `{\"a\": 1`; send them as one JSON object",
+        "{observation}"
+    );
 }

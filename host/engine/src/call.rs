@@ -279,6 +279,15 @@ fn resolve_input(
     action: Option<usize>,
     mut args: Map<String, Value>,
 ) -> std::result::Result<Value, String> {
+    // A provider keeps arguments that are not a JSON object as `{"_raw": …}` (see
+    // agentmesh-llm): tell the LLM so, rather than which argument is missing.
+    if let (1, Some(Value::String(raw))) = (args.len(), args.get("_raw")) {
+        let shown: String = raw.chars().take(200).collect();
+        let more = if shown.len() < raw.len() { "…" } else { "" };
+        return Err(format!(
+            "the arguments are not a JSON object: `{shown}{more}`; send them as one JSON object"
+        ));
+    }
     let mut act = Activation::new();
     if !cap.bindings.is_empty() {
         let mut needs = Needs::default();
