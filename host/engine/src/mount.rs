@@ -60,15 +60,31 @@ impl FileMount {
         self.root.join(self.prefix.trim_start_matches('/'))
     }
 
-    /// Resolves `path` inside the prefix; absolute paths and `..` are refused.
+    /// Resolves `path` inside the prefix; absolute paths and `..` are refused, and so is a
+    /// path through a symbolic link at any depth: one (made by a component with the mount, or
+    /// by anything else with access to the directory) could lead outside the prefix.
     fn resolve(&self, path: &str) -> Result<PathBuf, String> {
-        let p = Path::new(path);
         if path.is_empty() {
             return Err("empty path".into());
         }
-        for c in p.components() {
+        let mut full = self.dir();
+        let mut exists = true;
+        for c in Path::new(path).components() {
             match c {
-                Component::Normal(_) | Component::CurDir => {}
+                Component::Normal(name) => {
+                    full.push(name);
+                    // Below a missing directory nothing exists yet (`write` creates it).
+                    if exists {
+                        match std::fs::symlink_metadata(&full) {
+                            Ok(m) if m.file_type().is_symlink() => {
+                                return Err(format!("`{path}`: symbolic links are not followed"));
+                            }
+                            Ok(_) => {}
+                            Err(_) => exists = false,
+                        }
+                    }
+                }
+                Component::CurDir => {}
                 Component::ParentDir => {
                     return Err(format!("`{path}`: `..` is not allowed in mount paths"));
                 }
@@ -77,7 +93,7 @@ impl FileMount {
                 }
             }
         }
-        Ok(self.dir().join(p))
+        Ok(full)
     }
 }
 
@@ -85,9 +101,6 @@ impl MountIo for FileMount {
     fn read(&self, path: &str) -> Result<String, String> {
         let full = self.resolve(path)?;
         let meta = std::fs::symlink_metadata(&full).map_err(|e| format!("`{path}`: {e}"))?;
-        if meta.file_type().is_symlink() {
-            return Err(format!("`{path}`: symbolic links are not followed"));
-        }
         if meta.len() > MAX_MOUNT_FILE {
             return Err(format!("`{path}` is larger than {MAX_MOUNT_FILE} bytes"));
         }
@@ -101,9 +114,6 @@ impl MountIo for FileMount {
         let full = self.resolve(path)?;
         if let Some(parent) = full.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("`{path}`: {e}"))?;
-        }
-        if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!("`{path}`: symbolic links are not followed"));
         }
         std::fs::write(&full, content).map_err(|e| format!("`{path}`: {e}"))?;
         Ok(content.to_owned())

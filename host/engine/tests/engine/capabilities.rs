@@ -201,7 +201,7 @@ capabilities:
 }
 
 #[tokio::test]
-async fn mount_write_then_read_round_trips_and_parent_paths_are_refused() {
+async fn mount_write_then_read_round_trips_and_parent_paths_and_links_are_refused() {
     let manifests = "kind: commonagents.info/v1beta2/tool
 namespace: t
 name: memory
@@ -232,9 +232,18 @@ capabilities:
   - tool_calls: [{name: memory_write, arguments: {key: k, value: remembered}}]
   - tool_calls: [{name: memory_read, arguments: {key: k}}]
   - tool_calls: [{name: memory_read, arguments: {key: ../../escape}}]
+  - tool_calls: [{name: memory_read, arguments: {key: out/secret}}]
+  - tool_calls: [{name: memory_write, arguments: {key: out/planted, value: x}}]
   - text: done
 ";
     let h = harness(manifests, script);
+    // A directory in the mount that is a symbolic link to one outside it (as a component
+    // with the mount, or another process, could make): neither read nor written through.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "outside").unwrap();
+    let memory = h.dir.path().join("data/mounts/t/a/_memory");
+    std::fs::create_dir_all(&memory).unwrap();
+    std::os::unix::fs::symlink(outside.path(), memory.join("out")).unwrap();
     let task = h.run("t/a", "go").await;
     let obs = observations(&h.events(&task));
     assert_eq!(obs[0], json!("remembered"));
@@ -247,6 +256,15 @@ capabilities:
         "{}",
         obs[2]
     );
-    let file = h.dir.path().join("data/mounts/t/a/_memory/k");
+    for o in &obs[3..5] {
+        assert!(
+            o["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("symbolic links are not followed")),
+            "{o}"
+        );
+    }
+    assert!(!outside.path().join("planted").exists());
+    let file = memory.join("k");
     assert_eq!(std::fs::read_to_string(file).unwrap(), "remembered");
 }
