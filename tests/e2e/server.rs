@@ -213,27 +213,13 @@ impl Request {
         stream.write_all(head.as_bytes()).unwrap();
         stream.write_all(&self.body).unwrap();
         let mut reader = BufReader::new(stream);
-        let mut status_line = String::new();
-        reader
-            .read_line(&mut status_line)
+        let (status_line, headers) = agentmesh_testkit::read_head(&mut reader)
             .unwrap_or_else(|e| panic!("{} {}: no answer: {e}", self.method, self.path));
         let status = status_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad status line `{status_line}`"));
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-            }
-        }
         let chunked = headers
             .iter()
             .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));

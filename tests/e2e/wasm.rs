@@ -2,8 +2,6 @@
 //! makes a real HTTP request (through the host's filtered wasi-http) to a fake GitHub server
 //! this test starts on loopback, and the observation carries its answer.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -53,67 +51,18 @@ capabilities:
     )
 }
 
-/// One request the fake server received.
-struct Received {
-    request_line: String,
-    authorization: Option<String>,
-    body: String,
-}
-
-/// A fake GitHub API on 127.0.0.1 answering `requests` requests, then stopping.
-fn fake_github(requests: usize) -> (u16, mpsc::Receiver<Received>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(requests) {
-            let Ok(mut stream) = stream else { return };
-            stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            reader.read_line(&mut request_line).unwrap();
-            let mut length = 0;
-            let mut authorization = None;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let line = line.trim_end();
-                if line.is_empty() {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':') {
-                    match name.to_ascii_lowercase().as_str() {
-                        "content-length" => length = value.trim().parse().unwrap(),
-                        "authorization" => authorization = Some(value.trim().to_owned()),
-                        _ => {}
-                    }
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            let body = String::from_utf8(body).unwrap();
-            let title = serde_json::from_str::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["title"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            let answer = serde_json::json!({"number": 42, "title": title, "state": "open",
-                "html_url": "https://github.com/acme/web/pull/42"})
-            .to_string();
-            write!(
-                stream,
-                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            )
-            .unwrap();
-            tx.send(Received {
-                request_line: request_line.trim_end().to_owned(),
-                authorization,
-                body,
-            })
-            .unwrap();
-        }
-    });
-    (port, rx)
+/// A fake GitHub API on 127.0.0.1 answering `requests` requests (a created pull request
+/// with the title it was sent), then stopping.
+fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {
+    agentmesh_testkit::serve(requests, |request| {
+        let title = serde_json::from_str::<serde_json::Value>(&request.body)
+            .ok()
+            .and_then(|v| v["title"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let answer = serde_json::json!({"number": 42, "title": title, "state": "open",
+            "html_url": "https://github.com/acme/web/pull/42"});
+        ("201 Created", answer.to_string())
+    })
 }
 
 #[test]
@@ -203,7 +152,7 @@ capabilities:
         .recv_timeout(Duration::from_secs(10))
         .expect("the component made no request");
     assert_eq!(request.request_line, "POST /repos/acme/web/pulls HTTP/1.1");
-    assert_eq!(request.authorization.as_deref(), Some("Bearer test-token"));
+    assert_eq!(request.header("authorization"), Some("Bearer test-token"));
     let body: serde_json::Value = serde_json::from_str(&request.body).unwrap();
     assert_eq!(body["title"], "Fix the flaky test");
     assert_eq!(body["head"], "fix-flaky");

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agentmesh_expr::{Activation, MountIo, Needs};
+use agentmesh_expr::{Activation, MountIo, Needs, Template};
 use agentmesh_manifest::model::tool::HttpMethod;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
@@ -148,6 +148,18 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         Ok(u) => u,
         Err(e) => return ActionResult::Recoverable(format!("url: {e}")),
     };
+    // A request the values made invalid (a space in a URL, a line break in a header) is the
+    // LLM's to fix; one the manifest's literal text makes invalid is the configuration's.
+    let invalid = |template: &Template, what: String| {
+        if template.is_literal() {
+            ActionResult::Fatal(what)
+        } else {
+            ActionResult::Recoverable(what)
+        }
+    };
+    if let Err(e) = reqwest::Url::parse(&url) {
+        return invalid(&http.url, format!("`{url}` is not a valid URL: {e}"));
+    }
     let method = match http.method {
         HttpMethod::Get => reqwest::Method::GET,
         HttpMethod::Post => reqwest::Method::POST,
@@ -162,6 +174,12 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         .timeout(http.timeout);
     for (name, value) in &http.headers {
         match value.render(act) {
+            Ok(v) if reqwest::header::HeaderValue::from_str(&v).is_err() => {
+                return invalid(
+                    value,
+                    format!("header `{name}`: `{v}` is not a valid header value"),
+                );
+            }
             Ok(v) => req = req.header(name.as_str(), v),
             Err(e) => return ActionResult::Recoverable(format!("header `{name}`: {e}")),
         }

@@ -6,6 +6,7 @@
 
 mod capabilities;
 mod condensation;
+mod http;
 mod lifecycle;
 mod limits;
 mod queue;
