@@ -31,6 +31,10 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest backoff delay.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// The largest answer read from an endpoint. A completion is text and a few tool calls; a
+/// larger answer is a misbehaving server, and reading it whole would only exhaust memory.
+pub const MAX_ANSWER: usize = 32 * 1024 * 1024;
+
 /// Where and how to reach an OpenAI-compatible endpoint (`models.openai` of the host config).
 #[derive(Clone)]
 pub struct OpenAiConfig {
@@ -203,7 +207,16 @@ impl OpenAiProvider {
             .get(RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(parse_retry_after);
-        let answer = response.bytes().await.map_err(|e| self.transport(&e))?;
+        let mut answer = Vec::new();
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(&e))? {
+            if answer.len() + chunk.len() > MAX_ANSWER {
+                return Err(Failure::Fatal(format!(
+                    "the endpoint's answer is larger than {MAX_ANSWER} bytes"
+                )));
+            }
+            answer.extend_from_slice(&chunk);
+        }
         if status.is_success() {
             return wire::parse_response(&answer, request).map_err(Failure::Fatal);
         }

@@ -185,6 +185,21 @@ async fn bad_request_is_fatal_with_the_error_message() {
 }
 
 #[tokio::test]
+async fn an_answer_over_the_size_cap_is_fatal() {
+    let huge = "x".repeat(agentmesh_llm::MAX_ANSWER);
+    let server = FakeServer::start(vec![answer(&huge)]).await;
+    let error = provider(&server.base_url, None, 3)
+        .complete(&hello())
+        .await
+        .unwrap_err();
+    match error {
+        LlmError::Fatal(message) => assert!(message.contains("answer is larger than"), "{message}"),
+        other => panic!("expected Fatal, got {other:?}"),
+    }
+    assert_eq!(server.requests().len(), 1, "not retried");
+}
+
+#[tokio::test]
 async fn a_slow_endpoint_times_out_and_exhausts_the_retries() {
     let server = FakeServer::start(vec![answer("too late").delayed(Duration::from_secs(30))]).await;
     let provider = OpenAiProvider::try_new(OpenAiConfig {
