@@ -328,13 +328,11 @@ impl Store {
         let event_bytes = match (events.first(), events.last()) {
             (Some(first), Some(last)) => {
                 let chunk = serde_json::to_vec(events)?;
-                // The entry before ends right before `first`, and none ends where this one
-                // does (one write's events are one entry, keyed by the last one's number, so
-                // the last key of a task is its last event).
-                let follows = first.seq == 1
-                    || self
-                        .events
-                        .contains_key(task_key(task_id, &(first.seq - 1).to_be_bytes()))?;
+                // The log ends right before `first` (one write's events are one entry, keyed
+                // by the last one's number, so the last key of a task is its last event; a
+                // write starting behind it, or past it, does not continue the log), and no
+                // entry ends where this one does.
+                let follows = self.last_seq(task_id)? + 1 == first.seq;
                 let key = task_key(task_id, &last.seq.to_be_bytes());
                 if !follows
                     || self

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentmesh_store::event::{ContentPart, EventKind, EventSource};
-use agentmesh_store::{RecordWrite, Store};
+use agentmesh_store::{RecordWrite, Store, StoreError};
 use serde_json::{Value, json};
 
 fn message(text: &str) -> (EventSource, EventKind) {
@@ -120,6 +120,45 @@ fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
     );
     assert_eq!(store.events("t", 0).unwrap().len(), 3);
     assert_eq!(store.tasks_with_queued_input().unwrap(), ["other"]);
+}
+
+#[test]
+fn an_input_cleared_after_it_was_read_is_not_taken_and_a_write_behind_the_log_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store
+        .commit("t", &json!({"n": 0}), vec![message("start")])
+        .unwrap();
+    store.enqueue("t", 1, &json!("input")).unwrap();
+    let (key, _) = store.next_queued::<Value>("t").unwrap().unwrap();
+    // The task is deleted meanwhile: its queue is cleared.
+    assert_eq!(store.clear_queue("t").unwrap(), 1);
+    let events = store.stamp(2, vec![message("turn")]);
+    let written = store
+        .write(
+            "t",
+            RecordWrite::whole(&json!({"n": 1})),
+            &events,
+            Some(&key),
+        )
+        .unwrap();
+    assert!(written.is_none());
+    assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"n": 0})));
+    assert_eq!(store.last_seq("t").unwrap(), 1);
+
+    // Events 2..3, then a write starting again at 2 (ending elsewhere): refused.
+    let events = store.stamp(2, vec![message("a"), message("b")]);
+    store
+        .write("t", RecordWrite::whole(&json!({"n": 2})), &events, None)
+        .unwrap()
+        .unwrap();
+    let behind = store.stamp(2, vec![message("c"), message("d"), message("e")]);
+    assert!(matches!(
+        store.write("t", RecordWrite::whole(&json!({"n": 3})), &behind, None),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.last_seq("t").unwrap(), 3);
+    assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"n": 2})));
 }
 
 #[test]
