@@ -10,7 +10,9 @@
 //! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, one task of 400 turns
 //! (whether a turn's cost grows with the task: its first 50 turns against its last 50), and
 //! one task of 3,000 turns on a host that condenses (its first 100 turns against its last
-//! 100).
+//! 100), then the CEL assert alone. Naming cases runs only those (`single`, `concurrent`,
+//! `long`, `condensed`, `cel`): `cargo bench -p agentmesh-engine --bench turn -- single`, e.g.
+//! under callgrind, whose instruction counts do not vary with the machine's load.
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -264,6 +266,12 @@ fn cel_assert() {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; any other argument names a case to run.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let runs = |case: &str| named.is_empty() || named.iter().any(|n| n == case);
     let dir = tempfile::tempdir().unwrap();
     config(dir.path());
     let (engine, store) = engine(dir.path());
@@ -275,64 +283,74 @@ fn main() {
     // Warm-up.
     rt.block_on(task_turns(&engine, TURNS_PER_TASK));
 
-    let start = Instant::now();
-    let writes = store.writes();
-    let mut single = Vec::new();
-    for _ in 0..100 {
-        single.extend(rt.block_on(task_turns(&engine, TURNS_PER_TASK)));
-    }
-    report("single task at a time", &single, start.elapsed());
-    println!(
-        "{:<28} store writes per turn (submit included): {:.1}",
-        "",
-        (store.writes() - writes) as f64 / single.len() as f64
-    );
-
-    let start = Instant::now();
-    let concurrent: Vec<Sample> = rt.block_on(async {
-        let handles: Vec<_> = (0..100)
-            .map(|_| {
-                let engine = engine.clone();
-                tokio::spawn(async move { task_turns(&engine, TURNS_PER_TASK).await })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.unwrap());
+    if runs("single") {
+        let start = Instant::now();
+        let writes = store.writes();
+        let mut single = Vec::new();
+        for _ in 0..100 {
+            single.extend(rt.block_on(task_turns(&engine, TURNS_PER_TASK)));
         }
-        all
-    });
-    report("100 concurrent tasks", &concurrent, start.elapsed());
+        report("single task at a time", &single, start.elapsed());
+        println!(
+            "{:<28} store writes per turn (submit included): {:.1}",
+            "",
+            (store.writes() - writes) as f64 / single.len() as f64
+        );
+    }
 
-    // One task for many turns: the first turns against the last.
-    let long = rt.block_on(task_turns(&engine, LONG_TASK_TURNS));
+    if runs("concurrent") {
+        let start = Instant::now();
+        let concurrent: Vec<Sample> = rt.block_on(async {
+            let handles: Vec<_> = (0..100)
+                .map(|_| {
+                    let engine = engine.clone();
+                    tokio::spawn(async move { task_turns(&engine, TURNS_PER_TASK).await })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for h in handles {
+                all.extend(h.await.unwrap());
+            }
+            all
+        });
+        report("100 concurrent tasks", &concurrent, start.elapsed());
+    }
+
     let p50 = |turns: &[Sample]| {
         let mut t: Vec<Duration> = turns.iter().map(|s| s.turn).collect();
         t.sort();
         percentile(&t, 0.5).as_secs_f64() * 1e6
     };
-    let (first, last) = (&long[..50], &long[LONG_TASK_TURNS - 50..]);
-    println!(
-        "one task, {LONG_TASK_TURNS} turns: turn p50 {:.1} µs over turns 1-50, {:.1} µs over turns {}-{LONG_TASK_TURNS} ({:.2}x)",
-        p50(first),
-        p50(last),
-        LONG_TASK_TURNS - 49,
-        p50(last) / p50(first),
-    );
+    if runs("long") {
+        // One task for many turns: the first turns against the last.
+        let long = rt.block_on(task_turns(&engine, LONG_TASK_TURNS));
+        let (first, last) = (&long[..50], &long[LONG_TASK_TURNS - 50..]);
+        println!(
+            "one task, {LONG_TASK_TURNS} turns: turn p50 {:.1} µs over turns 1-50, {:.1} µs over turns {}-{LONG_TASK_TURNS} ({:.2}x)",
+            p50(first),
+            p50(last),
+            LONG_TASK_TURNS - 49,
+            p50(last) / p50(first),
+        );
+    }
 
-    // One task for many more turns, condensed as it goes: a turn reads only the LLM's view
-    // (the prompt and what follows the last forgotten range), whatever the task's age.
-    let condensed_dir = tempfile::tempdir().unwrap();
-    condensed_config(condensed_dir.path());
-    let (condensed_engine, _) = self::engine(condensed_dir.path());
-    let long = rt.block_on(task_turns(&condensed_engine, CONDENSED_TASK_TURNS));
-    let (first, last) = (&long[..100], &long[CONDENSED_TASK_TURNS - 100..]);
-    println!(
-        "one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events: turn p50 {:.1} µs over turns 1-100, {:.1} µs over turns {}-{CONDENSED_TASK_TURNS} ({:.2}x)",
-        p50(first),
-        p50(last),
-        CONDENSED_TASK_TURNS - 99,
-        p50(last) / p50(first),
-    );
-    cel_assert();
+    if runs("condensed") {
+        // One task for many more turns, condensed as it goes: a turn reads only the LLM's
+        // view (the prompt and what follows the last forgotten range), whatever its age.
+        let condensed_dir = tempfile::tempdir().unwrap();
+        condensed_config(condensed_dir.path());
+        let (condensed_engine, _) = self::engine(condensed_dir.path());
+        let long = rt.block_on(task_turns(&condensed_engine, CONDENSED_TASK_TURNS));
+        let (first, last) = (&long[..100], &long[CONDENSED_TASK_TURNS - 100..]);
+        println!(
+            "one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events: turn p50 {:.1} µs over turns 1-100, {:.1} µs over turns {}-{CONDENSED_TASK_TURNS} ({:.2}x)",
+            p50(first),
+            p50(last),
+            CONDENSED_TASK_TURNS - 99,
+            p50(last) / p50(first),
+        );
+    }
+    if runs("cel") {
+        cel_assert();
+    }
 }
