@@ -198,7 +198,7 @@ fn run_says_which_limit_ended_the_task() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            "terminated: limit_exceeded (max_tool_calls): the limit of 1 capability calls is reached"
+            "terminated: limit_exceeded (max_tool_calls): no more capability calls: the limit of 1 is reached"
         ),
         "{err}"
     );

@@ -184,7 +184,7 @@ fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static 
     {
         return Some((
             "max_turns",
-            format!("the limit of {max} LLM turns is reached"),
+            format!("no more LLM turns: the limit of {max} is reached"),
         ));
     }
     if let Some(max) = l.max_age {
@@ -350,7 +350,7 @@ async fn run_calls(
             {
                 let mut events = Vec::new();
                 skip_rest(&calls[i..], &mut events);
-                let message = format!("the limit of {max} capability calls is reached");
+                let message = format!("no more capability calls: the limit of {max} is reached");
                 return exceeded(engine, record, "max_tool_calls", &message, events).map(Some);
             }
             record.tool_calls += 1;
