@@ -148,8 +148,9 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         Ok(u) => u,
         Err(e) => return ActionResult::Recoverable(format!("url: {e}")),
     };
-    // A request the values made invalid (a space in a URL, a line break in a header) is the
-    // LLM's to fix; one the manifest's literal text makes invalid is the configuration's.
+    // A request the values made invalid (a URL that does not parse, a line break in a
+    // header) is the LLM's to fix; one the manifest's literal text makes invalid is the
+    // configuration's.
     let invalid = |template: &Template, what: String| {
         if template.is_literal() {
             ActionResult::Fatal(what)
