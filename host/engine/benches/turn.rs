@@ -222,6 +222,22 @@ fn report(label: &str, samples: &[Sample], wall: Duration) {
     }
 }
 
+/// Prints the turn p50 over the first `n` turns of one task against its last `n`.
+fn first_against_last(label: &str, turns: &[Sample], n: usize) {
+    let p50 = |turns: &[Sample]| {
+        let mut t: Vec<Duration> = turns.iter().map(|s| s.turn).collect();
+        t.sort();
+        percentile(&t, 0.5).as_secs_f64() * 1e6
+    };
+    let total = turns.len();
+    let (first, last) = (p50(&turns[..n]), p50(&turns[total - n..]));
+    println!(
+        "{label}: turn p50 {first:.1} µs over turns 1-{n}, {last:.1} µs over turns {}-{total} ({:.2}x)",
+        total - n + 1,
+        last / first,
+    );
+}
+
 fn cel_assert() {
     let expr = Expression::compile(
         "context.capabilities['calc'].count_successful < 20 && context.user.id != ''",
@@ -316,22 +332,10 @@ fn main() {
         report("100 concurrent tasks", &concurrent, start.elapsed());
     }
 
-    let p50 = |turns: &[Sample]| {
-        let mut t: Vec<Duration> = turns.iter().map(|s| s.turn).collect();
-        t.sort();
-        percentile(&t, 0.5).as_secs_f64() * 1e6
-    };
     if runs("long") {
         // One task for many turns: the first turns against the last.
         let long = rt.block_on(task_turns(&engine, LONG_TASK_TURNS));
-        let (first, last) = (&long[..50], &long[LONG_TASK_TURNS - 50..]);
-        println!(
-            "one task, {LONG_TASK_TURNS} turns: turn p50 {:.1} µs over turns 1-50, {:.1} µs over turns {}-{LONG_TASK_TURNS} ({:.2}x)",
-            p50(first),
-            p50(last),
-            LONG_TASK_TURNS - 49,
-            p50(last) / p50(first),
-        );
+        first_against_last(&format!("one task, {LONG_TASK_TURNS} turns"), &long, 50);
     }
 
     if runs("condensed") {
@@ -341,14 +345,8 @@ fn main() {
         condensed_config(condensed_dir.path());
         let (condensed_engine, _) = self::engine(condensed_dir.path());
         let long = rt.block_on(task_turns(&condensed_engine, CONDENSED_TASK_TURNS));
-        let (first, last) = (&long[..100], &long[CONDENSED_TASK_TURNS - 100..]);
-        println!(
-            "one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events: turn p50 {:.1} µs over turns 1-100, {:.1} µs over turns {}-{CONDENSED_TASK_TURNS} ({:.2}x)",
-            p50(first),
-            p50(last),
-            CONDENSED_TASK_TURNS - 99,
-            p50(last) / p50(first),
-        );
+        let label = format!("one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events");
+        first_against_last(&label, &long, 100);
     }
     if runs("cel") {
         cel_assert();

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use agentmesh_expr::{Activation, MountIo, Needs, Template};
+use agentmesh_llm::Capped;
 use agentmesh_manifest::model::tool::HttpMethod;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
@@ -204,9 +205,16 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         Err(e) => return ActionResult::Fatal(format!("`{url}` is unreachable: {e}")),
     };
     let status = response.status();
-    let bytes = match read_limited(response).await {
+    let bytes = match agentmesh_llm::read_capped(response, MAX_HTTP_RESPONSE).await {
         Ok(b) => b,
-        Err(e) => return ActionResult::Recoverable(e),
+        Err(Capped::Read(e)) => {
+            return ActionResult::Recoverable(format!("reading the response: {e}"));
+        }
+        Err(Capped::TooLarge) => {
+            return ActionResult::Recoverable(format!(
+                "the response is larger than {MAX_HTTP_RESPONSE} bytes"
+            ));
+        }
     };
     let body: Value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
@@ -220,23 +228,6 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         },
         None => ActionResult::Ok(body),
     }
-}
-
-async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?
-    {
-        if out.len() + chunk.len() > MAX_HTTP_RESPONSE {
-            return Err(format!(
-                "the response is larger than {MAX_HTTP_RESPONSE} bytes"
-            ));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
 }
 
 fn snippet(v: &Value) -> String {

@@ -52,7 +52,7 @@ use agentmesh_store::event::{ToolCall, ToolSchema};
 use serde::Serialize;
 
 pub use history::{Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
-pub use openai::{MAX_ANSWER, MAX_RETRY_AFTER, OpenAiConfig, OpenAiProvider};
+pub use openai::{Capped, MAX_ANSWER, MAX_RETRY_AFTER, OpenAiConfig, OpenAiProvider, read_capped};
 pub use scripted::{EXHAUSTED_TEXT, ScriptedProvider};
 
 /// A boxed, sendable future: what [`LlmProvider::complete`] returns (the trait stays

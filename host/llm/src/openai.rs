@@ -35,6 +35,31 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// larger answer is a misbehaving server, and reading it whole would only exhaust memory.
 pub const MAX_ANSWER: usize = 32 * 1024 * 1024;
 
+/// Why [`read_capped`] stopped.
+#[derive(Debug)]
+pub enum Capped {
+    /// Reading the body failed.
+    Read(reqwest::Error),
+    /// The body is longer than the cap.
+    TooLarge,
+}
+
+/// Reads a response body of at most `max` bytes, stopping as soon as it is longer: a
+/// misbehaving server cannot make the host buffer more. (Also the engine's `stateless_http`.)
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    max: usize,
+) -> std::result::Result<Vec<u8>, Capped> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Capped::Read)? {
+        if body.len() + chunk.len() > max {
+            return Err(Capped::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// Where and how to reach an OpenAI-compatible endpoint (`models.openai` of the host config).
 #[derive(Clone)]
 pub struct OpenAiConfig {
@@ -207,16 +232,15 @@ impl OpenAiProvider {
             .get(RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(parse_retry_after);
-        let mut answer = Vec::new();
-        let mut response = response;
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(&e))? {
-            if answer.len() + chunk.len() > MAX_ANSWER {
+        let answer = match read_capped(response, MAX_ANSWER).await {
+            Ok(answer) => answer,
+            Err(Capped::Read(e)) => return Err(self.transport(&e)),
+            Err(Capped::TooLarge) => {
                 return Err(Failure::Fatal(format!(
                     "the endpoint's answer is larger than {MAX_ANSWER} bytes"
                 )));
             }
-            answer.extend_from_slice(&chunk);
-        }
+        };
         if status.is_success() {
             return wire::parse_response(&answer, request).map_err(Failure::Fatal);
         }

@@ -80,7 +80,6 @@ pub fn validate(
         config,
         env,
         diags: Vec::new(),
-        components: BTreeSet::new(),
         uses: Vec::new(),
     };
     c.duplicates();
@@ -102,7 +101,12 @@ pub fn validate(
         tools: config.tools.len(),
         triggers: config.triggers.len(),
         schedules: config.schedules.len(),
-        components: c.components.len(),
+        components: c
+            .uses
+            .iter()
+            .map(|u| &u.path)
+            .collect::<BTreeSet<_>>()
+            .len(),
     };
     (summary, c.diags, c.uses)
 }
@@ -125,7 +129,6 @@ pub(crate) struct Checker<'a> {
     pub config: &'a Config,
     env: &'a dyn Fn(&str) -> Option<String>,
     pub diags: Vec<Diagnostic>,
-    components: BTreeSet<PathBuf>,
     uses: Vec<ComponentUse>,
 }
 
@@ -303,7 +306,7 @@ impl Checker<'_> {
     }
 
     /// Checks that the component at `path` (relative to the manifest) exists and is a Wasm
-    /// component, counts it, and records the reference (it must implement `world`).
+    /// component, and records the reference (it must implement `world`).
     pub fn component(&mut self, source: &Source, path: &[Seg], world: ComponentWorld) {
         let Some(node) = node_at(&source.node, path) else {
             return;
@@ -313,10 +316,8 @@ impl Checker<'_> {
         match component_problem(&full) {
             Some(problem) => self.error(source, node.pos, format!("component `{rel}` {problem}")),
             None => {
-                let key = full.canonicalize().unwrap_or(full);
-                self.components.insert(key.clone());
                 self.uses.push(ComponentUse {
-                    path: key,
+                    path: full.canonicalize().unwrap_or(full),
                     written: rel.to_owned(),
                     world,
                     file: source.file.clone(),
