@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, lints, API docs, the guest components the tests load,
-# and the whole test suite in release (wasmtime is 15–30× slower in debug). The guests always
-# build into guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
+# and the whole test suite, optimized (the `ci` profile: release without LTO; wasmtime is
+# 15–30× slower in debug). The guests always build into guests/target, where the tests look
+# for them, whatever CARGO_TARGET_DIR says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ if [ -f guests/Cargo.toml ]; then
   cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
     --target-dir guests/target
 fi
-cargo clippy --release --workspace --all-targets -- -D warnings
+cargo clippy --profile ci --workspace --all-targets -- -D warnings
 # The API docs build without a broken link or a link to a private item.
-RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps
-cargo test --release --workspace
+RUSTDOCFLAGS="-D warnings" cargo doc --profile ci --workspace --no-deps
+cargo test --profile ci --workspace
