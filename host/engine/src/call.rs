@@ -295,7 +295,7 @@ fn resolve_input(
             .iter()
             .for_each(|(_, e)| needs.add(e, &["context", "c"]));
         act.set_aliased("context", "c", record.context_for(agent, &needs))
-            .set("runtime", engine.inner.options.runtime.clone())
+            .bind("runtime", engine.runtime_variable())
             .set("now", json!(now_rfc3339()));
     }
     for (name, expr) in &cap.bindings {

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
-use agentmesh_expr::{Activation, Needs};
+use agentmesh_expr::{Activation, Bound, Needs};
 use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
@@ -174,6 +174,8 @@ struct Inner {
     triggered: Mutex<HashSet<String>>,
     /// Records of tasks between turns.
     records: records::RecordCache,
+    /// `options.runtime`, bound once for every activation that reads it.
+    runtime: Bound,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,6 +185,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Engine {
     /// An engine over `plan` and `store`.
     pub fn new(plan: Plan, store: Arc<Store>, options: EngineOptions) -> Engine {
+        let runtime = Bound::new(options.runtime.clone());
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -199,8 +202,14 @@ impl Engine {
                 triggers: triggers::Runtime::default(),
                 triggered: Mutex::new(HashSet::new()),
                 records: records::RecordCache::default(),
+                runtime,
             }),
         }
+    }
+
+    /// The `runtime` variable of expressions.
+    fn runtime_variable(&self) -> Bound {
+        self.inner.runtime.clone()
     }
 
     /// The plugin host, started on first use.
@@ -397,7 +406,7 @@ impl Engine {
         }
         let mut act = Activation::new();
         act.set_aliased("context", "c", record.context_for(agent, &needs))
-            .set("runtime", self.inner.options.runtime.clone())
+            .bind("runtime", self.runtime_variable())
             .set("now", json!(now_rfc3339()));
         for cap in &agent.capabilities {
             let Target::Tool(tool) = &cap.target else {

@@ -179,12 +179,15 @@ pub struct Steps {
     pub(crate) needs: Needs,
     /// A `wasm` step is in the list: it gets the context as JSON.
     pub(crate) keep_json: bool,
+    /// The other variables the steps read.
+    pub(crate) reads: crate::steps::Reads,
 }
 
 impl Steps {
     fn new(list: Vec<Step>) -> Steps {
         Steps {
             needs: crate::steps::needs_of(&list),
+            reads: crate::steps::Reads::of(&list),
             keep_json: list.iter().any(|s| matches!(s.kind, StepKind::Wasm { .. })),
             list,
         }

@@ -75,9 +75,13 @@ pub(crate) async fn run_action(
             if !needs.is_empty() {
                 act.set_aliased("context", "c", record.context_for(agent, &needs));
             }
-            act.set_aliased("input", "i", input.clone())
-                .set("now", json!(now_rfc3339()))
-                .set("runtime", engine.inner.options.runtime.clone());
+            act.set_aliased("input", "i", input.clone());
+            if expr.uses("now") {
+                act.set("now", json!(now_rfc3339()));
+            }
+            if expr.uses("runtime") {
+                act.bind("runtime", engine.runtime_variable());
+            }
             if let Some(mount) = mount_of(engine, agent, record) {
                 act.set("mount", mount.variable());
                 act.set_mount(Arc::new(mount) as Arc<dyn MountIo>);
@@ -92,7 +96,7 @@ pub(crate) async fn run_action(
             act.set("parameters", input.clone())
                 .set("settings", Value::Object(tool.settings.clone()))
                 .set("session", json!({}))
-                .set("runtime", engine.inner.options.runtime.clone())
+                .bind("runtime", engine.runtime_variable())
                 .set(
                     "agent",
                     json!({"name": agent.name, "namespace": agent.namespace}),

@@ -55,7 +55,7 @@ pub(crate) async fn run(
         {
             continue;
         }
-        let act = vars.activation(&context, engine);
+        let act = vars.activation(&context, steps.reads);
         if let Some(cond) = &step.condition
             && !matches!(cond.evaluate_bool(&act), Ok(true))
         {
@@ -149,7 +149,7 @@ pub(crate) async fn run(
             }
         };
         let Some(reason) = failure else { continue };
-        match fail(step, &vars.activation(&context, engine), reason) {
+        match fail(step, &vars.activation(&context, steps.reads), reason) {
             Verdict::Pass => continue,
             other => return Ok(other),
         }
@@ -177,21 +177,57 @@ pub(crate) fn needs_of(steps: &[Step]) -> Needs {
     const CONTEXT: [&str; 2] = ["context", "c"];
     let mut needs = Needs::default();
     for step in steps {
-        match &step.kind {
-            StepKind::Assert(e) | StepKind::Transform(e) => needs.add(e, &CONTEXT),
-            StepKind::Invoke { bindings, .. } => {
-                bindings.iter().for_each(|(_, e)| needs.add(e, &CONTEXT))
-            }
-            StepKind::Wasm { .. } => needs = Needs::All,
+        if matches!(step.kind, StepKind::Wasm { .. }) {
+            needs = Needs::All;
         }
-        if let Some(c) = &step.condition {
-            needs.add(c, &CONTEXT);
-        }
-        if let Some(t) = &step.error_message {
-            needs.add_template(t, &CONTEXT);
-        }
+        expressions(step, |e| needs.add(e, &CONTEXT));
     }
     needs
+}
+
+/// Calls `f` with every expression of `step` (its action's, condition, message holes).
+fn expressions<'a>(step: &'a Step, mut f: impl FnMut(&'a Expression)) {
+    match &step.kind {
+        StepKind::Assert(e) | StepKind::Transform(e) => f(e),
+        StepKind::Invoke { bindings, .. } => bindings.iter().for_each(|(_, e)| f(e)),
+        StepKind::Wasm { .. } => {}
+    }
+    if let Some(c) = &step.condition {
+        f(c);
+    }
+    if let Some(t) = &step.error_message {
+        t.expressions().for_each(|(_, e)| f(e));
+    }
+}
+
+/// Which variables besides `context` a list of steps reads: an activation binds only those
+/// (converting nothing it does not bind).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Reads {
+    input: bool,
+    output: bool,
+    now: bool,
+    event: bool,
+}
+
+impl Reads {
+    pub(crate) fn of(steps: &[Step]) -> Reads {
+        let mut reads = Reads::default();
+        for step in steps {
+            expressions(step, |e| {
+                for root in e.roots() {
+                    match root.name.as_str() {
+                        "input" | "i" => reads.input = true,
+                        "output" | "o" => reads.output = true,
+                        "now" => reads.now = true,
+                        "event" => reads.event = true,
+                        _ => {}
+                    }
+                }
+            });
+        }
+        reads
+    }
 }
 
 /// Runs a middleware component: `Ok(None)` passes, `Ok(Some(v))` replaces, `Err` denies.
@@ -251,6 +287,9 @@ async fn decide(
     phase: Phase,
     vars: &mut StepVars,
 ) -> Result<std::result::Result<bool, String>> {
+    if !expr.calls_review() {
+        return Ok(expr.evaluate_bool(act).map_err(|e| e.message));
+    }
     let act = with_reviews(engine, record, expr, act.clone(), phase, vars).await?;
     Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
 }
@@ -417,16 +456,21 @@ pub(crate) struct StepVars {
 }
 
 impl StepVars {
-    fn activation(&self, context: &Bound, engine: &Engine) -> Activation {
+    /// The activation of `steps`' expressions: the context, and those of the variables they
+    /// read.
+    fn activation(&self, context: &Bound, reads: Reads) -> Activation {
         let mut act = Activation::new();
-        act.set_bound("context", "c", context)
-            .set_aliased("input", "i", self.input.clone())
-            .set("now", json!(now_rfc3339()))
-            .set("runtime", engine.inner.options.runtime.clone());
-        if !self.guardrail {
+        act.set_bound("context", "c", context);
+        if reads.input {
+            act.set_aliased("input", "i", self.input.clone());
+        }
+        if reads.now {
+            act.set("now", json!(now_rfc3339()));
+        }
+        if reads.event && !self.guardrail {
             act.set("event", self.event.clone());
         }
-        if let Some(o) = &self.output {
+        if let (true, Some(o)) = (reads.output, &self.output) {
             act.set_aliased("output", "o", o.clone());
         }
         act

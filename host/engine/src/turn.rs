@@ -111,7 +111,7 @@ fn system_prompt(
     needs.add_template(&agent.prompt, &["context", "c"]);
     let mut act = Activation::new();
     act.set_aliased("context", "c", record.context_for(agent, &needs))
-        .set("runtime", engine.inner.options.runtime.clone())
+        .bind("runtime", engine.runtime_variable())
         .set("now", json!(now_rfc3339()));
     let prompt = agent.prompt.render(&act).unwrap_or_else(|e| {
         format!(
@@ -583,7 +583,7 @@ async fn finish(
     )
     .set_aliased("output", "o", Value::Object(output.clone()))
     .set("now", json!(now_rfc3339()))
-    .set("runtime", engine.inner.options.runtime.clone());
+    .bind("runtime", engine.runtime_variable());
     for (key, expr) in &agent.exposes {
         let value = expr
             .evaluate(&act)

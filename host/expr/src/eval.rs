@@ -19,7 +19,7 @@ use crate::json::{kind_of, to_json, to_val};
 /// the parts of the JSON they reach, once for all the evaluations that share the binding.
 #[derive(Default, Clone)]
 pub struct Activation {
-    vars: Vec<(String, Bound)>,
+    vars: Vec<(&'static str, Bound)>,
     hooks: Hooks,
 }
 
@@ -70,24 +70,35 @@ impl Activation {
     }
 
     /// Binds `name` to a JSON value, replacing any earlier binding.
-    pub fn set(&mut self, name: &str, value: Json) -> &mut Self {
+    pub fn set(&mut self, name: &'static str, value: Json) -> &mut Self {
         self.bind(name, Bound::new(value))
     }
 
     /// Binds `name` and its alias (`context` and `c`, `input` and `i`, …) to one value.
-    pub fn set_aliased(&mut self, name: &str, alias: &str, value: Json) -> &mut Self {
+    pub fn set_aliased(
+        &mut self,
+        name: &'static str,
+        alias: &'static str,
+        value: Json,
+    ) -> &mut Self {
         self.set_bound(name, alias, &Bound::new(value))
     }
 
     /// Binds `name` and `alias` to a value shared with other activations.
-    pub fn set_bound(&mut self, name: &str, alias: &str, value: &Bound) -> &mut Self {
+    pub fn set_bound(
+        &mut self,
+        name: &'static str,
+        alias: &'static str,
+        value: &Bound,
+    ) -> &mut Self {
         self.bind(name, value.clone()).bind(alias, value.clone())
     }
 
-    fn bind(&mut self, name: &str, value: Bound) -> &mut Self {
-        match self.vars.iter_mut().find(|(n, _)| n == name) {
+    /// Binds `name` to a value shared with other activations.
+    pub fn bind(&mut self, name: &'static str, value: Bound) -> &mut Self {
+        match self.vars.iter_mut().find(|(n, _)| *n == name) {
             Some((_, slot)) => *slot = value,
-            None => self.vars.push((name.to_owned(), value)),
+            None => self.vars.push((name, value)),
         }
         self
     }
@@ -124,7 +135,7 @@ impl VariableResolver for Activation {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         self.vars
             .iter()
-            .find(|(name, _)| name == variable)
+            .find(|(name, _)| *name == variable)
             .map(|(_, bound)| CowVal::Borrowed(bound.value()))
     }
 }

@@ -87,6 +87,24 @@ async fn failed_assert_blocks_with_the_interpolated_message_and_counts_restricte
 }
 
 #[tokio::test]
+async fn steps_see_the_variables_they_read_only_in_a_condition_or_message() {
+    // `now` and `event` appear only in the condition, `i` only in the message, `output` only
+    // in an after step's message: each must be bound for the step to block as written.
+    let cap = "  echo:
+    after:
+      - assert: \"false\"
+        condition: \"size(now) > 0 && event == null\"
+        error_message: \"{i.text} became {output.text}, not {o.owner}.\"
+";
+    let h = harness(&agent(cap), SAY_EVIL);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(
+        observations(&h.events(&task)),
+        [json!({"rejected": "hi became hi, not evil."})]
+    );
+}
+
+#[tokio::test]
 async fn lock_task_terminates_and_continue_goes_on() {
     let locked = "  echo:\n    before:\n      - assert: \"false\"\n        on_fail: lock_task\n";
     let h = harness(&agent(locked), SAY_EVIL);
