@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything on a fresh machine — the wasm32-wasip2 target, the `agentmesh` binary in
-# release (whole-program LTO: ~15 minutes on two cores), the guest components — then runs the
-# main job on the quickstart example: a task of `demo/assistant`, offline, with the scripted
-# model.
+# release (whole-program LTO: 8–15 minutes from scratch on two cores), the guest components —
+# then runs the main job on the quickstart example: a task of `demo/assistant`, offline, with
+# the scripted model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
