@@ -470,7 +470,9 @@ impl StepVars {
         if reads.event && !self.guardrail {
             act.set("event", self.event.clone());
         }
-        if let (true, Some(o)) = (reads.output, &self.output) {
+        if reads.output
+            && let Some(o) = &self.output
+        {
             act.set_aliased("output", "o", o.clone());
         }
         act
