@@ -6,6 +6,7 @@
 mod api;
 mod cli;
 mod durability;
+mod governance;
 mod reload;
 mod run;
 mod server;

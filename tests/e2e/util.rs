@@ -18,9 +18,15 @@ pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the task object,
-/// after checking the exit code is 0.
-pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the exit code,
+/// the task object (null when none was printed) and stderr.
+pub fn run_task(
+    dir: &Path,
+    agent: &str,
+    message: &str,
+    data: &Path,
+    extra: &[&str],
+) -> (Option<i32>, Value, String) {
     let mut args = vec![
         "run",
         dir.to_str().unwrap(),
@@ -34,8 +40,15 @@ pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&s
     ];
     args.extend_from_slice(extra);
     let (code, out, err) = agentmesh(&args);
+    (code, serde_json::from_str(&out).unwrap_or(Value::Null), err)
+}
+
+/// [`run_task`], after checking the exit code is 0: the task object.
+pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
+    let (code, task, err) = run_task(dir, agent, message, data, extra);
     assert_eq!(code, Some(0), "{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not a task object ({e}): {out}"))
+    assert!(!task.is_null(), "no task object printed: {err}");
+    task
 }
 
 /// `agentmesh events --data DATA TASK`: the events, parsed.

@@ -89,7 +89,10 @@ pub(crate) async fn run(
         replay,
     };
     let mut verdict = Verdict::Pass;
-    if !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty() {
+    // The gate stays shut until a call has passed every step and run: a blocked, denied,
+    // failed or interrupted attempt (or a restart while a review in it waits) meets it again.
+    let gated = !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty();
+    if gated {
         verdict = steps::run(
             engine,
             agent,
@@ -100,9 +103,6 @@ pub(crate) async fn run(
             &mut vars,
         )
         .await?;
-        // Marked done once they ran: a review in them that waits across a restart (the record
-        // is written while it waits) runs them again with the call.
-        record.before_first_done.insert(cap.key.clone());
     }
     if matches!(verdict, Verdict::Pass) {
         verdict = steps::run(
@@ -188,6 +188,9 @@ pub(crate) async fn run(
     .await?;
     match verdict {
         Verdict::Pass => {
+            if gated {
+                record.before_first_done.insert(cap.key.clone());
+            }
             stats(
                 record,
                 &call.name,
@@ -269,8 +272,8 @@ fn restricted(record: &mut TaskRecord, name: &str, input: Value, reason: &str) {
     );
 }
 
-/// The action's input: the LLM's arguments, defaults filled, bindings merged over them
-/// (bindings always win); required parameters must be present.
+/// The action's input: the LLM's arguments, bindings merged over them (bindings always
+/// win), defaults filled, checked against the action's parameter schema.
 fn resolve_input(
     engine: &Engine,
     agent: &AgentPlan,
@@ -304,21 +307,13 @@ fn resolve_input(
             .map_err(|e| format!("binding `{name}` could not be evaluated: {e}"))?;
         args.insert(name.clone(), value);
     }
-    if let (Target::Tool(tool), Some(a)) = (&cap.target, action) {
-        let params = &tool.actions[a].parameters;
-        for (name, prop) in params {
-            if args.contains_key(name) {
-                continue;
-            }
-            match &prop.default {
-                Some(d) => {
-                    args.insert(name.clone(), d.clone());
-                }
-                None => return Err(format!("missing required argument `{name}`")),
-            }
-        }
+    match (&cap.target, action) {
+        (Target::Tool(tool), Some(a)) => match tool.actions.get(a) {
+            Some(plan) => plan.complete(args),
+            None => Err(format!("tool `{}` has no action #{a}", tool.id())),
+        },
+        _ => Ok(Value::Object(args)),
     }
-    Ok(Value::Object(args))
 }
 
 /// Adds every resolved parameter value to the tool's allow list, except sealed names.

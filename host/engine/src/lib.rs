@@ -1046,6 +1046,14 @@ pub fn normalize_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
             }
         }
     }
+    let input = Value::Object(io);
+    agent
+        .input_schema
+        .check(&input, "parameter")
+        .map_err(EngineError::Input)?;
+    let Value::Object(mut io) = input else {
+        return Err(EngineError::Input("input must be an object".into()));
+    };
     let message = io.remove("message").ok_or_else(|| {
         EngineError::Input("missing `message` (and the agent declares no default)".into())
     })?;

@@ -73,6 +73,8 @@ pub struct AgentPlan {
     pub mount: MountScope,
     /// The structured input.
     pub parameters: Option<ParameterSchema>,
+    /// Its parameters but `message` as one compiled schema, checked on every input.
+    pub input_schema: ParamsSchema,
     /// The capabilities, in manifest order.
     pub capabilities: Vec<CapabilityPlan>,
     /// The functions the LLM sees, in order.
@@ -212,8 +214,14 @@ pub enum StepKind {
         tool: Arc<ToolPlan>,
         /// The action's index.
         action: usize,
-        /// The step's parameter bindings.
+        /// The step's parameter bindings (they win over the capability's).
         bindings: Vec<(String, Expression)>,
+        /// The bindings of the agent's capability for the tool, if it has one.
+        capability_bindings: Vec<(String, Expression)>,
+        /// The function name the call is recorded under in `context.capabilities`: the
+        /// agent's own name for it when the tool is a capability, else the name it would
+        /// have as one.
+        function: String,
     },
     /// Replaces the input (before) or output (after).
     Transform(Expression),
@@ -223,6 +231,11 @@ pub enum StepKind {
         path: PathBuf,
         /// The step's `config`, as JSON.
         config: Value,
+        /// The step's `memory_limit` (bytes) and `timeout`; the plugin host's defaults when
+        /// absent.
+        memory_limit: Option<u64>,
+        /// See `memory_limit`.
+        timeout: Option<Duration>,
     },
 }
 
@@ -288,8 +301,104 @@ pub struct ActionPlan {
     pub description: String,
     /// Root and action parameters, merged.
     pub parameters: IndexMap<String, Property>,
+    /// The same parameters as one JSON Schema, compiled.
+    pub schema: ParamsSchema,
     /// How it runs.
     pub runtime: Runtime,
+}
+
+impl ActionPlan {
+    /// The action's input from `params` (arguments with bindings merged over them): defaults
+    /// filled in, every required parameter present, the whole checked against the parameters'
+    /// schema. `Err` names the parameter and the rule it breaks.
+    pub(crate) fn complete(&self, mut params: Map<String, Value>) -> Result<Value, String> {
+        for (name, prop) in &self.parameters {
+            if params.contains_key(name) {
+                continue;
+            }
+            match &prop.default {
+                Some(d) => {
+                    params.insert(name.clone(), d.clone());
+                }
+                None => return Err(format!("missing required argument `{name}`")),
+            }
+        }
+        let input = Value::Object(params);
+        self.schema.check(&input, "argument")?;
+        Ok(input)
+    }
+}
+
+/// A set of parameters (an action's, an agent's) as one compiled JSON Schema: the values a
+/// call or a task's input carries are checked against it (`type`, `enum`, `const`, `required`,
+/// nested `properties` and `items`, bounds).
+pub struct ParamsSchema {
+    validator: Option<jsonschema::Validator>,
+    /// A parameter is a secret (`format: password`): messages do not show values.
+    secret: bool,
+}
+
+impl ParamsSchema {
+    /// Compiles `properties` (those with a default are optional).
+    pub fn new<'a>(
+        properties: impl IntoIterator<Item = (&'a String, &'a Property)>,
+    ) -> Result<ParamsSchema, EngineError> {
+        let mut props = Map::new();
+        let mut required = Vec::new();
+        let mut secret = false;
+        for (name, p) in properties {
+            let mut prop = serde_json::to_value(p).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut prop {
+                m.remove("require_binding");
+            }
+            secret |= p.format.as_deref() == Some("password");
+            if p.default.is_none() {
+                required.push(Value::String(name.clone()));
+            }
+            props.insert(name.clone(), prop);
+        }
+        if props.is_empty() {
+            return Ok(ParamsSchema {
+                validator: None,
+                secret,
+            });
+        }
+        let schema = json!({"type": "object", "properties": props, "required": required});
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| EngineError::Config(format!("a parameter schema is invalid: {e}")))?;
+        Ok(ParamsSchema {
+            validator: Some(validator),
+            secret,
+        })
+    }
+
+    /// Checks `value`; `Err` says which `what` (argument, parameter) breaks which rule.
+    pub fn check(&self, value: &Value, what: &str) -> Result<(), String> {
+        let Some(validator) = &self.validator else {
+            return Ok(());
+        };
+        let mut errors = validator.iter_errors(value).peekable();
+        if errors.peek().is_none() {
+            return Ok(());
+        }
+        let shown: Vec<String> = errors
+            .take(3)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let rule = if self.secret {
+                    e.masked().to_string()
+                } else {
+                    e.to_string()
+                };
+                match at.trim_start_matches('/').split_once('/') {
+                    _ if at.is_empty() => rule,
+                    Some((name, rest)) => format!("{what} `{name}` (at `/{rest}`): {rule}"),
+                    None => format!("{what} `{}`: {rule}", at.trim_start_matches('/')),
+                }
+            })
+            .collect();
+        Err(shown.join("; "))
+    }
 }
 
 /// An action's backend.
@@ -527,6 +636,7 @@ fn tool_plan(
         actions.push(ActionPlan {
             name: action.name.clone(),
             description: action.description.clone(),
+            schema: ParamsSchema::new(&parameters)?,
             parameters,
             runtime,
         });
@@ -650,6 +760,11 @@ fn agent_plan(
                 agent.namespace, agent.name
             ))
         })?;
+    let scope = StepScope {
+        agent,
+        base_dir,
+        tools,
+    };
     let mut capabilities = Vec::new();
     let mut functions = Vec::new();
     let mut aggregates = Vec::new();
@@ -660,14 +775,7 @@ fn agent_plan(
             CapabilityDecl::All(_) => None,
             CapabilityDecl::Config(c) => Some(c),
         };
-        let steps = |list: Option<&Vec<MiddlewareStep>>| -> Result<Steps, EngineError> {
-            let list = list.map(|l| {
-                l.iter()
-                    .map(|s| step(s, OnFail::Block, &agent.namespace, base_dir, tools))
-                    .collect()
-            });
-            Ok(Steps::new(list.unwrap_or(Ok(Vec::new()))?))
-        };
+        let steps = |list| step_list(list, OnFail::Block, &scope);
         let target = match tools.get(&id) {
             Some(t) => Target::Tool(Arc::clone(t)),
             None if config.agent(ns, name).is_some() => Target::Agent(id.clone()),
@@ -680,15 +788,7 @@ fn agent_plan(
         let plan = CapabilityPlan {
             key: key.clone(),
             include: cap.and_then(|c| c.include.clone()),
-            bindings: cap
-                .and_then(|c| c.bindings.as_ref())
-                .map(|b| {
-                    b.iter()
-                        .map(|(k, v)| Ok((k.clone(), compile(v)?)))
-                        .collect::<Result<_, EngineError>>()
-                })
-                .transpose()?
-                .unwrap_or_default(),
+            bindings: compile_bindings(cap.and_then(|c| c.bindings.as_ref()))?,
             event_timeout: cap.and_then(|c| c.event_timeout).map(|d| d.0),
             before_first: steps(cap.and_then(|c| c.before_first.as_ref()))?,
             before: steps(cap.and_then(|c| c.before.as_ref()))?,
@@ -753,14 +853,7 @@ fn agent_plan(
         }
         capabilities.push(plan);
     }
-    let guard = |list: Option<&Vec<MiddlewareStep>>| -> Result<Steps, EngineError> {
-        let list = list.map(|l| {
-            l.iter()
-                .map(|s| step(s, OnFail::LockTask, &agent.namespace, base_dir, tools))
-                .collect()
-        });
-        Ok(Steps::new(list.unwrap_or(Ok(Vec::new()))?))
-    };
+    let guard = |list| step_list(list, OnFail::LockTask, &scope);
     // Every agent can schedule itself (CONTRACT §5); a capability of the same name keeps it.
     for tool in HostTool::ALL {
         if !functions.iter().any(|f| f.name == tool.name()) {
@@ -782,6 +875,14 @@ fn agent_plan(
         limits: agent.limits.clone().unwrap_or_default(),
         mount: agent.mount,
         parameters: agent.parameters.clone(),
+        // `message` is checked on its own (a string or content parts, see `normalize_input`).
+        input_schema: ParamsSchema::new(
+            agent
+                .parameters
+                .iter()
+                .flat_map(|p| &p.properties)
+                .filter(|(name, _)| *name != "message"),
+        )?,
         capabilities,
         tools: functions.iter().map(|f| f.schema.clone()).collect(),
         functions,
@@ -818,13 +919,19 @@ fn llm_schema(params: &IndexMap<String, Property>, bound: &[&str]) -> Value {
     json!({"type": "object", "properties": properties, "required": required})
 }
 
+/// What a step of an agent's needs to know of it and of the config.
+struct StepScope<'a> {
+    agent: &'a agentmesh_manifest::model::Agent,
+    base_dir: &'a std::path::Path,
+    tools: &'a HashMap<String, Arc<ToolPlan>>,
+}
+
 fn step(
     s: &MiddlewareStep,
     default_on_fail: OnFail,
-    namespace: &str,
-    base_dir: &std::path::Path,
-    tools: &HashMap<String, Arc<ToolPlan>>,
+    scope: &StepScope,
 ) -> Result<Step, EngineError> {
+    let (namespace, base_dir, tools) = (&scope.agent.namespace, scope.base_dir, scope.tools);
     let kind = if let Some(a) = &s.assert_expr {
         StepKind::Assert(compile(a)?)
     } else if let Some(t) = &s.transform {
@@ -848,20 +955,35 @@ fn step(
             .ok_or_else(|| {
                 EngineError::Config(format!("invoke names unknown action `{target}`"))
             })?;
+        // The agent's capability for the tool, if any: its bindings apply under the step's,
+        // and its key names the function.
+        let capability = scope.agent.capabilities.iter().find(|(key, _)| {
+            let (ns, name) = key.split_once('/').unwrap_or((namespace, key));
+            format!("{ns}/{name}") == id
+        });
+        let key = capability.map_or(tool_ref, |(k, _)| k.as_str());
+        let function = if tool.actions.len() == 1 {
+            sanitize(key)
+        } else {
+            format!("{}_{}", sanitize(key), sanitize(&tool.actions[action].name))
+        };
+        let capability_bindings = match capability {
+            Some((_, CapabilityDecl::Config(c))) => compile_bindings(c.bindings.as_ref())?,
+            _ => Vec::new(),
+        };
         StepKind::Invoke {
             tool: Arc::clone(tool),
             action,
-            bindings: s
-                .bindings
-                .iter()
-                .flatten()
-                .map(|(k, v)| Ok((k.clone(), compile(v)?)))
-                .collect::<Result<_, EngineError>>()?,
+            bindings: compile_bindings(s.bindings.as_ref())?,
+            capability_bindings,
+            function,
         }
     } else if let Some(w) = &s.wasm {
         StepKind::Wasm {
             path: base_dir.join(&w.component),
             config: w.config.clone().unwrap_or(Value::Object(Map::new())),
+            memory_limit: w.memory_limit.map(|b| b.0),
+            timeout: w.timeout.map(|d| d.0),
         }
     } else {
         return Err(EngineError::Config("a step without an action".into()));
@@ -873,4 +995,29 @@ fn step(
         error_message: s.error_message.as_deref().map(template).transpose()?,
         on_fail: s.on_fail.unwrap_or(default_on_fail),
     })
+}
+
+/// Compiles a list of steps (none when absent).
+fn step_list(
+    list: Option<&Vec<MiddlewareStep>>,
+    default_on_fail: OnFail,
+    scope: &StepScope,
+) -> Result<Steps, EngineError> {
+    let list = list
+        .into_iter()
+        .flatten()
+        .map(|s| step(s, default_on_fail, scope))
+        .collect::<Result<_, _>>()?;
+    Ok(Steps::new(list))
+}
+
+/// Compiles a map of parameter bindings, in order.
+fn compile_bindings(
+    bindings: Option<&IndexMap<String, String>>,
+) -> Result<Vec<(String, Expression)>, EngineError> {
+    bindings
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| Ok((k.clone(), compile(v)?)))
+        .collect()
 }

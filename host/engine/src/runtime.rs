@@ -23,7 +23,8 @@ pub(crate) enum ActionResult {
     Ok(Value),
     /// A tool-level failure: told to the LLM, the task goes on.
     Recoverable(String),
-    /// Invalid configuration or an unreachable endpoint: the task terminates.
+    /// A component's `fatal`, invalid configuration or a failure of the host itself: the task
+    /// terminates. A remote endpoint's failure is never fatal (CONTRACT §5).
     Fatal(String),
 }
 
@@ -52,14 +53,14 @@ pub(crate) fn stays_inside(agent: &AgentPlan, tool: &ToolPlan, action: usize) ->
         && tool
             .actions
             .get(action)
-            .is_some_and(|a| matches!(a.runtime, Runtime::Cel(_)))
+            .is_some_and(|a| matches!(&a.runtime, Runtime::Cel(e) if !e.calls_review()))
 }
 
 /// Runs action `action` of `tool` with resolved `input`.
 pub(crate) async fn run_action(
     engine: &Engine,
     agent: &AgentPlan,
-    record: &TaskRecord,
+    record: &mut TaskRecord,
     tool: &ToolPlan,
     action: usize,
     input: &Value,
@@ -85,6 +86,12 @@ pub(crate) async fn run_action(
             if let Some(mount) = mount_of(engine, agent, record) {
                 act.set("mount", mount.variable());
                 act.set_mount(Arc::new(mount) as Arc<dyn MountIo>);
+            }
+            if expr.calls_review() {
+                act = match crate::steps::tool_reviews(engine, record, expr, act, input).await {
+                    Ok(act) => act,
+                    Err(e) => return ActionResult::Fatal(e.to_string()),
+                };
             }
             match expr.evaluate(&act) {
                 Ok(v) => ActionResult::Ok(v),
@@ -200,13 +207,15 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
             Err(e) => return ActionResult::Recoverable(format!("body: {e}")),
         }
     }
+    // Whatever the endpoint does (unreachable, slow, a failing status, a body that cannot be
+    // read) is an observation the LLM can act on; the task goes on.
     let response = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_builder() => {
-            return ActionResult::Fatal(format!("invalid request to `{url}`: {e}"));
+            return ActionResult::Recoverable(format!("invalid request to `{url}`: {e}"));
         }
         Err(e) if e.is_timeout() => return ActionResult::Recoverable(format!("`{url}` timed out")),
-        Err(e) => return ActionResult::Fatal(format!("`{url}` is unreachable: {e}")),
+        Err(e) => return ActionResult::Recoverable(format!("`{url}` is unreachable: {e}")),
     };
     let status = response.status();
     let bytes = match agentmesh_llm::read_capped(response, MAX_HTTP_RESPONSE).await {

@@ -3,12 +3,12 @@
 
 use agentmesh_expr::{Activation, Bound, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
-use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_store::event::{ContentPart, EventKind, EventSource};
 use agentmesh_store::{now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::plan::{AgentPlan, Step, StepKind, Steps, sanitize};
+use crate::plan::{AgentPlan, Step, StepKind, Steps};
 use crate::task::{Outcome, PendingReview, Status, TaskRecord};
 use crate::{Engine, Result, lock, runtime};
 
@@ -56,8 +56,10 @@ pub(crate) async fn run(
             continue;
         }
         let act = vars.activation(&context, steps.reads);
+        // A condition that cannot be evaluated (a missing key, a type error) runs its step:
+        // a guard must not be walked around by making its condition fail.
         if let Some(cond) = &step.condition
-            && !matches!(cond.evaluate_bool(&act), Ok(true))
+            && matches!(cond.evaluate_bool(&act), Ok(false))
         {
             continue;
         }
@@ -72,64 +74,60 @@ pub(crate) async fn run(
             StepKind::Transform(expr) => {
                 let act = with_reviews(engine, record, expr, act, phase, vars).await?;
                 match expr.evaluate(&act) {
-                    Ok(v) => {
-                        match phase {
-                            Phase::Before => vars.replace_input(v),
-                            Phase::After => vars.output = Some(v),
-                        }
-                        None
-                    }
+                    Ok(v) => vars
+                        .replace(phase, v)
+                        .err()
+                        .map(|e| format!("transform `{}` {e}", expr.source())),
                     Err(e) => Some(format!("transform `{}` failed: {e}", expr.source())),
                 }
             }
             StepKind::Invoke {
                 tool,
                 action,
-                bindings,
-            } => 'invoke: {
-                let mut params = serde_json::Map::new();
-                for (k, e) in bindings {
-                    match e.evaluate(&act) {
-                        Ok(v) => {
-                            params.insert(k.clone(), v);
-                        }
-                        Err(e) => break 'invoke Some(format!("binding `{k}` failed: {e}")),
-                    }
-                }
-                let fname = format!(
-                    "{}_{}",
-                    sanitize(&tool.name),
-                    sanitize(&tool.actions[*action].name)
-                );
-                let input = Value::Object(params);
-                if !runtime::stays_inside(agent, tool, *action) {
-                    engine.write_ahead(record)?;
-                }
-                let result =
-                    runtime::run_action(engine, agent, record, tool, *action, &input).await;
-                let (outcome, output, failure) = match result {
-                    runtime::ActionResult::Ok(v) => (Outcome::Successful, v, None),
-                    runtime::ActionResult::Recoverable(e) | runtime::ActionResult::Fatal(e) => (
+                function,
+                ..
+            } => {
+                let input = invoke_input(engine, record, step, &act, (phase, &mut *vars)).await?;
+                let (outcome, input, output, failure) = match input {
+                    Err(message) => (
                         Outcome::Errored,
-                        json!({"error": e}),
-                        Some(format!("invoke `{fname}` failed: {e}")),
+                        Value::Null,
+                        json!({"error": message}),
+                        Some(format!("invoke `{function}`: {message}")),
                     ),
+                    Ok(input) => {
+                        if !runtime::stays_inside(agent, tool, *action) {
+                            engine.write_ahead(record)?;
+                        }
+                        match runtime::run_action(engine, agent, record, tool, *action, &input)
+                            .await
+                        {
+                            runtime::ActionResult::Ok(v) => (Outcome::Successful, input, v, None),
+                            runtime::ActionResult::Recoverable(e)
+                            | runtime::ActionResult::Fatal(e) => (
+                                Outcome::Errored,
+                                input,
+                                json!({"error": e}),
+                                Some(format!("invoke `{function}` failed: {e}")),
+                            ),
+                        }
+                    }
                 };
                 record
                     .capabilities
-                    .entry(fname)
+                    .entry(function.clone())
                     .or_default()
                     .record(outcome, input, output, None);
+                // Later steps see the result.
                 (context, context_json) = bind_context(record, agent, needs, keep_json);
                 failure
             }
-            StepKind::Wasm { path, config } => {
+            StepKind::Wasm { .. } => {
                 engine.write_ahead(record)?;
                 match wasm_step(
                     engine,
                     record,
-                    path,
-                    config,
+                    &step.kind,
                     phase,
                     vars,
                     context_json.as_ref(),
@@ -137,13 +135,10 @@ pub(crate) async fn run(
                 .await
                 {
                     Ok(None) => None,
-                    Ok(Some(replacement)) => {
-                        match phase {
-                            Phase::Before => vars.replace_input(replacement),
-                            Phase::After => vars.output = Some(replacement),
-                        }
-                        None
-                    }
+                    Ok(Some(replacement)) => vars
+                        .replace(phase, replacement)
+                        .err()
+                        .map(|e| format!("the middleware component's replacement {e}")),
                     Err(reason) => Some(reason),
                 }
             }
@@ -189,7 +184,14 @@ pub(crate) fn needs_of(steps: &[Step]) -> Needs {
 fn expressions<'a>(step: &'a Step, mut f: impl FnMut(&'a Expression)) {
     match &step.kind {
         StepKind::Assert(e) | StepKind::Transform(e) => f(e),
-        StepKind::Invoke { bindings, .. } => bindings.iter().for_each(|(_, e)| f(e)),
+        StepKind::Invoke {
+            bindings,
+            capability_bindings,
+            ..
+        } => bindings
+            .iter()
+            .chain(capability_bindings)
+            .for_each(|(_, e)| f(e)),
         StepKind::Wasm { .. } => {}
     }
     if let Some(c) = &step.condition {
@@ -230,16 +232,70 @@ impl Reads {
     }
 }
 
+/// The input of an `invoke` step's action: the capability's bindings (in their own scope),
+/// the step's over them (its `review()` calls decided first), the action's defaults for what
+/// is still missing, checked against the action's parameter schema. `Err`: why there is none.
+async fn invoke_input(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    step: &Step,
+    act: &Activation,
+    (phase, vars): (Phase, &mut StepVars),
+) -> Result<std::result::Result<Value, String>> {
+    let StepKind::Invoke {
+        tool,
+        action,
+        bindings,
+        capability_bindings,
+        ..
+    } = &step.kind
+    else {
+        return Ok(Err("not an invoke step".into()));
+    };
+    let mut params = serde_json::Map::new();
+    if !capability_bindings.is_empty() {
+        let mut scope = act.clone();
+        scope
+            .bind("runtime", engine.runtime_variable())
+            .set("now", json!(now_rfc3339()));
+        for (k, e) in capability_bindings {
+            match e.evaluate(&scope) {
+                Ok(v) => params.insert(k.clone(), v),
+                Err(e) => return Ok(Err(format!("the capability's binding `{k}` failed: {e}"))),
+            };
+        }
+    }
+    for (k, e) in bindings {
+        let act = with_reviews(engine, record, e, act.clone(), phase, vars).await?;
+        match e.evaluate(&act) {
+            Ok(v) => params.insert(k.clone(), v),
+            Err(e) => return Ok(Err(format!("binding `{k}` failed: {e}"))),
+        };
+    }
+    let Some(plan) = tool.actions.get(*action) else {
+        return Ok(Err(format!("tool `{}` has no action #{action}", tool.id())));
+    };
+    Ok(plan.complete(params))
+}
+
 /// Runs a middleware component: `Ok(None)` passes, `Ok(Some(v))` replaces, `Err` denies.
 async fn wasm_step(
     engine: &Engine,
     record: &TaskRecord,
-    path: &std::path::Path,
-    config: &Value,
+    kind: &StepKind,
     phase: Phase,
     vars: &StepVars,
     context: Option<&Value>,
 ) -> std::result::Result<Option<Value>, String> {
+    let StepKind::Wasm {
+        path,
+        config,
+        memory_limit,
+        timeout,
+    } = kind
+    else {
+        return Err("not a wasm step".into());
+    };
     let plugins = engine.plugins()?;
     let context_json = context.map(Value::to_string).unwrap_or_default();
     let input = vars.input.to_string();
@@ -255,7 +311,11 @@ async fn wasm_step(
         Phase::Before => None,
         Phase::After => Some(vars.output.clone().unwrap_or(Value::Null).to_string()),
     };
-    match plugins.middleware(path, &call, output.as_deref()).await? {
+    let limits = (*memory_limit, *timeout);
+    match plugins
+        .middleware(path, limits, &call, output.as_deref())
+        .await?
+    {
         agentmesh_plugins::Verdict::Pass => Ok(None),
         agentmesh_plugins::Verdict::Deny(reason) => Err(reason),
         agentmesh_plugins::Verdict::Replace(json) => serde_json::from_str(&json)
@@ -330,6 +390,27 @@ async fn with_reviews(
         act.set_review(&reviewer, approve);
     }
     Ok(act)
+}
+
+/// Obtains the decisions of the `review()` calls of a `cel` tool's expression, whose
+/// reviewers see the call's `input`. The action runs once its steps have passed, so, like a
+/// review in an `after` step, this one does not wait across a restart.
+pub(crate) async fn tool_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    act: Activation,
+    input: &Value,
+) -> Result<Activation> {
+    let mut vars = StepVars {
+        input: input.clone(),
+        output: None,
+        event: Value::Null,
+        guardrail: false,
+        call_id: None,
+        replay: Replay::default(),
+    };
+    with_reviews(engine, record, expr, act, Phase::After, &mut vars).await
 }
 
 /// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision. `call_id`: the
@@ -478,10 +559,35 @@ impl StepVars {
         act
     }
 
-    fn replace_input(&mut self, v: Value) {
-        if v.is_object() {
-            self.input = v;
+    /// Replaces `input` (before) or `output` (after) with a transform's or a component's
+    /// value. A guardrail's value is the arriving input or the answer: a map (its `message` a
+    /// string or content parts) or a string (the message text). A capability `before` step's
+    /// value is the call's input, a map; in an event activation a string is the message text.
+    /// An `after` step's value may be anything. A value of another shape is refused (the
+    /// step fails) rather than ignored.
+    fn replace(&mut self, phase: Phase, v: Value) -> std::result::Result<(), String> {
+        if self.guardrail {
+            let io = task_io(v)?;
+            match phase {
+                Phase::Before => self.input = io,
+                Phase::After => self.output = Some(io),
+            }
+            return Ok(());
         }
+        match (phase, v) {
+            (Phase::After, v) => self.output = Some(v),
+            (Phase::Before, v @ Value::Object(_)) => self.input = v,
+            (Phase::Before, Value::String(text)) if !self.event.is_null() => {
+                self.input = json!({"message": text});
+            }
+            (Phase::Before, other) => {
+                return Err(format!(
+                    "must yield a map (the call's input), not {}",
+                    json_kind(&other)
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn subject(&self) -> Value {
@@ -489,5 +595,43 @@ impl StepVars {
             Some(o) => json!({"input": self.input, "output": o}),
             None => json!({"input": self.input}),
         }
+    }
+}
+
+/// A guardrail's replacement as a TaskIO: a string is the message text (one text part); a
+/// map's `message` may be a string or content parts.
+fn task_io(v: Value) -> std::result::Result<Value, String> {
+    let mut io = match v {
+        Value::String(text) => return Ok(json!({"message": [ContentPart::text(text)]})),
+        Value::Object(m) => m,
+        other => {
+            return Err(format!(
+                "must yield the message text (a string) or a map with `message`, not {}",
+                json_kind(&other)
+            ));
+        }
+    };
+    match io.get("message") {
+        Some(Value::String(text)) => {
+            let parts = json!([ContentPart::text(text.clone())]);
+            io.insert("message".into(), parts);
+        }
+        Some(parts @ Value::Array(_))
+            if serde_json::from_value::<Vec<ContentPart>>(parts.clone()).is_ok() => {}
+        Some(_) => return Err("yielded a `message` that is neither text nor content parts".into()),
+        None => return Err("yielded a map without `message`".into()),
+    }
+    Ok(Value::Object(io))
+}
+
+/// `a string`, `a list`, … for messages about a value of the wrong shape.
+pub(crate) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
     }
 }

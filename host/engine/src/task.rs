@@ -375,6 +375,14 @@ impl TaskRecord {
                 caps.insert(f.name.clone(), stats.to_json(parts));
             }
         }
+        // Tools that `invoke` steps call without being capabilities of the agent.
+        for (name, stats) in &self.capabilities {
+            if !caps.contains_key(name)
+                && let Some(parts) = needs.field(name)
+            {
+                caps.insert(name.clone(), stats.to_json(parts));
+            }
+        }
         for (key, names) in agent.aggregates.iter().filter(|(k, _)| want(k)) {
             caps.insert(
                 key.clone(),

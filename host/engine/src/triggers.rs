@@ -669,8 +669,9 @@ impl Engine {
         act.set("event", event.clone())
             .set("now", json!(now_rfc3339()));
         for step in &t.before {
+            // A condition that cannot be evaluated runs its step (fail closed).
             if let Some(cond) = &step.condition
-                && !cond.evaluate_bool(&act).unwrap_or(false)
+                && matches!(cond.evaluate_bool(&act), Ok(false))
             {
                 continue;
             }

@@ -48,16 +48,32 @@ pub(crate) async fn run(
         &mut vars,
     )
     .await?;
-    let mut events: Events = Vec::new();
-    if !record.prompt_logged {
-        record.prompt_logged = true;
-        events.push(system_prompt(engine, agent, record));
-    }
-    let content: Vec<ContentPart> = input
-        .io
+    // What the guardrails let through (transformed, when a step replaced it) is the input
+    // from here on: the log, `context.input` and the LLM hold only that.
+    let io = vars.input;
+    let content: Vec<ContentPart> = io
         .get("message")
         .and_then(|m| serde_json::from_value(m.clone()).ok())
         .unwrap_or_default();
+    let mut events: Events = Vec::new();
+    let locked = match verdict {
+        Verdict::Lock(reason) | Verdict::Block(reason) => Some(reason),
+        Verdict::Pass => None,
+    };
+    record.inputs.push(io);
+    // The prompt is rendered once the first input is in the context (the spec's own example
+    // reads `{context.input[0].ticket_id}`); one that cannot render ends the task, naming the
+    // hole, rather than sending the LLM a broken prompt.
+    let mut prompt_error = None;
+    if !record.prompt_logged {
+        match system_prompt(engine, agent, record) {
+            Ok(prompt) => {
+                record.prompt_logged = true;
+                events.push(prompt);
+            }
+            Err(message) => prompt_error = Some(message),
+        }
+    }
     events.push((
         EventSource::User,
         EventKind::MessageEvent {
@@ -68,7 +84,6 @@ pub(crate) async fn run(
             }),
         },
     ));
-    record.inputs.push(input.io.clone());
     record.history.push("input".into());
     let now = now_ms();
     // Subscriptions that expired while the task was idle stay expired: prune them before the
@@ -85,8 +100,13 @@ pub(crate) async fn run(
         ));
     }
     record.last_activity_ms = now;
-    if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
-        terminate(record, Reason::Locked, None, &reason, &mut events);
+    let ending = match (locked, prompt_error) {
+        (Some(reason), _) => Some((Reason::Locked, reason)),
+        (None, Some(message)) => Some((Reason::Error, message)),
+        (None, None) => None,
+    };
+    if let Some((reason, message)) = ending {
+        terminate(record, reason, None, &message, &mut events);
         engine.save(record, events)?;
         store.clear_queue(&record.id)?;
         return Ok(());
@@ -101,31 +121,31 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// The interpolated prompt and the function schemas.
+/// The interpolated prompt and the function schemas, or why the prompt cannot be rendered.
 fn system_prompt(
     engine: &Engine,
     agent: &AgentPlan,
     record: &TaskRecord,
-) -> (EventSource, EventKind) {
+) -> std::result::Result<(EventSource, EventKind), String> {
     let mut needs = Needs::default();
     needs.add_template(&agent.prompt, &["context", "c"]);
     let mut act = Activation::new();
     act.set_aliased("context", "c", record.context_for(agent, &needs))
         .bind("runtime", engine.runtime_variable())
         .set("now", json!(now_rfc3339()));
-    let prompt = agent.prompt.render(&act).unwrap_or_else(|e| {
+    let prompt = agent.prompt.render(&act).map_err(|e| {
         format!(
-            "{}\n\n(prompt interpolation failed: {e})",
-            agent.prompt.source()
+            "the prompt of agent `{}` cannot be rendered: {e}",
+            agent.id()
         )
-    });
-    (
+    })?;
+    Ok((
         EventSource::Agent,
         EventKind::SystemPromptEvent {
             prompt,
             tools: agent.tools.to_vec(),
         },
-    )
+    ))
 }
 
 /// Marks the record terminated and adds the events saying why.
@@ -540,10 +560,10 @@ async fn finish(
     record: &mut TaskRecord,
     text: String,
 ) -> Result<bool> {
-    let message = json!([ContentPart::text(text.clone())]);
+    let message = json!([ContentPart::text(text)]);
     let mut vars = StepVars {
         input: Value::Null,
-        output: Some(json!({"message": message})),
+        output: Some(json!({"message": message.clone()})),
         event: Value::Null,
         guardrail: true,
         call_id: None,
@@ -565,8 +585,16 @@ async fn finish(
         engine.save(record, events)?;
         return Ok(true);
     }
-    let mut output = serde_json::Map::new();
-    output.insert("message".into(), message.clone());
+    // What the guardrails let through (transformed, when a step replaced it) is the answer:
+    // the output, what `exposes` derive from it and the agent message hold only that.
+    let mut output = match vars.output {
+        Some(Value::Object(m)) => m,
+        _ => serde_json::Map::from_iter([("message".to_owned(), message)]),
+    };
+    let content: Vec<ContentPart> = output
+        .get("message")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default();
     let mut act = Activation::new();
     let mut needs = Needs::default();
     agent
@@ -597,7 +625,7 @@ async fn finish(
         (
             EventSource::Agent,
             EventKind::MessageEvent {
-                content: vec![ContentPart::text(text)],
+                content,
                 metadata: None,
             },
         ),

@@ -255,15 +255,23 @@ impl Plugins {
     }
 
     /// Runs a middleware component's `before` (no `output`) or `after` step.
+    /// `limits`: the step's `memory_limit` (bytes) and `timeout`, each the plugin host's
+    /// default when absent.
     pub(crate) async fn middleware(
         &self,
         path: &Path,
+        (memory, timeout): (Option<u64>, Option<std::time::Duration>),
         call: &MiddlewareCall<'_>,
         output: Option<&str>,
     ) -> Result<Verdict, String> {
         let name = path.display().to_string();
         let component = self.component(&name, path).map_err(|e| e.to_string())?;
-        let limits = Limits::default();
+        let defaults = Limits::default();
+        let limits = Limits {
+            memory: memory.unwrap_or(defaults.memory),
+            timeout: timeout.unwrap_or(defaults.timeout),
+            ..defaults
+        };
         let verdict = match output {
             None => component.middleware_before(&limits, call).await,
             Some(o) => component.middleware_after(&limits, call, o).await,

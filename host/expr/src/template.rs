@@ -122,17 +122,19 @@ impl Template {
         for segment in &self.segments {
             match segment {
                 Segment::Text(t) => out.push_str(t),
-                Segment::Expr(_, e) => activation.eval(e.program().expression(), |value| {
-                    match value.downcast_ref::<CelString>() {
-                        Some(s) => out.push_str(s.inner()),
-                        None => {
-                            let json = result_json(value)?;
-                            // Writing to a `String` cannot fail.
-                            let _ = write!(out, "{json}");
+                Segment::Expr(_, e) => activation
+                    .eval(e.program().expression(), |value| {
+                        match value.downcast_ref::<CelString>() {
+                            Some(s) => out.push_str(s.inner()),
+                            None => {
+                                let json = result_json(value)?;
+                                // Writing to a `String` cannot fail.
+                                let _ = write!(out, "{json}");
+                            }
                         }
-                    }
-                    Ok(())
-                })?,
+                        Ok(())
+                    })
+                    .map_err(|err| hole_error(e, &err))?,
             }
         }
         Ok(out)
@@ -142,9 +144,16 @@ impl Template {
     /// (`"{parameters.count}"` gives a number); any other template renders to a string.
     pub fn render_value(&self, activation: &Activation) -> Result<Json, EvalError> {
         match self.segments.as_slice() {
-            [Segment::Expr(_, e)] => e.evaluate(activation),
+            [Segment::Expr(_, e)] => e.evaluate(activation).map_err(|err| hole_error(e, &err)),
             _ => self.render(activation).map(Json::String),
         }
+    }
+}
+
+/// An evaluation error naming the hole it came from (a template may have many).
+fn hole_error(hole: &Expression, err: &EvalError) -> EvalError {
+    EvalError {
+        message: format!("`{{{}}}`: {}", hole.source(), err.message),
     }
 }
 

@@ -106,6 +106,14 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
         anyhow::Ok(record?)
     })?;
     if args.json {
+        // Why the task ended goes to stderr in both forms: the object says only the reason.
+        if record.status() == Status::Terminated {
+            eprintln!(
+                "task {} terminated: {}",
+                record.id,
+                termination(&engine, &record)
+            );
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&engine.task_object(&record.id)?)?

@@ -76,7 +76,7 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );
-    let options = EngineOptions {
+    let mut options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(data.join("components")),
         ..EngineOptions::default()
@@ -86,6 +86,14 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        // Bound before the engine starts, so that `runtime.api_root` is the server's own base
+        // URL in every expression, those of tasks resumed at start included. Connections made
+        // meanwhile wait in the backlog until the server accepts.
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let bound = listener.local_addr()?;
+        options.runtime["api_root"] = serde_json::Value::String(format!("http://{bound}"));
         let engine = Engine::new(plan, store, options);
         // Compile every component before taking traffic (a broken one is a start-up error).
         engine
@@ -102,10 +110,6 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
             args.dir.clone(),
             usize::try_from(max_body).unwrap_or(usize::MAX),
         ));
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        let bound = listener.local_addr()?;
         // The one line a supervisor (or a test) reads to learn the address.
         eprintln!("agentmesh: listening on http://{bound}");
         tracing::info!(%bound, resumed, "serving");

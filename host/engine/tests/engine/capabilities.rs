@@ -137,13 +137,15 @@ async fn transform_changes_what_the_llm_sees_but_not_the_recorded_output() {
 }
 
 #[tokio::test]
-async fn before_first_runs_once() {
-    // The step blocks whenever it runs; only the first call is refused.
-    let cap =
-        "  echo:\n    before_first:\n      - assert: \"false\"\n        error_message: first\n";
+async fn before_first_stays_shut_until_a_call_passes_it() {
+    // The gate refuses `a`: refused calls leave it in place (calling again is no way round
+    // it); once a call passes and runs, it asks no more.
+    let cap = "  echo:\n    before_first:\n      - assert: \"input.text != 'a'\"\n        error_message: first\n";
     let script = "responses:
   - tool_calls: [{name: echo_say, arguments: {text: a}}]
+  - tool_calls: [{name: echo_say, arguments: {text: a}}]
   - tool_calls: [{name: echo_say, arguments: {text: b}}]
+  - tool_calls: [{name: echo_say, arguments: {text: a}}]
   - text: done
 ";
     let h = harness(&agent(cap), script);
@@ -152,7 +154,9 @@ async fn before_first_runs_once() {
         observations(&h.events(&task)),
         [
             json!({"rejected": "first"}),
-            json!({"owner": "nobody", "text": "b"})
+            json!({"rejected": "first"}),
+            json!({"owner": "nobody", "text": "b"}),
+            json!({"owner": "nobody", "text": "a"})
         ]
     );
 }

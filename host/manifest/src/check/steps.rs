@@ -134,8 +134,19 @@ fn check_step(
     let scope = layer.scope();
     c.expr(source, &at("assert"), &scope, "");
     c.expr(source, &at("transform"), &scope, "");
-    c.expr(source, &at("condition"), &scope, "");
-    let message_scope = scope;
+    // A condition only decides whether the step runs, and an error message is rendered after
+    // it failed: neither can wait for a person (the step's own expression can).
+    let condition_scope = Scope {
+        place: "a step's `condition`",
+        review: false,
+        ..scope
+    };
+    c.expr(source, &at("condition"), &condition_scope, "");
+    let message_scope = Scope {
+        place: "a step's `error_message`",
+        review: false,
+        ..scope
+    };
     c.template(source, &at("error_message"), &message_scope);
     if step.wasm.is_some() {
         let mut p = at("wasm");
@@ -167,14 +178,12 @@ fn check_step(
         check_invoke(c, source, &at("invoke"), target, around);
     }
     if let Some(bindings) = &step.bindings {
-        let invoke_scope = Scope {
-            review: false,
-            ..scope
-        };
+        // An `invoke` step's bindings see the step's scope, `review()` included where the
+        // step may call it (cel.md).
         for key in bindings.keys() {
             let mut p = at("bindings");
             p.push(K(key));
-            c.expr(source, &p, &invoke_scope, "");
+            c.expr(source, &p, &scope, "");
         }
     }
 }

@@ -109,3 +109,39 @@ async fn a_component_is_used_only_as_its_world() {
         .unwrap_err();
     assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middleware_step_is_stopped_at_its_own_timeout_and_memory_limit() {
+    let greedy = load("test-greedy-middleware");
+    let timeout = std::time::Duration::from_millis(200);
+    let limits = Limits {
+        timeout,
+        ..Limits::default()
+    };
+    let looping = greedy
+        .middleware_before(&limits, &call("loop", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        looping.to_string(),
+        "component `test-greedy-middleware` ran longer than its 200ms timeout and was stopped"
+    );
+    let limits = Limits {
+        memory: 4 * 1024 * 1024,
+        ..Limits::default()
+    };
+    let hog = greedy
+        .middleware_before(&limits, &call("hog", "{}"))
+        .await
+        .unwrap_err();
+    assert!(
+        hog.to_string().contains("memory limit of 4096 KiB"),
+        "{hog}"
+    );
+    // Within its limits it passes.
+    let pass = greedy
+        .middleware_before(&limits, &call("{}", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(pass, Verdict::Pass);
+}

@@ -1,0 +1,738 @@
+//! Governance that fails closed, through the real binary: guardrail transforms replace,
+//! `before_first` gates stay shut, conditions that cannot be evaluated run their step,
+//! `review()` wherever `validate` accepts it, failing endpoints are observations, prompts see
+//! the first input, `invoke` steps as the spec says, arguments checked against their schema.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::server::{Server, wait_for};
+use crate::util::{agentmesh, events, run_json, run_task};
+
+/// A config dir holding `files` (name, text) and an empty data dir beside it.
+fn config(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let data = root.path().join("data");
+    (root, dir, data)
+}
+
+/// `echo.say(text)`: answers `{'said': text}`.
+const ECHO: &str = r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: echo
+description: Echoes.
+actions:
+  - name: say
+    description: Say it.
+    parameters:
+      type: object
+      properties:
+        text: {type: string}
+    execute:
+      cel: {expression: "{'said': input.text}"}
+"#;
+
+/// An agent `t/a` with `body` appended (capabilities, guardrails, …).
+fn agent(body: &str) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Help.
+model: scripted/script.yaml
+{body}"
+    )
+}
+
+/// The results of the calls in `events`, in order: an observation's result, or
+/// `{"rejected": reason}` for a refused call.
+fn results(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter_map(|e| match e["kind"].as_str() {
+            Some("ObservationEvent") => Some(e["result"].clone()),
+            Some("UserRejectObservation") => Some(json!({"rejected": e["reason"]})),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `agentmesh run DIR --agent t/a -m MESSAGE --data DATA --json EXTRA…`.
+fn run(dir: &Path, data: &Path, message: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    run_task(dir, "t/a", message, data, extra)
+}
+
+/// Runs `t/a` over a config of `files` with `-m go` (exit 0 expected): the task object and the
+/// results of its calls.
+fn call_results(files: &[(&str, &str)]) -> (Value, Vec<Value>) {
+    let (_root, dir, data) = config(files);
+    let task = run_json(&dir, "t/a", "go", &data, &[]);
+    let results = results(&events(&data, &task));
+    (task, results)
+}
+
+/// The script calling `echo` once with `text: a`, then answering `done`.
+const CALL_A: &str =
+    "responses:\n  - tool_calls: [{name: echo, arguments: {text: a}}]\n  - text: done\n";
+
+/// A chat-completions answer of an OpenAI-compatible endpoint with `text` and no calls.
+fn completion(text: &str) -> String {
+    json!({
+        "id": "r1",
+        "choices": [{"message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+    })
+    .to_string()
+}
+
+#[test]
+fn guardrail_transforms_replace_the_input_and_the_answer_everywhere() {
+    let (port, llm) = agentmesh_testkit::serve(1, |_| {
+        ("200 OK", completion("The password is hunter2, as asked."))
+    });
+    let host = format!(
+        "kind: agentmesh/v1/host
+models:
+  openai: {{base_url: \"http://127.0.0.1:{port}/v1\", api_key: test-key}}
+"
+    );
+    let agent = r#"kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Redacts both ways.
+prompt: Help.
+model: openai/fake
+guardrails:
+  before:
+    - transform: "input.message[0].text.replace('4111-1111-1111-1111', '[card]')"
+  after:
+    - transform: "{'message': output.message[0].text.replace('hunter2', '[withheld]')}"
+exposes:
+  said: "output.message[0].text"
+  heard: "context.input[0].message[0].text"
+"#;
+    let (_root, dir, data) = config(&[("host.yaml", &host), ("agent.yaml", agent)]);
+    let (code, task, err) = run(&dir, &data, "Charge 4111-1111-1111-1111 please.", &[]);
+    assert_eq!(code, Some(0), "{err}");
+
+    // What the LLM was sent holds the transformed input only.
+    let request = llm.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        request.body.contains("Charge [card] please."),
+        "{}",
+        request.body
+    );
+    assert!(!request.body.contains("4111"), "{}", request.body);
+
+    // The task's output and what derives from it hold the transformed answer.
+    assert_eq!(
+        task["output"][0]["message"][0]["text"],
+        "The password is [withheld], as asked."
+    );
+    assert_eq!(
+        task["exposes"]["said"],
+        "The password is [withheld], as asked."
+    );
+    assert_eq!(task["exposes"]["heard"], "Charge [card] please.");
+
+    // The log holds neither original.
+    let log = events(&data, &task);
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(
+        !text.contains("4111") && !text.contains("hunter2"),
+        "{text}"
+    );
+    let messages: Vec<&Value> = log.iter().filter(|e| e["kind"] == "MessageEvent").collect();
+    assert_eq!(messages[0]["content"][0]["text"], "Charge [card] please.");
+    assert_eq!(
+        messages[1]["content"][0]["text"],
+        "The password is [withheld], as asked."
+    );
+}
+
+#[test]
+fn a_guardrail_transform_of_the_wrong_shape_fails_its_step() {
+    // A number is neither the message text nor an input: the step fails (lock_task), it is not
+    // silently ignored.
+    let body = "guardrails:\n  before:\n    - transform: \"size(input.message)\"\n";
+    let (_root, dir, data) = config(&[
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", "responses:\n  - text: never\n"),
+    ]);
+    let (code, task, err) = run(&dir, &data, "hello", &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(task["reason"], "locked");
+    assert!(err.contains("must yield the message text"), "{err}");
+}
+
+const CALL_A_A_B_A: &str = "responses:
+  - tool_calls: [{name: echo, arguments: {text: a}}]
+  - tool_calls: [{name: echo, arguments: {text: a}}]
+  - tool_calls: [{name: echo, arguments: {text: b}}]
+  - tool_calls: [{name: echo, arguments: {text: a}}]
+  - text: done
+";
+
+#[test]
+fn a_before_first_gate_stays_shut_until_a_call_passes_it() {
+    let body = "capabilities:
+  echo:
+    before_first:
+      - assert: \"input.text != 'a'\"
+        error_message: not a
+";
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", CALL_A_A_B_A),
+    ]);
+    assert_eq!(
+        results,
+        [
+            json!({"rejected": "not a"}),
+            json!({"rejected": "not a"}),
+            json!({"said": "b"}),
+            json!({"said": "a"}),
+        ]
+    );
+}
+
+#[test]
+fn a_denied_review_in_before_first_is_not_bypassed_by_calling_again() {
+    // Nobody can answer a review during `run`: every attempt is a denial, the second too.
+    let body = "capabilities:
+  echo:
+    before_first:
+      - assert: \"review('user:ops')\"
+        error_message: not approved
+";
+    let script = "responses:
+  - tool_calls: [{name: echo, arguments: {text: a}}]
+  - tool_calls: [{name: echo, arguments: {text: b}}]
+  - text: done
+";
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", script),
+    ]);
+    assert_eq!(
+        results,
+        [
+            json!({"rejected": "not approved"}),
+            json!({"rejected": "not approved"}),
+        ]
+    );
+}
+
+#[test]
+fn a_condition_that_cannot_be_evaluated_runs_its_step() {
+    // `input.missing` is not there: the condition errors, and the guard runs anyway.
+    let body = "capabilities:
+  echo:
+    before:
+      - condition: \"input.missing == 'x'\"
+        assert: \"false\"
+        error_message: guarded
+";
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", CALL_A),
+    ]);
+    assert_eq!(results, [json!({"rejected": "guarded"})]);
+
+    // The same in a guardrail: the task is locked before the LLM is asked.
+    let body = "guardrails:
+  before:
+    - condition: \"input.nope > 3\"
+      assert: \"false\"
+      error_message: guarded input
+";
+    let (_root, dir, data) = config(&[
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", "responses:\n  - text: never\n"),
+    ]);
+    let (code, task, err) = run(&dir, &data, "hello", &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(task["reason"], "locked");
+    assert!(err.contains("guarded input"), "{err}");
+}
+
+#[test]
+fn a_trigger_condition_that_cannot_be_evaluated_runs_its_step() {
+    let files = [
+        (
+            "host.yaml",
+            "kind: agentmesh/v1/host
+sources:
+  ops: {signature: bearer, tokens: [{subject: \"svc:deployer\", env: OPS_TOKEN}]}
+",
+        ),
+        ("agent.yaml", &agent("") as &str),
+        ("script.yaml", "responses:\n  - text: ok\n"),
+        (
+            "trigger.yaml",
+            "kind: commonagents.info/v1beta2/trigger
+namespace: t
+name: deploy
+agent: a
+owner: \"svc:deployer\"
+source:
+  type: ops
+  before:
+    - condition: \"event.payload.missing == 'prod'\"
+      assert: \"false\"
+message: \"Deploy {event.payload.service}\"
+",
+        ),
+    ];
+    let (_root, dir, data) = config(&files);
+    let server = Server::start(&dir, &data, &[("OPS_TOKEN", "ops-token")]);
+    let r = server
+        .request("POST", "/v1/triggers/t/deploy/fire")
+        .header("authorization", "Bearer ops-token")
+        .json(&json!({"service": "api"}))
+        .send();
+    assert_eq!(r.status, 409, "the guard ran and refused: {}", r.text());
+}
+
+#[test]
+fn a_failing_endpoint_is_an_observation_and_the_task_goes_on() {
+    // Nothing listens on port 9 of loopback here: the request cannot connect.
+    let tool = r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: remote
+description: A remote API.
+actions:
+  - name: get
+    description: Get it.
+    execute:
+      stateless_http: {method: GET, url: "http://127.0.0.1:9/thing", timeout: 5s}
+"#;
+    let script = "responses:\n  - tool_calls: [{name: remote, arguments: {}}]\n  - text: It is down; try later.\n";
+    let (_root, dir, data) = config(&[
+        ("remote.yaml", tool),
+        ("agent.yaml", &agent("capabilities:\n  remote: \"*\"\n")),
+        ("script.yaml", script),
+    ]);
+    let task = run_json(&dir, "t/a", "go", &data, &[]);
+    assert_eq!(task["status"], "idle");
+    assert_eq!(
+        task["output"][0]["message"][0]["text"],
+        "It is down; try later."
+    );
+    let results = results(&events(&data, &task));
+    let error = results[0]["error"].as_str().unwrap();
+    assert!(error.contains("unreachable"), "{error}");
+}
+
+#[test]
+fn the_prompt_sees_the_first_input_and_one_that_cannot_render_ends_the_task() {
+    let agent_with = |prompt: &str| {
+        format!(
+            "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: \"{prompt}\"
+model: scripted/script.yaml
+parameters:
+  type: object
+  properties:
+    ticket_id: {{type: string}}
+"
+        )
+    };
+    let files = |prompt: &str| {
+        [
+            ("agent.yaml", agent_with(prompt)),
+            ("script.yaml", "responses:\n  - text: ok\n".to_owned()),
+        ]
+    };
+    let good = files("Work on ticket {context.input[0].ticket_id}.");
+    let (_root, dir, data) = config(&good.each_ref().map(|(n, t)| (*n, t.as_str())));
+    let task = run_json(&dir, "t/a", "go", &data, &["--param", "ticket_id=T-7"]);
+    let log = events(&data, &task);
+    let prompt = log
+        .iter()
+        .find(|e| e["kind"] == "SystemPromptEvent")
+        .unwrap();
+    assert_eq!(prompt["prompt"], "Work on ticket T-7.");
+
+    // A hole that cannot render is a task error naming the hole; the LLM is never asked.
+    let bad = files("Work on {context.input[0].nope}.");
+    let (_root, dir, data) = config(&bad.each_ref().map(|(n, t)| (*n, t.as_str())));
+    let (code, task, err) = run(&dir, &data, "go", &["--param", "ticket_id=T-7"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(task["reason"], "error");
+    assert!(err.contains("{context.input[0].nope}"), "{err}");
+    let log = events(&data, &task);
+    assert!(
+        log.iter().all(|e| e["kind"] != "SystemPromptEvent"),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn under_serve_the_runtime_api_root_is_the_servers_base_url() {
+    let body = "prompt: \"Report to {runtime.api_root}/v1.\"\n";
+    let agent = agent("").replace("prompt: Help.\n", body);
+    let (_root, dir, data) = config(&[
+        ("agent.yaml", &agent),
+        ("script.yaml", "responses:\n  - text: ok\n"),
+    ]);
+    let server = Server::start(&dir, &data, &[]);
+    let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    let prompt = server.wait_for_event(&id, "SystemPromptEvent");
+    assert_eq!(
+        prompt["prompt"],
+        format!("Report to http://{}/v1.", server.addr)
+    );
+}
+
+/// A tool whose `cel` expression asks `user:ops`, and an agent that calls it.
+const REVIEWED_TOOL: &str = r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: payout
+description: Pays out after a review.
+actions:
+  - name: pay
+    description: Pay.
+    parameters:
+      type: object
+      properties:
+        amount: {type: integer}
+    execute:
+      cel: {expression: "review('user:ops') ? {'paid': input.amount} : {'paid': 0}"}
+"#;
+
+/// Waits until task `id` waits in a review, approves or denies it as the anonymous admin.
+fn decide(server: &Server, id: &str, approve: bool) {
+    let review = server.wait_for_event(id, "ReviewRequestEvent");
+    let review_id = review["review_id"].as_str().unwrap();
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
+        .json(&json!({"approve": approve}))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The results of task `id`'s calls once it is idle.
+fn results_when_idle(server: &Server, id: &str) -> Vec<Value> {
+    wait_for(Duration::from_secs(30), || {
+        let task = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        (task["status"] == "idle").then_some(())
+    })
+    .unwrap_or_else(|| panic!("task {id} did not become idle"));
+    let log = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .json();
+    results(log["events"].as_array().unwrap())
+}
+
+#[test]
+fn review_works_in_a_cel_tool_expression() {
+    let script =
+        "responses:\n  - tool_calls: [{name: payout, arguments: {amount: 5}}]\n  - text: done\n";
+    let (_root, dir, data) = config(&[
+        ("payout.yaml", REVIEWED_TOOL),
+        ("agent.yaml", &agent("capabilities:\n  payout: \"*\"\n")),
+        ("script.yaml", script),
+    ]);
+    let server = Server::start(&dir, &data, &[]);
+    let approved = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    decide(&server, &approved, true);
+    assert_eq!(results_when_idle(&server, &approved), [json!({"paid": 5})]);
+    let denied = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    decide(&server, &denied, false);
+    assert_eq!(results_when_idle(&server, &denied), [json!({"paid": 0})]);
+}
+
+/// `audit.record(note, level = info, owner)`: answers its input.
+const AUDIT: &str = r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: audit
+description: Records notes.
+actions:
+  - name: record
+    description: Record a note.
+    parameters:
+      type: object
+      properties:
+        note: {type: string}
+        level: {type: string, default: info}
+        owner: {type: string}
+        approved: {type: boolean, default: false}
+    execute:
+      cel: {expression: "input"}
+"#;
+
+#[test]
+fn review_works_in_an_invoke_steps_bindings() {
+    let body = "capabilities:
+  echo:
+    before:
+      - invoke: \"audit:record\"
+        bindings:
+          note: \"input.text\"
+          owner: \"'acme'\"
+          approved: \"review('user:ops')\"
+      - assert: \"context.capabilities.audit.outputs[0].approved\"
+        error_message: not approved
+";
+    let (_root, dir, data) = config(&[
+        ("echo.yaml", ECHO),
+        ("audit.yaml", AUDIT),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", CALL_A),
+    ]);
+    let (code, out, err) = agentmesh(&["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let server = Server::start(&dir, &data, &[]);
+    let approved = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    decide(&server, &approved, true);
+    assert_eq!(
+        results_when_idle(&server, &approved),
+        [json!({"said": "a"})]
+    );
+    let denied = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    decide(&server, &denied, false);
+    assert_eq!(
+        results_when_idle(&server, &denied),
+        [json!({"rejected": "not approved"})]
+    );
+}
+
+#[test]
+fn review_is_refused_at_validate_where_it_cannot_work() {
+    let body = "capabilities:
+  echo:
+    before:
+      - condition: \"review('user:ops')\"
+        assert: \"true\"
+";
+    let (_root, dir, _data) = config(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", "responses:\n  - text: ok\n"),
+    ]);
+    let (code, out, _) = agentmesh(&["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "the only problem is the review: {out}"
+    );
+    assert!(
+        out.contains("`review()` is not available in a step's `condition`"),
+        "{out}"
+    );
+}
+
+#[test]
+fn invoke_steps_fill_defaults_apply_bindings_and_record_under_the_function_name() {
+    // The agent has `audit` as a capability with a binding; the step's own binding wins over
+    // it, defaults fill the rest, and the result is `context.capabilities.audit`.
+    let body = "capabilities:
+  audit:
+    bindings:
+      owner: \"'from-capability'\"
+      note: \"'from-capability'\"
+  echo:
+    before:
+      - invoke: \"audit:record\"
+        bindings:
+          note: \"'from-step: ' + input.text\"
+      - assert: \"context.capabilities.audit.count_successful == 1\"
+        error_message: the invoke is not recorded
+exposes:
+  invoked: \"context.capabilities.audit.outputs[0]\"
+";
+    let (_root, dir, data) = config(&[
+        ("echo.yaml", ECHO),
+        ("audit.yaml", AUDIT),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", CALL_A),
+    ]);
+    let task = run_json(&dir, "t/a", "go", &data, &[]);
+    assert_eq!(results(&events(&data, &task)), [json!({"said": "a"})]);
+    assert_eq!(
+        task["exposes"]["invoked"],
+        json!({"owner": "from-capability", "note": "from-step: a", "level": "info", "approved": false})
+    );
+}
+
+#[test]
+fn a_failed_invoke_follows_on_fail() {
+    // `level` must be a string: the invoke fails its schema check, and the step's `on_fail`
+    // (block) refuses the call.
+    let body = "capabilities:
+  echo:
+    before:
+      - invoke: \"audit:record\"
+        bindings:
+          note: \"input.text\"
+          owner: \"'acme'\"
+          level: \"3\"
+";
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("audit.yaml", AUDIT),
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", CALL_A),
+    ]);
+    let reason = results[0]["rejected"].as_str().unwrap();
+    assert!(
+        reason.contains("`level`") && reason.contains("string"),
+        "{reason}"
+    );
+}
+
+/// `stats.count(count: integer, mode: a|b)`.
+const STATS: &str = r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: stats
+description: Counts.
+actions:
+  - name: count
+    description: Count.
+    parameters:
+      type: object
+      properties:
+        count: {type: integer}
+        mode: {type: string, enum: [a, b]}
+        filter:
+          type: object
+          properties:
+            min: {type: integer}
+          required: [min]
+          default: {min: 0}
+    execute:
+      cel: {expression: "{'counted': input.count}"}
+"#;
+
+#[test]
+fn arguments_are_checked_against_their_schema() {
+    let script = "responses:
+  - tool_calls: [{name: stats, arguments: {count: three, mode: a}}]
+  - tool_calls: [{name: stats, arguments: {count: 3, mode: c}}]
+  - tool_calls: [{name: stats, arguments: {count: 3, mode: a, filter: {max: 1}}}]
+  - tool_calls: [{name: stats, arguments: {count: 3, mode: b}}]
+  - text: done
+";
+    let (_root, dir, data) = config(&[
+        ("stats.yaml", STATS),
+        ("agent.yaml", &agent("capabilities:\n  stats: \"*\"\n")),
+        ("script.yaml", script),
+    ]);
+    let task = run_json(&dir, "t/a", "go", &data, &[]);
+    assert_eq!(task["status"], "idle");
+    let results = results(&events(&data, &task));
+    let error = |i: usize| results[i]["error"].as_str().unwrap().to_owned();
+    assert!(
+        error(0).contains("argument `count`") && error(0).contains("integer"),
+        "{}",
+        error(0)
+    );
+    assert!(
+        error(1).contains("argument `mode`") && error(1).contains("\"a\""),
+        "{}",
+        error(1)
+    );
+    assert!(
+        error(2).contains("argument `filter`") && error(2).contains("min"),
+        "{}",
+        error(2)
+    );
+    assert_eq!(results[3], json!({"counted": 3}));
+}
+
+#[test]
+fn task_input_is_checked_against_the_agents_parameters() {
+    let body = "parameters:
+  type: object
+  properties:
+    priority: {type: integer, default: 1}
+";
+    let (_root, dir, data) = config(&[
+        ("agent.yaml", &agent(body)),
+        ("script.yaml", "responses:\n  - text: ok\n"),
+    ]);
+    let (code, _, err) = run(&dir, &data, "go", &["--param", "priority=high"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("parameter `priority`") && err.contains("integer"),
+        "{err}"
+    );
+
+    // Over HTTP the same is a 422 naming the field, and nothing is queued.
+    let server = Server::start(&dir, &data, &[]);
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": "t/a", "input": {"message": "go", "priority": "high"}}))
+        .send();
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("priority"), "{}", r.text());
+}
+
+#[test]
+fn a_wasm_step_honours_its_timeout_and_memory_limit() {
+    let component = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("guests/target/wasm32-wasip2/release/test_greedy_middleware.wasm");
+    assert!(
+        component.is_file(),
+        "{} is missing: build the guests first with `cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml`",
+        component.display()
+    );
+    let body = format!(
+        "capabilities:
+  echo:
+    before:
+      - match: say
+        wasm: {{component: {c}, config: {{mode: loop}}, timeout: 200ms}}
+        error_message: \"too slow\"
+        on_fail: continue
+      - wasm: {{component: {c}, config: {{mode: loop}}, timeout: 300ms}}
+      - wasm: {{component: {c}, config: {{mode: hog}}, memory_limit: 4MiB}}
+",
+        c = component.display()
+    );
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(&body)),
+        ("script.yaml", CALL_A),
+    ]);
+    let first = &results[0];
+    let reason = first["rejected"].as_str().unwrap();
+    assert!(reason.contains("its 300ms timeout"), "{reason}");
+
+    // Without the looping step, the hog meets its memory limit.
+    let body = body.replace(
+        &format!(
+            "      - wasm: {{component: {}, config: {{mode: loop}}, timeout: 300ms}}\n",
+            component.display()
+        ),
+        "",
+    );
+    let (_, results) = call_results(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(&body)),
+        ("script.yaml", CALL_A),
+    ]);
+    let first = &results[0];
+    let reason = first["rejected"].as_str().unwrap();
+    assert!(reason.contains("memory limit of 4096 KiB"), "{reason}");
+}
