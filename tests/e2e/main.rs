@@ -7,6 +7,7 @@ mod api;
 mod cli;
 mod durability;
 mod governance;
+mod limits;
 mod reload;
 mod run;
 mod server;

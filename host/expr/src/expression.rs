@@ -19,6 +19,13 @@ pub const MAX_EXPRESSION_LEN: usize = 16 * 1024;
 /// no `catch_unwind` can stop, so depth is bounded before parsing.
 pub const MAX_NESTING: usize = 48;
 
+/// The deepest expression tree the host evaluates. Evaluation recurses once per level of the
+/// tree, and an operator chain (`1 + 1 + … + 1`, `a && b && …`) nests one level per operator
+/// without a single bracket: a 2 KB chain of 1,000 terms passed the bracket limit and
+/// overflowed a worker's stack at its first evaluation, aborting the host (and again at every
+/// restart, which replayed the turn). Bounded at compile time, with the place it is passed.
+pub const MAX_DEPTH: usize = 100;
+
 /// A compiled CEL expression. Cheap to evaluate many times; compile it once at load.
 pub struct Expression {
     source: String,
@@ -75,6 +82,18 @@ impl Expression {
                 });
             }
         };
+        if let Some(id) = too_deep(program.expression()) {
+            let offset = program
+                .source_info()
+                .offset_for(id)
+                .map_or(0, |(start, _)| start as usize);
+            return Err(CompileError {
+                offset,
+                message: format!(
+                    "expression nests more than {MAX_DEPTH} levels deep (operator chains count one level per operator); split it up"
+                ),
+            });
+        }
         let (roots, calls) = collect_names(&program, &rewritten);
         Ok(Expression {
             source: source.to_owned(),
@@ -311,6 +330,52 @@ fn tidy(mut refs: Vec<RootRef>, source: &str) -> Vec<RootRef> {
     refs
 }
 
+/// The id of the first node deeper than [`MAX_DEPTH`], if any. Iterative: the tree it checks
+/// may be deep enough to overflow a recursive walk.
+fn too_deep(root: &IdedExpr) -> Option<u64> {
+    let mut stack = vec![(root, 1usize)];
+    while let Some((expr, depth)) = stack.pop() {
+        if depth > MAX_DEPTH {
+            return Some(expr.id);
+        }
+        let mut push = |e| stack.push((e, depth + 1));
+        match &expr.expr {
+            Expr::Call(call) => {
+                call.target.iter().for_each(|t| push(t));
+                call.args.iter().for_each(&mut push);
+            }
+            Expr::Comprehension(c) => {
+                for e in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    push(e);
+                }
+            }
+            Expr::List(list) => list.elements.iter().for_each(push),
+            Expr::Map(m) => m.entries.iter().for_each(|e| entry(&e.expr, &mut push)),
+            Expr::Struct(s) => s.entries.iter().for_each(|e| entry(&e.expr, &mut push)),
+            Expr::Select(select) => push(&select.operand),
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    None
+}
+
+/// The expressions of a map or struct entry.
+fn entry<'a>(e: &'a EntryExpr, push: &mut impl FnMut(&'a IdedExpr)) {
+    match e {
+        EntryExpr::StructField(field) => push(&field.value),
+        EntryExpr::MapEntry(e) => {
+            push(&e.key);
+            push(&e.value);
+        }
+    }
+}
+
 fn walk<'a>(expr: &'a IdedExpr, bound: &mut Vec<&'a str>, visit: &mut impl FnMut(u64, &str, bool)) {
     match &expr.expr {
         Expr::Ident(name) => {
@@ -430,6 +495,26 @@ mod tests {
             roots("buoyant-systems"),
             vec![("buoyant".into(), 0), ("systems".into(), 8)]
         );
+    }
+
+    #[test]
+    fn an_operator_chain_deeper_than_the_limit_is_refused_with_its_place() {
+        let chain = |terms: usize| vec!["1"; terms].join(" + ");
+        // `n` terms nest `n - 1` additions; the literals sit one level below the last.
+        let fits = Expression::compile(&chain(MAX_DEPTH - 1)).unwrap();
+        assert_eq!(
+            fits.evaluate(&crate::Activation::new()).unwrap(),
+            serde_json::json!(MAX_DEPTH - 1)
+        );
+        let err = Expression::compile(&chain(1000)).unwrap_err();
+        assert!(err.message.contains("more than 100 levels"), "{err}");
+        assert!(err.offset > 0, "{err:?}");
+        // A field path nests one level per step.
+        let path = format!("input{}", ".a".repeat(500));
+        let err = Expression::compile(&path).unwrap_err();
+        assert!(err.message.contains("levels deep"), "{err}");
+        // The parser balances chains of `&&` and `||`: 500 conditions are 9 levels.
+        Expression::compile(&vec!["true"; 500].join(" && ")).unwrap();
     }
 
     #[test]

@@ -1,0 +1,69 @@
+//! Bounds that keep the host up whatever a config holds: an expression too deep to evaluate
+//! without overflowing a stack is refused where it is written.
+
+use crate::util::agentmesh;
+
+#[test]
+fn an_operator_chain_too_deep_to_evaluate_is_refused_at_validate_and_run() {
+    // 1,000 terms: 2 KB, no brackets, and a tree 1,000 levels deep. Before the depth bound it
+    // validated, and its first evaluation overflowed a worker's stack and aborted the host.
+    let chain = vec!["1"; 1000].join("+");
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: sum
+description: Sums.
+actions:
+  - name: add
+    description: Add.
+    execute:
+      cel: {{expression: \"{chain}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Help.
+model: scripted/script.yaml
+capabilities:
+  sum: \"*\"
+guardrails:
+  before:
+    - assert: \"{chain} > 0\"
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("script.yaml"),
+        "responses:\n  - tool_calls: [{name: sum, arguments: {}}]\n  - text: done\n",
+    )
+    .unwrap();
+    let dir = dir.to_str().unwrap();
+    let (code, out, err) = agentmesh(&["validate", dir]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let errors: Vec<&str> = out.lines().collect();
+    assert_eq!(errors.len(), 2, "{out}");
+    for e in &errors {
+        assert!(e.contains("manifests.yaml:"), "{e}");
+        assert!(e.contains("more than 100 levels deep"), "{e}");
+    }
+    let data = root.path().join("data");
+    let (code, _, err) = agentmesh(&[
+        "run",
+        dir,
+        "--agent",
+        "t/a",
+        "-m",
+        "go",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("levels deep"), "{err}");
+}
