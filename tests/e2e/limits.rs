@@ -67,3 +67,60 @@ guardrails:
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("levels deep"), "{err}");
 }
+
+#[test]
+fn an_expression_past_its_evaluation_budget_is_stopped_and_the_task_goes_on() {
+    // Four nested `.all` over 100 elements: 10^8 iterations, 113 s a call before the budget.
+    let nested =
+        "input.l.all(a, input.l.all(b, input.l.all(c, input.l.all(d, a + b + c + d >= 0))))";
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: check
+description: Checks.
+actions:
+  - name: all
+    description: Check all.
+    parameters:
+      type: object
+      properties:
+        l: {{type: array, items: {{type: integer}}}}
+    execute:
+      cel: {{expression: \"{nested}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Help.
+model: scripted/script.yaml
+capabilities:
+  check: \"*\"
+"
+        ),
+    )
+    .unwrap();
+    let list: Vec<u32> = (0..100).collect();
+    std::fs::write(
+        dir.join("script.yaml"),
+        format!(
+            "responses:\n  - tool_calls: [{{name: check, arguments: {{l: {list:?}}}}}]\n  - text: done\n"
+        ),
+    )
+    .unwrap();
+    let data = root.path().join("data");
+    let task = crate::util::run_json(&dir, "t/a", "go", &data, &[]);
+    assert_eq!(task["status"], "idle");
+    let log = crate::util::events(&data, &task);
+    let observation = crate::util::first(&log, "ObservationEvent");
+    let error = observation["result"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("more than 250000 macro iterations"),
+        "{error}"
+    );
+}

@@ -11,6 +11,8 @@ use cel::common::types::{
 use cel::common::value::{CowVal, Val};
 use cel::{Env, ExecutionError};
 
+use crate::budget;
+
 /// The name `has(event)` is rewritten to before parsing (CEL's `has` macro only takes a field
 /// selection). Same length as `has`, so every column in the source stays where it was.
 pub(crate) const HAS_VALUE_FN: &str = "__h";
@@ -27,6 +29,8 @@ pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let _ = env.add_member_overload("put", "map_put", MAP_TYPE, vec![DYN_TYPE, DYN_TYPE], put);
     let _ = env.add_overload(HAS_VALUE_FN, "has_value", vec![DYN_TYPE], has_value);
     let _ = env.add_overload("review", "review_string", vec![STRING_TYPE], review);
+    let _ = env.add_overload(budget::STEP_FN, "budget_step", vec![DYN_TYPE], budget::step);
+    let _ = env.add_overload(budget::SIZE_FN, "budget_size", vec![DYN_TYPE], budget::size);
     let _ = env.add_member_overload(
         "read",
         "mount_read",

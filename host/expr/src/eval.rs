@@ -124,9 +124,12 @@ impl Activation {
         with_hooks(&self.hooks, || {
             let mut ctx = Context::with_env(Arc::clone(&ENV));
             ctx.set_variable_resolver(self);
-            let value = Value::resolve_val(expr, &ctx)
-                .map_err(|e: ExecutionError| EvalError::new(e.to_string()))?;
-            read(value.as_ref())
+            crate::budget::metered(|| {
+                let value =
+                    Value::resolve_val(expr, &ctx).map_err(|e: ExecutionError| e.to_string())?;
+                read(value.as_ref()).map_err(|e| e.message)
+            })
+            .map_err(EvalError::new)
         })
     }
 }
@@ -148,12 +151,12 @@ pub(crate) fn result_json(value: &dyn Val) -> Result<Json, EvalError> {
 impl Expression {
     /// Evaluates the expression and converts the result to JSON.
     pub fn evaluate(&self, activation: &Activation) -> Result<Json, EvalError> {
-        activation.eval(self.program().expression(), result_json)
+        activation.eval(self.metered(), result_json)
     }
 
     /// Evaluates the expression as a condition: true only for the boolean `true`.
     pub fn evaluate_bool(&self, activation: &Activation) -> Result<bool, EvalError> {
-        activation.eval(self.program().expression(), |value| {
+        activation.eval(self.metered(), |value| {
             value
                 .downcast_ref::<CelBool>()
                 .map(|b| *b.inner())

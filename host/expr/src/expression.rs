@@ -30,6 +30,9 @@ pub const MAX_DEPTH: usize = 100;
 pub struct Expression {
     source: String,
     program: Program,
+    /// The tree that is evaluated: the program's, with the evaluation budget's counting calls
+    /// in place (see `budget`).
+    metered: Box<IdedExpr>,
     roots: Vec<RootRef>,
     calls: Vec<RootRef>,
 }
@@ -97,6 +100,7 @@ impl Expression {
         let (roots, calls) = collect_names(&program, &rewritten);
         Ok(Expression {
             source: source.to_owned(),
+            metered: Box::new(crate::budget::instrument(program.expression())),
             program,
             roots,
             calls,
@@ -121,6 +125,11 @@ impl Expression {
 
     pub(crate) fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// The tree to evaluate (counting against the evaluation's budget).
+    pub(crate) fn metered(&self) -> &IdedExpr {
+        &self.metered
     }
 }
 

@@ -18,6 +18,11 @@
 //! gives JSON out, so callers never see the `cel` crate's types; in between, expressions read
 //! the bound JSON in place and convert only what they touch.
 //!
+//! Hostile expressions are bounded twice: at compile time by length, bracket nesting and tree
+//! depth ([`MAX_DEPTH`]: evaluation recurses per level), and while they run by a budget of
+//! macro iterations, bytes built and time ([`budget`]); past one, the evaluation stops with an
+//! error naming the limit.
+//!
 //! ```
 //! use agentmesh_expr::{Activation, Expression};
 //! use serde_json::json;
@@ -28,6 +33,7 @@
 //! assert_eq!(expr.evaluate(&act).unwrap(), json!(true));
 //! ```
 
+pub mod budget;
 mod env;
 mod eval;
 mod expression;
@@ -38,7 +44,9 @@ mod template;
 
 pub use env::MountIo;
 pub use eval::{Activation, Bound, EvalError};
-pub use expression::{CompileError, Expression, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef};
+pub use expression::{
+    CompileError, Expression, MAX_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef,
+};
 pub use needs::Needs;
 pub use scope::{Scope, ScopeError};
 pub use template::{Segment, Template};

@@ -123,7 +123,7 @@ impl Template {
             match segment {
                 Segment::Text(t) => out.push_str(t),
                 Segment::Expr(_, e) => activation
-                    .eval(e.program().expression(), |value| {
+                    .eval(e.metered(), |value| {
                         match value.downcast_ref::<CelString>() {
                             Some(s) => out.push_str(s.inner()),
                             None => {
