@@ -6,6 +6,7 @@
 mod api;
 mod cli;
 mod durability;
+mod mount;
 mod reload;
 mod run;
 mod server;

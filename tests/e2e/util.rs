@@ -7,7 +7,17 @@ use serde_json::Value;
 
 /// Runs `agentmesh ARGS`: exit code, stdout, stderr.
 pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+    agentmesh_in(None, args)
+}
+
+/// Runs `agentmesh ARGS` in working directory `cwd` (`None`: this process's): exit code,
+/// stdout, stderr.
+pub fn agentmesh_in(cwd: Option<&Path>, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let out = command
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run agentmesh: {e}"));
@@ -18,9 +28,16 @@ pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the task object,
-/// after checking the exit code is 0.
-pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA [EXTRA…]` in working directory
+/// `cwd` (`None`: this process's): exit code, stdout, stderr.
+pub fn run_in(
+    cwd: Option<&Path>,
+    dir: &Path,
+    agent: &str,
+    message: &str,
+    data: &Path,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
     let mut args = vec![
         "run",
         dir.to_str().unwrap(),
@@ -30,10 +47,22 @@ pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&s
         message,
         "--data",
         data.to_str().unwrap(),
-        "--json",
     ];
     args.extend_from_slice(extra);
-    let (code, out, err) = agentmesh(&args);
+    agentmesh_in(cwd, &args)
+}
+
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the task object,
+/// after checking the exit code is 0.
+pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
+    let (code, out, err) = run_in(
+        None,
+        dir,
+        agent,
+        message,
+        data,
+        &[&["--json"], extra].concat(),
+    );
     assert_eq!(code, Some(0), "{err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not a task object ({e}): {out}"))
 }

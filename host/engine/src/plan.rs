@@ -43,7 +43,8 @@ pub struct Plan {
     pub agents: HashMap<String, Arc<AgentPlan>>,
     /// Tools by `namespace/name`.
     pub tools: HashMap<String, Arc<ToolPlan>>,
-    /// The host config.
+    /// The host config; `mount.root` is resolved against the config dir (where the host
+    /// config says it is relative to), so a mount does not move with the working directory.
     pub host: HostConfig,
     /// The config dir.
     pub base_dir: PathBuf,
@@ -364,7 +365,11 @@ impl Plan {
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Plan, EngineError> {
-        let host = config.host_config();
+        let mut host = config.host_config();
+        let base_dir = config.base_dir();
+        if let Some(root) = host.mount.as_mut().and_then(|m| m.root.as_mut()) {
+            *root = base_dir.join(&*root).display().to_string();
+        }
         let mut tools = HashMap::new();
         for t in &config.tools {
             let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
@@ -399,7 +404,7 @@ impl Plan {
             schedules,
             sources,
             host,
-            base_dir: config.base_dir(),
+            base_dir,
             scripts: config
                 .scripts
                 .iter()
