@@ -88,3 +88,12 @@ pub fn first<'a>(events: &'a [Value], kind: &str) -> &'a Value {
         .find(|e| e["kind"] == kind)
         .unwrap_or_else(|| panic!("no {kind} in {events:?}"))
 }
+
+/// A config dir holding `files` (name, text).
+pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}

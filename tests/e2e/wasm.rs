@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::util::{agentmesh, events, first, run_in, run_json};
 
-fn guest(name: &str) -> PathBuf {
+pub fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("guests/target/wasm32-wasip2/release/{name}.wasm"));
     assert!(
@@ -53,7 +53,7 @@ capabilities:
 
 /// A fake GitHub API on 127.0.0.1 answering `requests` requests (a created pull request
 /// with the title it was sent), then stopping.
-fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {
+pub fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {
     agentmesh_testkit::serve(requests, |request| {
         let title = serde_json::from_str::<serde_json::Value>(&request.body)
             .ok()
