@@ -10,6 +10,7 @@ mod durability;
 mod mount;
 mod reload;
 mod run;
+mod secrets;
 mod server;
 mod triggers;
 mod util;

@@ -1,7 +1,7 @@
 //! The workspace mount as the host config places it: `mount.root` is relative to the config
 //! dir, whatever directory `agentmesh` is started from.
 
-use crate::util::run_in;
+use crate::util::{Env, run_in};
 
 #[test]
 fn a_relative_mount_root_is_under_the_config_dir_not_the_working_dir() {
@@ -44,7 +44,17 @@ capabilities: {files: \"*\"}
     )
     .unwrap();
     let data = dir.path().join("data");
-    let (code, out, err) = run_in(Some(elsewhere.path()), dir.path(), "t/a", "go", &data, &[]);
+    let (code, out, err) = run_in(
+        &Env {
+            cwd: Some(elsewhere.path()),
+            ..Env::default()
+        },
+        dir.path(),
+        "t/a",
+        "go",
+        &data,
+        &[],
+    );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.trim(), "done");
     let file = dir.path().join("files/t/a/note.txt");

@@ -7,16 +7,26 @@ use serde_json::Value;
 
 /// Runs `agentmesh ARGS`: exit code, stdout, stderr.
 pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
-    agentmesh_in(None, args)
+    agentmesh_in(&Env::default(), args)
 }
 
-/// Runs `agentmesh ARGS` in working directory `cwd` (`None`: this process's): exit code,
-/// stdout, stderr.
-pub fn agentmesh_in(cwd: Option<&Path>, args: &[&str]) -> (Option<i32>, String, String) {
+/// Where `agentmesh` runs: its working directory (`None`: this process's) and extra
+/// environment variables.
+#[derive(Default)]
+pub struct Env<'a> {
+    /// The working directory.
+    pub cwd: Option<&'a Path>,
+    /// Extra environment variables.
+    pub vars: &'a [(&'a str, &'a str)],
+}
+
+/// Runs `agentmesh ARGS` in `env`: exit code, stdout, stderr.
+pub fn agentmesh_in(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    if let Some(cwd) = cwd {
+    if let Some(cwd) = env.cwd {
         command.current_dir(cwd);
     }
+    command.envs(env.vars.iter().copied());
     let out = command
         .args(args)
         .output()
@@ -28,10 +38,10 @@ pub fn agentmesh_in(cwd: Option<&Path>, args: &[&str]) -> (Option<i32>, String, 
     )
 }
 
-/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA [EXTRA…]` in working directory
-/// `cwd` (`None`: this process's): exit code, stdout, stderr.
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA [EXTRA…]` in `env`: exit code,
+/// stdout, stderr.
 pub fn run_in(
-    cwd: Option<&Path>,
+    env: &Env,
     dir: &Path,
     agent: &str,
     message: &str,
@@ -49,14 +59,14 @@ pub fn run_in(
         data.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    agentmesh_in(cwd, &args)
+    agentmesh_in(env, &args)
 }
 
 /// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the task object,
 /// after checking the exit code is 0.
 pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&str]) -> Value {
     let (code, out, err) = run_in(
-        None,
+        &Env::default(),
         dir,
         agent,
         message,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::util::{agentmesh, events, first, run_in, run_json};
+use crate::util::{Env, agentmesh, events, first, run_in, run_json};
 
 pub fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -371,7 +371,7 @@ fn a_component_of_the_wrong_world_is_refused_before_any_task_runs() {
     assert!(out.contains("all.yaml:5:"), "{out}");
 
     let data = dir.path().join("data");
-    let (code, _, err) = run_in(None, dir.path(), "t/a", "go", &data, &[]);
+    let (code, _, err) = run_in(&Env::default(), dir.path(), "t/a", "go", &data, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("here it must implement `tool-plugin`"),

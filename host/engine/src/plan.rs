@@ -56,6 +56,9 @@ pub struct Plan {
     pub schedules: HashMap<String, Arc<SchedulePlan>>,
     /// The host config's trigger sources by name, secrets resolved.
     pub sources: HashMap<String, Arc<SourcePlan>>,
+    /// The values never shown (CONTRACT §1), collected from the host config, the environment
+    /// and the tools' settings when the plan is built.
+    pub secrets: Arc<agentmesh_secrets::Secrets>,
 }
 
 /// An agent, compiled.
@@ -375,6 +378,7 @@ impl Plan {
             let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
+        let secrets = Arc::new(crate::secrets::collect(&host, &tools, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
             let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
@@ -405,6 +409,7 @@ impl Plan {
             sources,
             host,
             base_dir,
+            secrets,
             scripts: config
                 .scripts
                 .iter()
