@@ -497,10 +497,10 @@ impl Engine {
         record: &mut TaskRecord,
         mut events: Vec<(EventSource, EventKind)>,
     ) -> Result<()> {
-        let secrets = Arc::clone(&self.plan().secrets);
-        if !secrets.is_empty() {
+        let plan = self.plan();
+        if !plan.secrets.is_empty() {
             for (_, kind) in &mut events {
-                crate::secrets::scrub_event(&secrets, kind);
+                crate::secrets::scrub_event(&plan.secrets, kind);
             }
         }
         let journal = &mut record.journal;

@@ -19,7 +19,8 @@ use crate::plan::ToolPlan;
 
 /// The secrets of a configuration: every value the host config reads from `{env: …}` (at any
 /// depth, so API and source tokens too), model API keys and source secrets given literally,
-/// and every tool setting whose schema says `format: password` (configured or default).
+/// every tool setting whose schema says `format: password` (configured or default), and the
+/// signing key of every tool event.
 pub(crate) fn collect(
     host: &HostConfig,
     tools: &HashMap<String, Arc<ToolPlan>>,
@@ -44,6 +45,11 @@ pub(crate) fn collect(
             .filter_map(|s| literal(s.secret.as_ref())),
     );
     for tool in tools.values() {
+        // A webhook's signing key is a secret whatever the setting it comes from says.
+        values.extend(tool.events.iter().filter_map(|e| match &e.secret {
+            crate::plan::Secret::Key(key) => Some(key.clone()),
+            crate::plan::Secret::None | crate::plan::Secret::Unavailable(_) => None,
+        }));
         let Some(schema) = &tool.manifest.settings else {
             continue;
         };
