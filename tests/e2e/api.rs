@@ -1,6 +1,6 @@
 //! The task API of `agentmesh serve`: auth roles, live event streams, reviews, graceful drain.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
@@ -185,25 +185,7 @@ fn a_review_over_http_resumes_the_task_and_events_stream_live() {
         .json(&json!({"agent": "lab/careful"}))
         .send();
     let id = r.json()["id"].as_str().unwrap().to_owned();
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
-    )
-    .unwrap();
-    let mut sse = BufReader::new(stream);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        sse.read_line(&mut line).unwrap();
-        if line.trim().is_empty() {
-            break;
-        }
-        head.push_str(&line);
-    }
+    let (head, mut sse) = server.open_sse(&id);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase().contains("text/event-stream"),

@@ -4,12 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod api;
+mod blocks;
 mod cli;
 mod durability;
 mod governance;
 mod limits;
+mod mount;
 mod reload;
 mod run;
+mod secrets;
 mod server;
 mod triggers;
 mod util;

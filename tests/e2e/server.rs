@@ -103,14 +103,51 @@ impl Server {
         .unwrap_or_else(|| panic!("no {kind} in task {id}'s log"))
     }
 
+    /// Opens task `id`'s live event stream (`Accept: text/event-stream`): the response head
+    /// and the reader positioned at the first frame.
+    pub fn open_sse(&self, id: &str) -> (String, BufReader<TcpStream>) {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            stream,
+            "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let mut sse = BufReader::new(stream);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            sse.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                return (head, sse);
+            }
+            head.push_str(&line);
+        }
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM, waits for the exit and returns everything it wrote on stderr after it
+    /// started listening.
+    pub fn terminate_with_log(mut self) -> String {
+        self.sigterm();
+        // The reader thread ends, dropping its sender, at the end of the exited child's stderr.
+        let lines: Vec<String> = self.log.iter().collect();
+        lines.join("\n")
+    }
+
     /// Sends SIGTERM and waits for the exit; returns its exit code.
     pub fn terminate(mut self) -> Option<i32> {
+        self.sigterm()
+    }
+
+    fn sigterm(&mut self) -> Option<i32> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

@@ -7,7 +7,27 @@ use serde_json::Value;
 
 /// Runs `agentmesh ARGS`: exit code, stdout, stderr.
 pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+    agentmesh_in(&Env::default(), args)
+}
+
+/// Where `agentmesh` runs: its working directory (`None`: this process's) and extra
+/// environment variables.
+#[derive(Default)]
+pub struct Env<'a> {
+    /// The working directory.
+    pub cwd: Option<&'a Path>,
+    /// Extra environment variables.
+    pub vars: &'a [(&'a str, &'a str)],
+}
+
+/// Runs `agentmesh ARGS` in `env`: exit code, stdout, stderr.
+pub fn agentmesh_in(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+    if let Some(cwd) = env.cwd {
+        command.current_dir(cwd);
+    }
+    command.envs(env.vars.iter().copied());
+    let out = command
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run agentmesh: {e}"));
@@ -16,6 +36,30 @@ pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA [EXTRA…]` in `env`: exit code,
+/// stdout, stderr.
+pub fn run_in(
+    env: &Env,
+    dir: &Path,
+    agent: &str,
+    message: &str,
+    data: &Path,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
+    let mut args = vec![
+        "run",
+        dir.to_str().unwrap(),
+        "--agent",
+        agent,
+        "-m",
+        message,
+        "--data",
+        data.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    agentmesh_in(env, &args)
 }
 
 /// `agentmesh run DIR --agent AGENT -m MESSAGE --data DATA --json [EXTRA…]`: the exit code,
@@ -27,19 +71,8 @@ pub fn run_task(
     data: &Path,
     extra: &[&str],
 ) -> (Option<i32>, Value, String) {
-    let mut args = vec![
-        "run",
-        dir.to_str().unwrap(),
-        "--agent",
-        agent,
-        "-m",
-        message,
-        "--data",
-        data.to_str().unwrap(),
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let (code, out, err) = agentmesh(&args);
+    let extra = [&["--json"], extra].concat();
+    let (code, out, err) = run_in(&Env::default(), dir, agent, message, data, &extra);
     (code, serde_json::from_str(&out).unwrap_or(Value::Null), err)
 }
 
@@ -71,4 +104,13 @@ pub fn first<'a>(events: &'a [Value], kind: &str) -> &'a Value {
         .iter()
         .find(|e| e["kind"] == kind)
         .unwrap_or_else(|| panic!("no {kind} in {events:?}"))
+}
+
+/// A config dir holding `files` (name, text).
+pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
 }

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::util::{agentmesh, events, first, run_json};
+use crate::util::{Env, agentmesh, events, first, run_in, run_json};
 
-fn guest(name: &str) -> PathBuf {
+pub fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("guests/target/wasm32-wasip2/release/{name}.wasm"));
     assert!(
@@ -53,7 +53,7 @@ capabilities:
 
 /// A fake GitHub API on 127.0.0.1 answering `requests` requests (a created pull request
 /// with the title it was sent), then stopping.
-fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {
+pub fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {
     agentmesh_testkit::serve(requests, |request| {
         let title = serde_json::from_str::<serde_json::Value>(&request.body)
             .ok()
@@ -371,16 +371,7 @@ fn a_component_of_the_wrong_world_is_refused_before_any_task_runs() {
     assert!(out.contains("all.yaml:5:"), "{out}");
 
     let data = dir.path().join("data");
-    let (code, _, err) = agentmesh(&[
-        "run",
-        config,
-        "--agent",
-        "t/a",
-        "-m",
-        "go",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
+    let (code, _, err) = run_in(&Env::default(), dir.path(), "t/a", "go", &data, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("here it must implement `tool-plugin`"),

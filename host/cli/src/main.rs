@@ -5,7 +5,9 @@ mod commands;
 
 use std::process::ExitCode;
 
+use agentmesh_secrets::{Scrubbed, SharedSecrets};
 use clap::{Parser, Subcommand};
+use tracing_subscriber::fmt::MakeWriter;
 
 /// A turn allocates many small, short-lived values (JSON, CEL values, events); mimalloc
 /// serves them several times faster than the system allocator (BENCHMARKS.md).
@@ -35,30 +37,46 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    init_logging();
+    // The secrets of the configuration in force: the engine publishes them when it starts
+    // and at every reload; the log writer and the last error line scrub with them.
+    let secrets = SharedSecrets::default();
+    init_logging(secrets.clone());
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => commands::validate::execute(&args),
-        Command::Run(args) => commands::run::execute(&args),
-        Command::Serve(args) => commands::serve::execute(&args),
+        Command::Run(args) => commands::run::execute(&args, &secrets),
+        Command::Serve(args) => commands::serve::execute(&args, &secrets),
         Command::Events(args) => commands::events::execute(&args),
         Command::Schema(args) => commands::schema::execute(&args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", secrets.get().scrub(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }
 }
 
-/// Logs go to stderr, filtered by `AGENTMESH_LOG` (tracing env-filter syntax; default `warn`).
-fn init_logging() {
+/// Logs go to stderr, filtered by `AGENTMESH_LOG` (tracing env-filter syntax; default `warn`),
+/// with every secret of the configuration in force replaced by `***`.
+fn init_logging(secrets: SharedSecrets) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(LogWriter(secrets))
         .init();
+}
+
+/// Stderr, scrubbed. The formatter writes each log line in one write, so a secret in a line
+/// is always seen whole.
+struct LogWriter(SharedSecrets);
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = Scrubbed<std::io::Stderr>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Scrubbed::new(std::io::stderr(), self.0.get())
+    }
 }

@@ -8,10 +8,11 @@
 //! apart from the turn.
 //!
 //! Cases: 100 tasks of 5 turns one at a time, the same 100 at once, one task of 400 turns
-//! (whether a turn's cost grows with the task: its first 50 turns against its last 50), and
+//! (whether a turn's cost grows with the task: its first 50 turns against its last 50),
 //! one task of 3,000 turns on a host that condenses (its first 100 turns against its last
-//! 100), then the CEL assert alone. Naming cases runs only those (`single`, `concurrent`,
-//! `long`, `condensed`, `cel`): `cargo bench -p agentmesh-engine --bench turn -- single`, e.g.
+//! 100), the first case again on a host with secrets (every logged event is scrubbed), then
+//! the CEL assert alone. Naming cases runs only those (`single`, `concurrent`, `long`,
+//! `condensed`, `secrets`, `cel`): `cargo bench -p agentmesh-engine --bench turn -- single`, e.g.
 //! under callgrind, whose instruction counts do not vary with the machine's load.
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
@@ -102,6 +103,20 @@ guardrails:
 ",
         LONG_TASK_TURNS,
     );
+}
+
+/// [`config`] on a host with eight secrets (model API keys given literally).
+fn secrets_config(dir: &std::path::Path) {
+    config(dir);
+    let mut host = String::from("kind: agentmesh/v1/host\nmodels:\n");
+    for i in 0..8 {
+        writeln!(
+            host,
+            "  p{i}: {{base_url: \"http://127.0.0.1:9\", api_key: sk-bench-key-{i:04}-7f3a9c2e}}"
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("host.yaml"), host).unwrap();
 }
 
 /// The agent calling `calc` once a turn (each call with a new value, so its allow list
@@ -347,6 +362,20 @@ fn main() {
         let long = rt.block_on(task_turns(&condensed_engine, CONDENSED_TASK_TURNS));
         let label = format!("one task, {CONDENSED_TASK_TURNS} turns, condensed past 40 events");
         first_against_last(&label, &long, 100);
+    }
+    if runs("secrets") {
+        // The single-task case on a host with secrets: every logged event is searched for
+        // them (none occurs, as in most turns).
+        let secrets_dir = tempfile::tempdir().unwrap();
+        secrets_config(secrets_dir.path());
+        let (secrets_engine, _) = self::engine(secrets_dir.path());
+        rt.block_on(task_turns(&secrets_engine, TURNS_PER_TASK));
+        let start = Instant::now();
+        let mut single = Vec::new();
+        for _ in 0..100 {
+            single.extend(rt.block_on(task_turns(&secrets_engine, TURNS_PER_TASK)));
+        }
+        report("single, 8 secrets configured", &single, start.elapsed());
     }
     if runs("cel") {
         cel_assert();

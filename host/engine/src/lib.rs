@@ -12,6 +12,8 @@
 //! - `steps`: assert / invoke / transform steps and `review()`;
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends and sub-agent delegation;
+//! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
+//!   event by them as it is logged (the published set is [`EngineOptions::secrets`]);
 //! - [`mount`]: the `file` mount backend;
 //! - [`triggers`]: trigger sources, cold-start triggers (webhook and API), their bounds and
 //!   status; `schedules`: schedules and the one scheduler; `wakeups`: the self-scheduling host
@@ -32,6 +34,7 @@ mod records;
 mod routes;
 mod runtime;
 mod schedules;
+mod secrets;
 mod steps;
 pub mod subscription;
 pub mod task;
@@ -46,6 +49,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Bound, Needs};
+use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
@@ -108,6 +112,9 @@ pub struct EngineOptions {
     /// Where compiled components are cached (`DATA_DIR/components`); `None` compiles on every
     /// load.
     pub component_cache: Option<PathBuf>,
+    /// Where the engine publishes the secrets of the plan in force, at start and at every
+    /// reload, for output it does not write itself (the log writer scrubs with them).
+    pub secrets: SharedSecrets,
 }
 
 impl Default for EngineOptions {
@@ -117,6 +124,7 @@ impl Default for EngineOptions {
             review_timeout: None,
             runtime: json!({"version": env!("CARGO_PKG_VERSION"), "dashboard_url": "", "api_root": ""}),
             component_cache: None,
+            secrets: SharedSecrets::default(),
         }
     }
 }
@@ -186,6 +194,7 @@ impl Engine {
     /// An engine over `plan` and `store`.
     pub fn new(plan: Plan, store: Arc<Store>, options: EngineOptions) -> Engine {
         let runtime = Bound::new(options.runtime.clone());
+        options.secrets.set(Arc::clone(&plan.secrets));
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -250,6 +259,7 @@ impl Engine {
     /// the old versions). On error nothing changes and the error says which component failed.
     pub async fn reload(&self, plan: Plan) -> std::result::Result<(), String> {
         self.install_components(&plan).await?;
+        self.inner.options.secrets.set(Arc::clone(&plan.secrets));
         *self
             .inner
             .plan

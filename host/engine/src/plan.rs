@@ -14,7 +14,7 @@ use agentmesh_manifest::model::common::{
 };
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
-use agentmesh_manifest::model::tool::{HttpMethod, HttpRequest, Tool, WasmRuntime};
+use agentmesh_manifest::model::tool::{Execute, HttpMethod, HttpRequest, Tool, WasmRuntime};
 use agentmesh_routing::Filter;
 use agentmesh_store::event::ToolSchema;
 use indexmap::IndexMap;
@@ -43,7 +43,8 @@ pub struct Plan {
     pub agents: HashMap<String, Arc<AgentPlan>>,
     /// Tools by `namespace/name`.
     pub tools: HashMap<String, Arc<ToolPlan>>,
-    /// The host config.
+    /// The host config; `mount.root` is resolved against the config dir (where the host
+    /// config says it is relative to), so a mount does not move with the working directory.
     pub host: HostConfig,
     /// The config dir.
     pub base_dir: PathBuf,
@@ -55,6 +56,9 @@ pub struct Plan {
     pub schedules: HashMap<String, Arc<SchedulePlan>>,
     /// The host config's trigger sources by name, secrets resolved.
     pub sources: HashMap<String, Arc<SourcePlan>>,
+    /// The values never shown (CONTRACT §1), collected from the host config, the environment
+    /// and the tools' settings when the plan is built.
+    pub secrets: Arc<agentmesh_secrets::Secrets>,
 }
 
 /// An agent, compiled.
@@ -473,12 +477,17 @@ impl Plan {
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Plan, EngineError> {
-        let host = config.host_config();
+        let mut host = config.host_config();
+        let base_dir = config.base_dir();
+        if let Some(root) = host.mount.as_mut().and_then(|m| m.root.as_mut()) {
+            *root = base_dir.join(&*root).display().to_string();
+        }
         let mut tools = HashMap::new();
         for t in &config.tools {
             let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
+        let secrets = Arc::new(crate::secrets::collect(&host, &tools, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
             let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
@@ -508,7 +517,8 @@ impl Plan {
             schedules,
             sources,
             host,
-            base_dir: config.base_dir(),
+            base_dir,
+            secrets,
             scripts: config
                 .scripts
                 .iter()
@@ -605,34 +615,7 @@ fn tool_plan(
                 parameters.insert(k.clone(), p.clone());
             }
         }
-        let runtime = match action.execute.as_ref() {
-            Some(e) if e.cel.is_some() => match &e.cel {
-                Some(cel) => Runtime::Cel(compile(&cel.expression)?),
-                None => Runtime::Unsupported("cel"),
-            },
-            Some(e) if e.stateless_http.is_some() => {
-                let own = e.stateless_http.clone().unwrap_or_default();
-                Runtime::Http(http_plan(&own, tool.stateless_http.as_ref())?)
-            }
-            Some(e) if e.stateful_session.is_some() => Runtime::Unsupported("stateful_session"),
-            Some(e) if e.openapi.is_some() => Runtime::Unsupported("openapi"),
-            Some(e) if e.mcp.is_some() => Runtime::Unsupported("mcp"),
-            Some(e) if e.kubernetes_job.is_some() => Runtime::Unsupported("kubernetes_job"),
-            Some(e) if e.wasm.is_some() => match &e.wasm {
-                Some(w) => Runtime::Wasm {
-                    path: base_dir.join(&w.component),
-                    runtime: w.clone(),
-                },
-                None => Runtime::Unsupported("wasm"),
-            },
-            _ => match &tool.wasm {
-                Some(w) => Runtime::Wasm {
-                    path: base_dir.join(&w.component),
-                    runtime: w.clone(),
-                },
-                None => Runtime::Unsupported("none"),
-            },
-        };
+        let runtime = runtime(tool.execute_of(action), &action.name, base_dir)?;
         actions.push(ActionPlan {
             name: action.name.clone(),
             description: action.description.clone(),
@@ -682,26 +665,57 @@ fn tool_plan(
     })
 }
 
-fn http_plan(own: &HttpRequest, shared: Option<&HttpRequest>) -> Result<HttpPlan, EngineError> {
-    let pick = |f: fn(&HttpRequest) -> Option<String>| f(own).or_else(|| shared.and_then(f));
-    let url = pick(|r| r.url.clone())
-        .ok_or_else(|| EngineError::Config("stateless_http without a url".into()))?;
-    let mut headers = Vec::new();
-    for source in [shared, Some(own)].into_iter().flatten() {
-        for (k, v) in source.headers.iter().flatten() {
-            headers.retain(|(name, _): &(String, Template)| !name.eq_ignore_ascii_case(k));
-            headers.push((k.clone(), template(v)?));
-        }
-    }
-    let body = match own
-        .body
-        .as_ref()
-        .or_else(|| shared.and_then(|s| s.body.as_ref()))
-    {
-        Some(b) => Some(body_template(b)?),
-        None => None,
+/// The backend of an action, from its `execute` block as [`Tool::execute_of`] completes it
+/// from the tool's shared blocks.
+fn runtime(
+    execute: Option<Execute>,
+    action: &str,
+    base_dir: &std::path::Path,
+) -> Result<Runtime, EngineError> {
+    let Some(e) = execute else {
+        return Ok(Runtime::Unsupported("none"));
     };
-    let url = template(&url)?;
+    Ok(if let Some(cel) = &e.cel {
+        Runtime::Cel(compile(&cel.expression)?)
+    } else if let Some(http) = &e.stateless_http {
+        Runtime::Http(http_plan(http)?)
+    } else if e.stateful_session.is_some() {
+        Runtime::Unsupported("stateful_session")
+    } else if e.openapi.is_some() {
+        Runtime::Unsupported("openapi")
+    } else if e.mcp.is_some() {
+        Runtime::Unsupported("mcp")
+    } else if e.kubernetes_job.is_some() {
+        Runtime::Unsupported("kubernetes_job")
+    } else if let Some(wasm) = e.wasm {
+        let component = wasm.component.as_ref().ok_or_else(|| {
+            EngineError::Config(format!(
+                "action `{action}`: `wasm` names no component, nor does the tool's `wasm:` block"
+            ))
+        })?;
+        Runtime::Wasm {
+            path: base_dir.join(component),
+            runtime: wasm,
+        }
+    } else {
+        Runtime::Unsupported("none")
+    })
+}
+
+/// A `stateless_http` request (already completed from the tool's shared block), compiled.
+fn http_plan(req: &HttpRequest) -> Result<HttpPlan, EngineError> {
+    let url = req
+        .url
+        .as_deref()
+        .ok_or_else(|| EngineError::Config("stateless_http without a url".into()))?;
+    let headers = req
+        .headers
+        .iter()
+        .flatten()
+        .map(|(k, v)| Ok((k.clone(), template(v)?)))
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let body = req.body.as_ref().map(body_template).transpose()?;
+    let url = template(url)?;
     let mut all = vec![&url];
     all.extend(headers.iter().map(|(_, t)| t));
     if let Some(b) = &body {
@@ -712,19 +726,13 @@ fn http_plan(own: &HttpRequest, shared: Option<&HttpRequest>) -> Result<HttpPlan
         .flat_map(|t| t.expressions())
         .any(|(_, e)| e.uses("context") || e.uses("c"));
     Ok(HttpPlan {
-        method: own
-            .method
-            .or_else(|| shared.and_then(|s| s.method))
-            .unwrap_or(HttpMethod::Get),
+        method: req.method.unwrap_or(HttpMethod::Get),
         url,
         uses_context,
         headers,
         body,
-        response_path: pick(|r| r.response_path.clone()),
-        timeout: own
-            .timeout
-            .or_else(|| shared.and_then(|s| s.timeout))
-            .map_or(Duration::from_secs(30), |d| d.0),
+        response_path: req.response_path.clone(),
+        timeout: req.timeout.map_or(Duration::from_secs(30), |d| d.0),
     })
 }
 

@@ -489,13 +489,20 @@ impl Engine {
         record
     }
 
-    /// Adds `events` to the record's journal, numbered; they are written with the record at
-    /// the next [`Engine::save`] or [`Engine::write_ahead`].
+    /// Adds `events` to the record's journal, numbered, with every secret replaced (the one
+    /// door to the log, so to the API, SSE and the LLM's conversation); they are written with
+    /// the record at the next [`Engine::save`] or [`Engine::write_ahead`].
     pub(crate) fn log(
         &self,
         record: &mut TaskRecord,
-        events: Vec<(EventSource, EventKind)>,
+        mut events: Vec<(EventSource, EventKind)>,
     ) -> Result<()> {
+        let plan = self.plan();
+        if !plan.secrets.is_empty() {
+            for (_, kind) in &mut events {
+                crate::secrets::scrub_event(&plan.secrets, kind);
+            }
+        }
         let journal = &mut record.journal;
         // The log in memory ends at the task's last event (a journal that holds none, or was
         // read from the store, asks the store).

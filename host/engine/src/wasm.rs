@@ -104,7 +104,17 @@ impl KvStore for StoreKv {
     }
 }
 
+/// A tool session: the task, and the tool with the runtime block the action runs (component
+/// and sandbox). Actions of a tool share a session when their blocks are the same; an action
+/// with a sandbox of its own (say, its own `allowed_hosts`) gets its own instance, since an
+/// instance's sandbox is fixed when it is opened.
 type SessionKey = (String, String);
+
+/// The second half of a [`SessionKey`].
+fn session_of(tool: &str, runtime: &WasmRuntime) -> String {
+    let block = serde_json::to_string(runtime).unwrap_or_default();
+    format!("{tool} {block}")
+}
 
 /// The engine's plugin host, its loaded components and the open tool sessions.
 pub(crate) struct Plugins {
@@ -191,7 +201,7 @@ impl Plugins {
         action: &str,
         input: &Value,
     ) -> ActionResult {
-        let key = (task.to_owned(), tool.to_owned());
+        let key = (task.to_owned(), session_of(tool, runtime));
         let component = match self.component(tool, path) {
             Ok(c) => c,
             Err(e) => {

@@ -63,6 +63,7 @@ impl Sandbox {
         let allowed_hosts = runtime
             .allowed_hosts
             .iter()
+            .flatten()
             .map(|h| {
                 Origin::parse(h).map_err(|e| PluginError::Sandbox(format!("allowed_hosts: {e}")))
             })
@@ -117,8 +118,8 @@ mod tests {
     #[test]
     fn manifest_values_override_defaults() {
         let runtime = WasmRuntime {
-            component: "x.wasm".into(),
-            allowed_hosts: vec!["https://api.github.com".into()],
+            component: Some("x.wasm".into()),
+            allowed_hosts: Some(vec!["https://api.github.com".into()]),
             memory_limit: Some(ByteSize(32 * 1024 * 1024)),
             timeout: Some(ManifestDuration(Duration::from_secs(2))),
             max_output: None,
@@ -136,8 +137,8 @@ mod tests {
     #[test]
     fn a_bad_origin_is_a_sandbox_error() {
         let runtime = WasmRuntime {
-            component: "x.wasm".into(),
-            allowed_hosts: vec!["api.github.com".into()],
+            component: Some("x.wasm".into()),
+            allowed_hosts: Some(vec!["api.github.com".into()]),
             memory_limit: None,
             timeout: None,
             max_output: None,

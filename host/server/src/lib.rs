@@ -8,7 +8,8 @@
 //!   `/v1/schedules…` (schedules and self-scheduled wakeups; revocation);
 //! - `status`: `/v1/status`, `/healthz`, `/metrics` (Prometheus text);
 //! - `reload`: watches the config dir and swaps in a changed configuration atomically,
-//!   keeping the last good one when a change does not validate.
+//!   keeping the last good one when a change does not validate;
+//! - `scrub`: every answer's body, SSE frames included, with the secrets replaced.
 //!
 //! [`AppState`] holds what handlers share; [`router`] builds the routes and [`serve`] runs
 //! them until a shutdown signal, then drains in-flight requests.
@@ -17,6 +18,7 @@ mod auth;
 mod error;
 mod metrics;
 pub mod reload;
+mod scrub;
 mod status;
 mod tasks;
 mod triggers;
@@ -105,6 +107,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(status::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            scrub::answers,
+        ))
         .with_state(state)
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions, NewTask, Status, TaskRecord, UserRef};
+use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::Store;
 use agentmesh_store::event::EventKind;
 use anyhow::{Context, bail};
@@ -41,7 +42,7 @@ pub struct Args {
 
 /// Runs one task in-process to idle or termination: exit 0 idle, 2 terminated, 1 bad
 /// usage or config.
-pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode> {
     let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
@@ -61,6 +62,7 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
         component_cache: Some(data.join("components")),
         // Nobody can answer a review during `run`: a review is denied at once.
         review_timeout: Some(Duration::ZERO),
+        secrets: secrets.clone(),
         ..EngineOptions::default()
     };
     let engine = Engine::new(plan, store, options);
@@ -105,30 +107,33 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
         engine.shutdown().await;
         anyhow::Ok(record?)
     })?;
+    // What is printed comes from the task's record as well as its (already scrubbed) log.
+    let secrets = secrets.get();
     if args.json {
         // Why the task ended goes to stderr in both forms: the object says only the reason.
         if record.status() == Status::Terminated {
             eprintln!(
                 "task {} terminated: {}",
                 record.id,
-                termination(&engine, &record)
+                secrets.scrub(&termination(&engine, &record))
             );
         }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&engine.task_object(&record.id)?)?
-        );
+        let object = serde_json::to_string_pretty(&engine.task_object(&record.id)?)?;
+        println!("{}", secrets.scrub(&object));
     } else {
         match record.status() {
             Status::Terminated => eprintln!(
                 "task {} terminated: {}",
                 record.id,
-                termination(&engine, &record)
+                secrets.scrub(&termination(&engine, &record))
             ),
             _ if record.outputs.is_empty() && no_input => {
                 eprintln!("no input given (-m TEXT or --param KEY=VALUE): the task waits for it");
             }
-            _ => println!("{}", record.last_output_text().unwrap_or_default()),
+            _ => println!(
+                "{}",
+                secrets.scrub(&record.last_output_text().unwrap_or_default())
+            ),
         }
         eprintln!("task: {}", record.id);
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions};
 use agentmesh_manifest::model::host::Role as ConfigRole;
+use agentmesh_secrets::SharedSecrets;
 use agentmesh_server::{AppState, Auth, Role, Token};
 use agentmesh_store::Store;
 use anyhow::{Context, bail};
@@ -35,7 +36,7 @@ const RELOAD_POLL: Duration = Duration::from_millis(500);
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves until SIGINT or SIGTERM, then drains and exits 0.
-pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode> {
     let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
@@ -79,6 +80,7 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let mut options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(data.join("components")),
+        secrets: secrets.clone(),
         ..EngineOptions::default()
     };
     let max_body = host.policy.max_body_bytes.map_or(DEFAULT_MAX_BODY, |b| b.0);

@@ -12,4 +12,5 @@ mod limits;
 mod queue;
 mod reviews;
 mod schedules;
+mod secrets;
 mod util;

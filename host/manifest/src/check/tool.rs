@@ -41,7 +41,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             .map(|e| e.backends())
             .unwrap_or_default();
         match backends.as_slice() {
-            [] if tool.wasm.is_some() => {}
+            [] if tool.wasm.as_ref().is_some_and(|w| w.component.is_some()) => {}
             [] => c.error(
                 src,
                 action.execute.as_ref().map_or_else(
@@ -103,10 +103,18 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 }
             }
         }
-        if execute.wasm.is_some() {
+        if let Some(wasm) = &execute.wasm {
             let mut p = exec("wasm").to_vec();
             p.push(K("component"));
             c.component(src, &p, ComponentWorld::Tool);
+            if wasm.component.is_none() && tool.wasm.as_ref().is_none_or(|w| w.component.is_none())
+            {
+                c.error(
+                    src,
+                    pos_at(&src.node, &exec("wasm")),
+                    format!("action `{}`: `wasm` needs a `component` (here or in the tool's shared `wasm:` block)", action.name),
+                );
+            }
         }
     }
     for (i, event) in tool.events.iter().enumerate() {

@@ -103,6 +103,141 @@ pub struct Execute {
     pub wasm: Option<WasmRuntime>,
 }
 
+impl Tool {
+    /// The backend `action` runs: its `execute` block with each runtime block completed,
+    /// field by field, from the tool's shared block of the same runtime (the action's own
+    /// fields win); for an action without `execute`, the tool's `wasm:` block, if any.
+    pub fn execute_of(&self, action: &Action) -> Option<Execute> {
+        let Some(own) = &action.execute else {
+            return self.wasm.clone().map(|wasm| Execute {
+                wasm: Some(wasm),
+                ..Execute::default()
+            });
+        };
+        Some(Execute {
+            cel: own.cel.clone(),
+            stateless_http: inherit(&own.stateless_http, &self.stateless_http),
+            stateful_session: inherit(&own.stateful_session, &self.stateful_session),
+            openapi: inherit(&own.openapi, &self.openapi),
+            mcp: inherit(&own.mcp, &self.mcp),
+            kubernetes_job: own.kubernetes_job.clone(),
+            wasm: inherit(&own.wasm, &self.wasm),
+        })
+    }
+}
+
+/// A runtime block that can stand in an action's `execute` and, shared, at the tool's top
+/// level (tool.md: the action's block inherits the shared one).
+pub trait Inherit: Clone {
+    /// This block (an action's) completed from `shared` (the tool's): a field set here wins,
+    /// a field left out is the shared one; maps merge key by key.
+    fn inherit(&self, shared: &Self) -> Self;
+}
+
+/// An action's block inherits the shared one only when the action names that runtime: a
+/// shared block never turns an action into a runtime it did not choose.
+fn inherit<T: Inherit>(own: &Option<T>, shared: &Option<T>) -> Option<T> {
+    match (own, shared) {
+        (Some(own), Some(shared)) => Some(own.inherit(shared)),
+        (own, _) => own.clone(),
+    }
+}
+
+/// A part of a block (a session's request): `own` completed from `shared` when both are
+/// there, else whichever is.
+fn complete<T: Inherit>(own: &Option<T>, shared: &Option<T>) -> Option<T> {
+    match (own, shared) {
+        (Some(own), Some(shared)) => Some(own.inherit(shared)),
+        _ => or(own, shared),
+    }
+}
+
+/// `own`, else `shared`.
+fn or<T: Clone>(own: &Option<T>, shared: &Option<T>) -> Option<T> {
+    own.as_ref().or(shared.as_ref()).cloned()
+}
+
+/// The shared entries, then the own ones replacing any of the same key; `same` compares keys
+/// (header names compare without case).
+fn merge(
+    own: &Option<IndexMap<String, String>>,
+    shared: &Option<IndexMap<String, String>>,
+    same: fn(&str, &str) -> bool,
+) -> Option<IndexMap<String, String>> {
+    let (Some(own), Some(shared)) = (own, shared) else {
+        return or(own, shared);
+    };
+    let mut out: IndexMap<String, String> = shared
+        .iter()
+        .filter(|(k, _)| !own.keys().any(|o| same(o, k)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Some(out)
+}
+
+impl Inherit for HttpRequest {
+    fn inherit(&self, shared: &Self) -> Self {
+        HttpRequest {
+            method: self.method.or(shared.method),
+            url: or(&self.url, &shared.url),
+            headers: merge(&self.headers, &shared.headers, |a, b| {
+                a.eq_ignore_ascii_case(b)
+            }),
+            body: or(&self.body, &shared.body),
+            response_path: or(&self.response_path, &shared.response_path),
+            timeout: self.timeout.or(shared.timeout),
+        }
+    }
+}
+
+impl Inherit for StatefulSession {
+    fn inherit(&self, shared: &Self) -> Self {
+        StatefulSession {
+            create: complete(&self.create, &shared.create),
+            extract: merge(&self.extract, &shared.extract, |a, b| a == b),
+            execute: complete(&self.execute, &shared.execute),
+            destroy: complete(&self.destroy, &shared.destroy),
+            initialize: complete(&self.initialize, &shared.initialize),
+            teardown: complete(&self.teardown, &shared.teardown),
+        }
+    }
+}
+
+impl Inherit for OpenApi {
+    fn inherit(&self, shared: &Self) -> Self {
+        OpenApi {
+            url: or(&self.url, &shared.url),
+            operation_id: or(&self.operation_id, &shared.operation_id),
+        }
+    }
+}
+
+impl Inherit for Mcp {
+    fn inherit(&self, shared: &Self) -> Self {
+        Mcp {
+            transport: self.transport.or(shared.transport),
+            command: or(&self.command, &shared.command),
+            args: or(&self.args, &shared.args),
+            url: or(&self.url, &shared.url),
+            env: merge(&self.env, &shared.env, |a, b| a == b),
+            tool_name: or(&self.tool_name, &shared.tool_name),
+        }
+    }
+}
+
+impl Inherit for WasmRuntime {
+    fn inherit(&self, shared: &Self) -> Self {
+        WasmRuntime {
+            component: or(&self.component, &shared.component),
+            allowed_hosts: or(&self.allowed_hosts, &shared.allowed_hosts),
+            memory_limit: self.memory_limit.or(shared.memory_limit),
+            timeout: self.timeout.or(shared.timeout),
+            max_output: self.max_output.or(shared.max_output),
+        }
+    }
+}
+
 impl Execute {
     /// The names of the backends that are set.
     pub fn backends(&self) -> Vec<&'static str> {
@@ -253,7 +388,8 @@ pub struct KubernetesJob {
     pub spec: Value,
 }
 
-/// A Wasm component of the `tool-plugin` world and its sandbox.
+/// A Wasm component of the `tool-plugin` world and its sandbox. In an action's `execute`
+/// every field is optional: what it leaves out comes from the tool's top-level `wasm:` block.
 /// ```yaml
 /// wasm:
 ///   component: plugins/github_pr.wasm
@@ -261,14 +397,16 @@ pub struct KubernetesJob {
 ///   memory_limit: 64MiB
 ///   timeout: 10s
 /// ```
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WasmRuntime {
     /// Path of the component, relative to the manifest.
-    pub component: String,
-    /// Origins (`scheme://host[:port]`) the component may call; everything else is denied.
-    #[serde(default)]
-    pub allowed_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    /// Origins (`scheme://host[:port]`) the component may call; everything else is denied
+    /// (absent everywhere: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
     /// Linear-memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<ByteSize>,
@@ -381,4 +519,61 @@ pub struct Poll {
     /// How often to poll (this host's extension; default 60s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<Duration>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn tool(yaml: &str) -> Tool {
+        let value: Value = serde_json::from_str(yaml).unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn runtimes_that_do_not_run_yet_inherit_field_by_field_too() {
+        let t = tool(
+            r#"{"kind": "commonagents.info/v1beta2/tool", "namespace": "t", "name": "x",
+            "description": "d",
+            "mcp": {"transport": "stdio", "command": "srv", "env": {"A": "1", "B": "2"}},
+            "stateful_session": {"create": {"method": "POST", "url": "http://s/new"},
+                                 "execute": {"url": "http://s/run", "headers": {"X-A": "1"}}},
+            "openapi": {"url": "http://s/openapi.json"},
+            "actions": [
+              {"name": "m", "description": "d", "execute": {"mcp": {"tool_name": "t", "env": {"B": "3"}}}},
+              {"name": "s", "description": "d",
+               "execute": {"stateful_session": {"execute": {"method": "PUT", "headers": {"x-a": "2"}}}}},
+              {"name": "o", "description": "d", "execute": {"openapi": {"operation_id": "op"}}},
+              {"name": "c", "description": "d", "execute": {"cel": {"expression": "1"}}}
+            ]}"#,
+        );
+        let mcp = t.execute_of(&t.actions[0]).unwrap().mcp.unwrap();
+        assert_eq!(mcp.command.as_deref(), Some("srv"));
+        assert_eq!(mcp.tool_name.as_deref(), Some("t"));
+        let env = mcp.env.unwrap();
+        assert_eq!((env["A"].as_str(), env["B"].as_str()), ("1", "3"));
+
+        let session = t
+            .execute_of(&t.actions[1])
+            .unwrap()
+            .stateful_session
+            .unwrap();
+        assert_eq!(session.create.unwrap().url.as_deref(), Some("http://s/new"));
+        let execute = session.execute.unwrap();
+        assert_eq!(execute.method, Some(HttpMethod::Put));
+        assert_eq!(execute.url.as_deref(), Some("http://s/run"));
+        // Header names compare without case: the action's `x-a` replaces the shared `X-A`.
+        assert_eq!(
+            execute.headers.unwrap().into_iter().collect::<Vec<_>>(),
+            [("x-a".to_owned(), "2".to_owned())]
+        );
+
+        let openapi = t.execute_of(&t.actions[2]).unwrap().openapi.unwrap();
+        assert_eq!(openapi.url.as_deref(), Some("http://s/openapi.json"));
+        assert_eq!(openapi.operation_id.as_deref(), Some("op"));
+
+        // A shared block never adds a runtime the action did not choose.
+        assert_eq!(t.execute_of(&t.actions[3]).unwrap().backends(), ["cel"]);
+    }
 }

@@ -1,0 +1,319 @@
+//! Secrets: the values the host must never show (CONTRACT §1) — tool settings whose schema
+//! says `format: password`, every value the host config reads from `{env: …}`, model API
+//! keys, API and source tokens — and the scrubbing of text by value.
+//!
+//! The set is collected once, when a configuration is compiled (the engine's plan), and
+//! applied where text leaves the host: events as they are logged (so the event log, the API,
+//! SSE and every message the LLM is sent hold no secret), the API's answers, the log output
+//! and what the command line prints. A secret found there is replaced by [`REDACTED`].
+//!
+//! - [`Secrets`]: one set, searched for every secret at once (Aho-Corasick);
+//! - [`SharedSecrets`]: the set in force, for output that outlives one configuration (the
+//!   log writer of a host that reloads);
+//! - [`Scrubbed`]: an [`std::io::Write`] that scrubs what passes through it.
+//!
+//! ```
+//! use agentmesh_secrets::Secrets;
+//! let secrets = Secrets::new(["sk-live-1234"])?;
+//! assert_eq!(secrets.scrub("GET /v1?key=sk-live-1234 failed"), "GET /v1?key=*** failed");
+//! assert_eq!(secrets.scrub("nothing to hide"), "nothing to hide");
+//! # Ok::<(), agentmesh_secrets::Error>(())
+//! ```
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use serde_json::Value;
+
+/// The secrets cannot be searched for (too many or too long for the automaton). Refusing the
+/// configuration is the only safe answer: running without scrubbing would show them.
+#[derive(Debug, thiserror::Error)]
+#[error("the secrets of the configuration cannot be searched for: {0}")]
+pub struct Error(#[from] aho_corasick::BuildError);
+
+/// What stands where a secret was.
+pub const REDACTED: &str = "***";
+
+/// Values shorter than this many bytes are not treated as secrets. Replacing a one- to
+/// three-byte value (a port, `yes`, a digit) everywhere it occurs would turn ordinary text —
+/// numbers, words, JSON — into `***` and make logs and answers unreadable, while a secret that
+/// short is found by trying every value anyway: hiding it protects nothing.
+pub const MIN_SECRET_BYTES: usize = 4;
+
+/// A set of secret values, and the scrubbing of text by them.
+///
+/// Each secret is searched for as written and in the forms it takes in the host's output:
+/// escaped in JSON (a secret holding `"` or `\`), and percent-encoded as in a URL (an error
+/// about a request shows its URL). An empty set costs one branch per scrub.
+#[derive(Debug, Default)]
+pub struct Secrets {
+    /// Every form of every secret; `None` when there is no secret.
+    matcher: Option<AhoCorasick>,
+    /// How many distinct secret values the set holds.
+    count: usize,
+}
+
+impl Secrets {
+    /// The set of `values`; values shorter than [`MIN_SECRET_BYTES`] are left out. Fails only
+    /// when the values are too many or too long to search for at all.
+    pub fn new<I, S>(values: I) -> Result<Secrets, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut secrets: Vec<String> = values
+            .into_iter()
+            .map(|v| v.as_ref().to_owned())
+            .filter(|v| v.len() >= MIN_SECRET_BYTES)
+            .collect();
+        secrets.sort();
+        secrets.dedup();
+        let mut patterns = Vec::with_capacity(secrets.len());
+        for secret in &secrets {
+            let forms = [
+                json_escaped(secret),
+                percent_encoded(secret, |b| !is_unreserved(b)),
+                percent_encoded(secret, is_url_escaped),
+            ];
+            patterns.push(secret.clone());
+            for form in forms {
+                if !patterns.contains(&form) {
+                    patterns.push(form);
+                }
+            }
+        }
+        // Leftmost-longest: of two secrets where one begins the other, the longer is hidden
+        // whole rather than leaving its tail.
+        let matcher = if patterns.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&patterns)?,
+            )
+        };
+        Ok(Secrets {
+            matcher,
+            count: secrets.len(),
+        })
+    }
+
+    /// Whether the set holds no secret (then every scrub returns its input).
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// How many distinct secret values the set holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// `text` with every secret replaced by [`REDACTED`]; borrowed when there was none.
+    pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let Some(matcher) = &self.matcher else {
+            return Cow::Borrowed(text);
+        };
+        if !matcher.is_match(text) {
+            return Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len());
+        matcher.replace_all_with(text, &mut out, |_, _, dst| {
+            dst.push_str(REDACTED);
+            true
+        });
+        Cow::Owned(out)
+    }
+
+    /// Replaces every secret in `text` by [`REDACTED`], in place.
+    pub fn scrub_string(&self, text: &mut String) {
+        if let Cow::Owned(clean) = self.scrub(text) {
+            *text = clean;
+        }
+    }
+
+    /// `bytes` with every secret replaced by [`REDACTED`]; borrowed when there was none.
+    pub fn scrub_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        let Some(matcher) = &self.matcher else {
+            return Cow::Borrowed(bytes);
+        };
+        if !matcher.is_match(bytes) {
+            return Cow::Borrowed(bytes);
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        matcher.replace_all_with_bytes(bytes, &mut out, |_, _, dst| {
+            dst.extend_from_slice(REDACTED.as_bytes());
+            true
+        });
+        Cow::Owned(out)
+    }
+
+    /// Replaces every secret in the strings of `value` (object keys too) by [`REDACTED`].
+    pub fn scrub_json(&self, value: &mut Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => self.scrub_string(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
+            Value::Object(map) => {
+                map.values_mut().for_each(|v| self.scrub_json(v));
+                if map.keys().any(|k| matches!(self.scrub(k), Cow::Owned(_))) {
+                    *map = std::mem::take(map)
+                        .into_iter()
+                        .map(|(k, v)| (self.scrub(&k).into_owned(), v))
+                        .collect();
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+}
+
+/// `secret` as it stands inside a JSON string.
+fn json_escaped(secret: &str) -> String {
+    let quoted = Value::String(secret.to_owned()).to_string();
+    quoted[1..quoted.len() - 1].to_owned()
+}
+
+/// RFC 3986 unreserved bytes, which no encoder escapes.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// The bytes a URL parser escapes in a path or query (the WHATWG sets): controls, space,
+/// non-ASCII and `"#<>'?`{}`.
+fn is_url_escaped(b: u8) -> bool {
+    !b.is_ascii_graphic() || matches!(b, b'"' | b'#' | b'<' | b'>' | b'\'' | b'`' | b'{' | b'}')
+}
+
+/// `secret` with the bytes `escape` picks as `%XX`.
+fn percent_encoded(secret: &str, escape: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(secret.len());
+    for &b in secret.as_bytes() {
+        if escape(b) {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
+}
+
+/// The secrets in force, shared between whoever replaces them (the engine, when a
+/// configuration is loaded or reloaded) and output that outlives one configuration (the log
+/// writer). Cheap to clone: clones share the set.
+#[derive(Debug, Clone, Default)]
+pub struct SharedSecrets(Arc<RwLock<Arc<Secrets>>>);
+
+impl SharedSecrets {
+    /// Makes `secrets` the set in force.
+    pub fn set(&self, secrets: Arc<Secrets>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = secrets;
+    }
+
+    /// The set in force.
+    pub fn get(&self) -> Arc<Secrets> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A writer that scrubs each write with a set of secrets before passing it on. Each `write`
+/// is scrubbed whole, so a secret is found when it lies within one write (a log line is
+/// written in one).
+pub struct Scrubbed<W> {
+    inner: W,
+    secrets: Arc<Secrets>,
+}
+
+impl<W: Write> Scrubbed<W> {
+    /// `inner`, scrubbed with `secrets`.
+    pub fn new(inner: W, secrets: Arc<Secrets>) -> Self {
+        Scrubbed { inner, secrets }
+    }
+}
+
+impl<W: Write> Write for Scrubbed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.secrets.scrub_bytes(buf) {
+            Cow::Borrowed(_) => self.inner.write(buf),
+            Cow::Owned(clean) => {
+                self.inner.write_all(&clean)?;
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_secret_is_replaced_and_other_text_is_kept() {
+        let s = Secrets::new(["alpha-secret", "beta-secret"]).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            s.scrub("a alpha-secret b beta-secret c alpha-secret"),
+            "a *** b *** c ***"
+        );
+        assert!(matches!(s.scrub("clean text"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn short_values_are_not_secrets() {
+        let s = Secrets::new(["", "abc", "8080"]).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.scrub("abc on 8080"), "abc on ***");
+        assert!(Secrets::new(["abc"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_longer_of_two_overlapping_secrets_is_hidden_whole() {
+        let s = Secrets::new(["token", "token-with-tail"]).unwrap();
+        assert_eq!(s.scrub("x token-with-tail y token"), "x *** y ***");
+    }
+
+    #[test]
+    fn escaped_forms_in_json_and_urls_are_found() {
+        let s = Secrets::new(["pa\"ss wörd/1"]).unwrap();
+        let json = json!({"e": "pa\"ss wörd/1"}).to_string();
+        assert_eq!(s.scrub(&json), r#"{"e":"***"}"#);
+        assert_eq!(s.scrub("GET /x?k=pa%22ss%20w%C3%B6rd/1"), "GET /x?k=***");
+        assert_eq!(s.scrub("k=pa%22ss%20w%C3%B6rd%2F1"), "k=***");
+    }
+
+    #[test]
+    fn json_values_are_scrubbed_in_strings_and_keys() {
+        let s = Secrets::new(["hunter22"]).unwrap();
+        let mut v = json!({"a": ["x hunter22", 1, null], "hunter22": {"b": "hunter22"}});
+        s.scrub_json(&mut v);
+        assert_eq!(v, json!({"a": ["x ***", 1, null], "***": {"b": "***"}}));
+    }
+
+    #[test]
+    fn a_scrubbed_writer_passes_on_clean_text() {
+        let mut out = Vec::new();
+        let mut w = Scrubbed::new(&mut out, Arc::new(Secrets::new(["hunter22"]).unwrap()));
+        w.write_all(b"login with hunter22\n").unwrap();
+        w.write_all(b"plain\n").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "login with ***\nplain\n");
+    }
+
+    #[test]
+    fn shared_secrets_are_replaced_for_every_holder() {
+        let shared = SharedSecrets::default();
+        let held = shared.clone();
+        assert!(held.get().is_empty());
+        shared.set(Arc::new(Secrets::new(["hunter22"]).unwrap()));
+        assert_eq!(held.get().scrub("hunter22"), "***");
+    }
+}

@@ -1,0 +1,309 @@
+//! Secrets never leave: a `format: password` setting, every `{env: …}` value of the host
+//! config and a model's API key appear in no event, API answer, SSE frame, metric, log line
+//! or printed output. Where one would have been, `***` stands.
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::server::{Server, wait_for};
+use crate::util::{Env, agentmesh_in, config_dir, run_in};
+use crate::wasm::guest;
+
+/// The API key of the tool, read from the environment.
+const API_KEY: &str = "sk-live-7f3a9c2e51d8";
+/// A password setting given literally in the host config.
+const SIGNING: &str = "literal-signing-pw-0042";
+/// The model provider's API key, read from the environment.
+const MODEL_KEY: &str = "sk-model-b61e0d4490aa";
+
+const ENV: [(&str, &str); 3] = [
+    ("AGENTMESH_TEST_API_KEY", API_KEY),
+    ("AGENTMESH_TEST_MODEL_KEY", MODEL_KEY),
+    ("AGENTMESH_LOG", "debug"),
+];
+
+/// Panics when `text` (from `what`) holds any of the secrets.
+fn assert_clean(what: &str, text: &str) {
+    for secret in [API_KEY, SIGNING, MODEL_KEY] {
+        assert!(
+            !text.contains(secret),
+            "{what} shows the secret `{secret}`:\n{text}"
+        );
+    }
+}
+
+/// A fake REST API answering `requests` requests: `/echo` answers what it was sent (its
+/// `authorization` header and path), `/fail` is a 500 whose error repeats the path.
+fn fake_api(requests: usize) -> u16 {
+    let (port, _received) = agentmesh_testkit::serve(requests, |r| {
+        let path = r.request_line.clone();
+        if path.contains("/fail") {
+            (
+                "500 Internal Server Error",
+                json!({"error": format!("refused {path}")}).to_string(),
+            )
+        } else {
+            let auth = r.header("authorization").unwrap_or_default().to_owned();
+            (
+                "200 OK",
+                json!({"you_sent": auth, "path": path}).to_string(),
+            )
+        }
+    });
+    port
+}
+
+/// A host config with the tool's secrets, a tool `t/api` whose actions echo, fail with, and
+/// cannot reach a URL holding them, and an agent `t/a` calling each in turn.
+fn secrets_config(port: u16) -> tempfile::TempDir {
+    let host = format!(
+        "kind: agentmesh/v1/host
+settings:
+  t:
+    api:
+      api_key: {{env: AGENTMESH_TEST_API_KEY}}
+      signing: {SIGNING}
+      base: http://127.0.0.1:{port}
+"
+    );
+    let tool = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: A REST API with a key.
+settings:
+  type: object
+  properties:
+    api_key: {type: string, format: password}
+    signing: {type: string, format: password}
+    base: {type: string}
+actions:
+  - name: echo
+    description: Answers what it was sent.
+    execute:
+      stateless_http:
+        url: \"{settings.base}/echo?sig={settings.signing}\"
+        headers: {Authorization: \"Bearer {settings.api_key}\"}
+  - name: fail
+    description: Fails, repeating the key.
+    execute: {stateless_http: {url: \"{settings.base}/fail?key={settings.api_key}\"}}
+  - name: unreachable
+    description: Nobody listens.
+    execute: {stateless_http: {url: \"http://127.0.0.1:1/v1/items?key={settings.api_key}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Calls the API.
+prompt: Go.
+model: scripted/script.yaml
+capabilities: {api: \"*\"}
+";
+    let script = "responses:
+  - tool_calls: [{name: api_echo, arguments: {}}]
+  - tool_calls: [{name: api_fail, arguments: {}}]
+  - tool_calls: [{name: api_unreachable, arguments: {}}]
+  - text: done
+";
+    config_dir(&[
+        ("host.yaml", &host),
+        ("all.yaml", tool),
+        ("script.yaml", script),
+    ])
+}
+
+#[test]
+fn run_shows_no_tool_secret_in_its_output_log_or_events() {
+    let port = fake_api(2);
+    let dir = secrets_config(port);
+    let data = dir.path().join("data");
+    let env = Env {
+        vars: &ENV,
+        ..Env::default()
+    };
+    let (code, out, err) = run_in(&env, dir.path(), "t/a", "go", &data, &[]);
+    assert_ne!(code, Some(1), "{err}");
+    assert_clean("stdout", &out);
+    assert_clean("stderr", &err);
+    let id = err
+        .lines()
+        .find_map(|l| l.strip_prefix("task: "))
+        .unwrap_or_else(|| panic!("no task id in {err}"));
+    let (code, events, err) = agentmesh_in(
+        &env,
+        &["events", "--data", data.to_str().unwrap(), id.trim()],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_clean("the event log", &events);
+    // Where the secrets were, `***` stands: in the echo, and in the URL of the error (the
+    // failing call's or, when the task goes on, the unreachable one's).
+    assert!(events.contains("Bearer ***"), "{events}");
+    assert!(events.contains("sig=***"), "{events}");
+    assert!(events.contains("?key=***"), "{events}");
+}
+
+#[test]
+fn a_component_that_echoes_a_password_setting_is_scrubbed() {
+    let component = guest("github_pr");
+    let (port, _received) = agentmesh_testkit::serve(1, |r| {
+        let auth = r.header("authorization").unwrap_or_default().to_owned();
+        (
+            "201 Created",
+            json!({"number": 7, "echo": auth}).to_string(),
+        )
+    });
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: gh
+description: Pull requests.
+settings:
+  type: object
+  properties:
+    token: {{type: string, format: password}}
+    base_url: {{type: string, default: \"http://127.0.0.1:{port}\"}}
+wasm: {{component: {component}, allowed_hosts: [\"http://127.0.0.1:{port}\"]}}
+actions:
+  - {{name: create_pr, description: Open one.}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Opens pull requests.
+prompt: Go.
+model: scripted/script.yaml
+capabilities: {{gh: \"*\"}}
+",
+        component = component.display()
+    );
+    let dir = config_dir(&[
+        (
+            "host.yaml",
+            &format!("kind: agentmesh/v1/host\nsettings: {{t: {{gh: {{token: {SIGNING}}}}}}}\n"),
+        ),
+        ("all.yaml", &tool),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: gh, arguments: {owner: acme, repo: web, title: T, head: h}}]
+  - text: done
+",
+        ),
+    ]);
+    let data = dir.path().join("data");
+    let env = Env {
+        vars: &ENV,
+        ..Env::default()
+    };
+    let (code, out, err) = run_in(&env, dir.path(), "t/a", "go", &data, &["--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_clean("stderr", &err);
+    assert_clean("the task object", &out);
+    let task: Value = serde_json::from_str(&out).unwrap();
+    let (_, events, _) = agentmesh_in(
+        &env,
+        &[
+            "events",
+            "--data",
+            data.to_str().unwrap(),
+            task["id"].as_str().unwrap(),
+        ],
+    );
+    assert_clean("the event log", &events);
+    assert!(events.contains("\"echo\":\"Bearer ***\""), "{events}");
+}
+
+/// A fake OpenAI-compatible endpoint whose model answers with the API key it was sent.
+fn echoing_model() -> u16 {
+    let (port, _received) = agentmesh_testkit::serve(1, |r| {
+        let auth = r.header("authorization").unwrap_or_default().to_owned();
+        let answer = json!({"id": "c1", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": format!("I was called with {auth}")}}]});
+        ("200 OK", answer.to_string())
+    });
+    port
+}
+
+#[test]
+fn serve_shows_no_secret_in_api_answers_sse_metrics_or_its_log() {
+    let api = fake_api(2);
+    let model = echoing_model();
+    let dir = secrets_config(api);
+    // A second agent on a model provider whose key is a secret too.
+    std::fs::write(
+        dir.path().join("host.yaml"),
+        format!(
+            "{}models:\n  fake: {{base_url: \"http://127.0.0.1:{model}/v1\", api_key: {{env: AGENTMESH_TEST_MODEL_KEY}}}}\n",
+            std::fs::read_to_string(dir.path().join("host.yaml")).unwrap()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("echo.yaml"),
+        "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: talker
+description: Talks to a remote model.
+prompt: Talk.
+model: fake/m
+",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, &ENV);
+    let mut seen = Vec::new();
+    for agent in ["t/a", "t/talker"] {
+        let id = server.create_task(&json!({"agent": agent, "input": {"message": "go"}}));
+        let done = wait_for(Duration::from_secs(30), || {
+            let t = server.request("GET", &format!("/v1/tasks/{id}")).send();
+            let task = t.json();
+            let answered = task["output"].as_array().is_some_and(|o| !o.is_empty());
+            (answered || task["status"] == "terminated").then(|| t.text())
+        })
+        .unwrap_or_else(|| panic!("task {id} never finished"));
+        seen.push(("the task object", done));
+        let events = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .text();
+        seen.push(("the events answer", events));
+        seen.push(("the SSE stream", sse(&server, &id)));
+    }
+    let list = server.request("GET", "/v1/tasks").send().text();
+    seen.push(("the task list", list));
+    seen.push(("/metrics", server.request("GET", "/metrics").send().text()));
+    seen.push((
+        "/v1/status",
+        server.request("GET", "/v1/status").send().text(),
+    ));
+    seen.push(("the log", server.terminate_with_log()));
+    for (what, text) in &seen {
+        assert_clean(what, text);
+    }
+    // `***` stands where the secrets were: in the tool's errors, and in the remote model's
+    // answer, as logged (its events, live or not) and as the task's output.
+    let [_, events, _, talker, talk, talk_live] = [0, 1, 2, 3, 4, 5].map(|i| &seen[i].1);
+    assert!(events.contains("key=***"), "{events}");
+    for text in [talker, talk, talk_live] {
+        assert!(text.contains("I was called with Bearer ***"), "{text}");
+    }
+}
+
+/// Task `id`'s events as a live SSE stream reads them, up to the agent's last message.
+fn sse(server: &Server, id: &str) -> String {
+    let (_, mut reader) = server.open_sse(id);
+    let mut text = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return text;
+        }
+        text.push_str(&line);
+        let last = line.contains("\"MessageEvent\"") && line.contains("\"source\":\"agent\"")
+            || line.contains("\"status\",\"value\":\"terminated\"");
+        if last {
+            return text;
+        }
+    }
+}
