@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::server::{Server, wait_for};
-use crate::util::{agentmesh, events, run_json, run_task};
+use crate::util::{Env, agentmesh, agentmesh_in, completion, events, run_in, run_json, run_task};
 
 /// A config dir holding `files` (name, text) and an empty data dir beside it.
 fn config(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -82,16 +82,6 @@ fn call_results(files: &[(&str, &str)]) -> (Value, Vec<Value>) {
 /// The script calling `echo` once with `text: a`, then answering `done`.
 const CALL_A: &str =
     "responses:\n  - tool_calls: [{name: echo, arguments: {text: a}}]\n  - text: done\n";
-
-/// A chat-completions answer of an OpenAI-compatible endpoint with `text` and no calls.
-fn completion(text: &str) -> String {
-    json!({
-        "id": "r1",
-        "choices": [{"message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
-    })
-    .to_string()
-}
 
 #[test]
 fn guardrail_transforms_replace_the_input_and_the_answer_everywhere() {
@@ -461,6 +451,167 @@ fn review_works_in_a_cel_tool_expression() {
     assert_eq!(results_when_idle(&server, &denied), [json!({"paid": 0})]);
 }
 
+/// Tokens for the review tests: an admin, the reviewer `user:ops`, two other users and a
+/// reader (each an env var named after its subject).
+const REVIEW_TOKENS: &str = "kind: agentmesh/v1/host
+api_tokens:
+  - {subject: \"user:admin\", role: admin, env: T_ADMIN}
+  - {subject: \"user:ops\", role: agent_user, env: T_OPS}
+  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}
+  - {subject: \"user:bob\", role: agent_user, env: T_BOB}
+  - {subject: \"svc:audit\", role: read_only, env: T_AUDIT}
+";
+
+/// A `serve` of `t/a`, whose `echo` calls `user:ops` reviews, with [`REVIEW_TOKENS`].
+fn reviewed_server() -> (tempfile::TempDir, Server) {
+    let capability =
+        "capabilities:\n  echo:\n    before:\n      - assert: \"review('user:ops')\"\n";
+    let (root, dir, data) = config(&[
+        ("echo.yaml", ECHO),
+        ("agent.yaml", &agent(capability)),
+        ("script.yaml", CALL_A),
+        ("host.yaml", REVIEW_TOKENS),
+    ]);
+    let env = [
+        ("T_ADMIN", "admin-token"),
+        ("T_OPS", "ops-token"),
+        ("T_ALICE", "alice-token"),
+        ("T_BOB", "bob-token"),
+        ("T_AUDIT", "audit-token"),
+    ];
+    let server = Server::start(&dir, &data, &env);
+    (root, server)
+}
+
+/// Sends `method path` with `token`'s bearer and `body` (if any).
+fn as_user(
+    server: &Server,
+    token: &str,
+    (method, path): (&str, &str),
+    body: Option<Value>,
+) -> crate::server::Response {
+    let r = server
+        .request(method, path)
+        .header("Authorization", &format!("Bearer {token}"));
+    match body {
+        Some(b) => r.json(&b).send(),
+        None => r.send(),
+    }
+}
+
+/// Creates a task of `t/a` as alice and waits until it waits in its review: (task id, review).
+fn alices_task_in_review(server: &Server) -> (String, Value) {
+    let body = json!({"agent": "t/a", "input": {"message": "go"}});
+    let r = as_user(server, "alice-token", ("POST", "/v1/tasks"), Some(body));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let review = wait_for(Duration::from_secs(30), || {
+        let r = as_user(server, "admin-token", ("GET", "/v1/reviews"), None);
+        let reviews = r.json()["reviews"].as_array()?.clone();
+        reviews.into_iter().find(|r| r["task_id"] == id.as_str())
+    })
+    .unwrap_or_else(|| panic!("task {id}'s review is never listed"));
+    (id, review)
+}
+
+/// The `ReviewDecisionEvent`s of task `id` (read as the admin): `(approve, decided_by)`.
+fn decisions(server: &Server, id: &str) -> Vec<(Value, Value)> {
+    let path = format!("/v1/tasks/{id}/events");
+    let log = as_user(server, "admin-token", ("GET", &path), None).json();
+    log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "ReviewDecisionEvent")
+        .map(|e| (e["approve"].clone(), e["decided_by"].clone()))
+        .collect()
+}
+
+#[test]
+fn only_the_named_reviewer_or_an_admin_decides_a_review() {
+    let (_root, server) = reviewed_server();
+    let (id, review) = alices_task_in_review(&server);
+    assert_eq!(review["agent"], "t/a", "{review}");
+    assert_eq!(review["reviewer"], "user:ops", "{review}");
+    assert_eq!(review["input"], json!({"text": "a"}), "{review}");
+    assert_eq!(review["step"]["action"], "say", "{review}");
+    assert_eq!(review["step"]["phase"], "before", "{review}");
+    assert!(review["requested_at"].is_string(), "{review}");
+    let review_id = review["review_id"].as_str().unwrap();
+    let listed = |token: &str| {
+        let r = as_user(&server, token, ("GET", "/v1/reviews"), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["reviews"].as_array().unwrap().len()
+    };
+    assert_eq!(listed("ops-token"), 1, "the named reviewer sees it");
+    assert_eq!(listed("alice-token"), 0, "the owner is not the reviewer");
+    assert_eq!(listed("audit-token"), 0);
+
+    // The reviewer reads the task's events without owning the task; others do not.
+    let events = format!("/v1/tasks/{id}/events");
+    let r = as_user(&server, "ops-token", ("GET", &events), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("ReviewRequestEvent"));
+    assert_eq!(
+        as_user(&server, "bob-token", ("GET", &events), None).status,
+        404
+    );
+
+    let path = format!("/v1/tasks/{id}/reviews/{review_id}");
+    let approve = Some(json!({"approve": true}));
+    for token in ["alice-token", "bob-token", "audit-token"] {
+        let r = as_user(&server, token, ("POST", &path), approve.clone());
+        assert_eq!(r.status, 403, "{token}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "forbidden", "{token}");
+    }
+    // A name in the body is never taken for the caller.
+    let posing = Some(json!({"approve": true, "user": "user:admin"}));
+    let r = as_user(&server, "ops-token", ("POST", &path), posing);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(
+        decisions(&server, &id).is_empty(),
+        "nothing was decided yet"
+    );
+
+    let r = as_user(&server, "ops-token", ("POST", &path), approve);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(results_as_admin(&server, &id), [json!({"said": "a"})]);
+    assert_eq!(decisions(&server, &id), [(json!(true), json!("user:ops"))]);
+
+    // An admin decides any review, recorded as itself.
+    let (id, review) = alices_task_in_review(&server);
+    let path = format!(
+        "/v1/tasks/{id}/reviews/{}",
+        review["review_id"].as_str().unwrap()
+    );
+    let deny = Some(json!({"approve": false}));
+    let r = as_user(&server, "admin-token", ("POST", &path), deny);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        decisions(&server, &id),
+        [(json!(false), json!("user:admin"))]
+    );
+    assert_eq!(listed("ops-token"), 0, "no review is pending any more");
+}
+
+/// The results of task `id`'s calls once it is idle, read as the admin.
+fn results_as_admin(server: &Server, id: &str) -> Vec<Value> {
+    let path = format!("/v1/tasks/{id}");
+    wait_for(Duration::from_secs(30), || {
+        let task = as_user(server, "admin-token", ("GET", &path), None).json();
+        (task["status"] == "idle").then_some(())
+    })
+    .unwrap_or_else(|| panic!("task {id} did not become idle"));
+    let log = as_user(
+        server,
+        "admin-token",
+        ("GET", &format!("{path}/events")),
+        None,
+    )
+    .json();
+    results(log["events"].as_array().unwrap())
+}
+
 /// `audit.record(note, level = info, owner)`: answers its input.
 const AUDIT: &str = r#"kind: commonagents.info/v1beta2/tool
 namespace: t
@@ -735,4 +886,83 @@ fn a_wasm_step_honours_its_timeout_and_memory_limit() {
     let first = &results[0];
     let reason = first["rejected"].as_str().unwrap();
     assert!(reason.contains("memory limit of 4096 KiB"), "{reason}");
+}
+
+/// A host config whose every kind of scalar is read from the environment.
+const HOST_FROM_ENV: &str = "kind: agentmesh/v1/host
+default_model: {env: AM_MODEL}
+listen: {env: AM_LISTEN}
+policy:
+  max_wakeups_per_task: {env: AM_WAKEUPS}
+  trigger_ttl: {env: AM_TTL}
+  max_body_bytes: {env: AM_BODY}
+condensation: {keep_recent: {env: AM_KEEP}}
+api_tokens:
+  - {subject: {env: AM_SUBJECT}, role: {env: AM_ROLE}, env: AM_TOKEN}
+models:
+  local: {base_url: {env: AM_BASE}, max_retries: {env: AM_RETRIES}, timeout: {env: AM_TIMEOUT}}
+mount: {backend: {env: AM_BACKEND}, root: {env: AM_ROOT}}
+";
+
+#[test]
+fn every_host_config_scalar_may_be_read_from_env() {
+    let agent = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Runs on the host's default model.
+prompt: Help.
+";
+    let (_root, dir, data) = config(&[
+        ("host.yaml", HOST_FROM_ENV),
+        ("agent.yaml", agent),
+        ("script.yaml", "responses:\n  - text: done\n"),
+    ]);
+    let all = [
+        ("AM_MODEL", "scripted/script.yaml"),
+        ("AM_LISTEN", "127.0.0.1:0"),
+        ("AM_WAKEUPS", "7"),
+        ("AM_TTL", "2h"),
+        ("AM_BODY", "64KiB"),
+        ("AM_KEEP", "4"),
+        ("AM_SUBJECT", "user:ops"),
+        ("AM_ROLE", "admin"),
+        ("AM_TOKEN", "a-token-value"),
+        ("AM_BASE", "http://127.0.0.1:9/v1"),
+        ("AM_RETRIES", "1"),
+        ("AM_TIMEOUT", "5s"),
+        ("AM_BACKEND", "file"),
+        ("AM_ROOT", "mounts"),
+    ];
+    let dir_arg = dir.to_str().unwrap();
+    let env = Env {
+        cwd: None,
+        vars: &all,
+    };
+    let (code, out, err) = agentmesh_in(&env, &["validate", dir_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = run_in(&env, &dir, "t/a", "go", &data, &[]);
+    assert_eq!((code, out.trim()), (Some(0), "done"), "{err}");
+
+    // A variable that is not set is an error at its place, naming it.
+    let some: Vec<(&str, &str)> = all
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "AM_TTL")
+        .collect();
+    let env = Env {
+        cwd: None,
+        vars: &some,
+    };
+    let (code, out, err) = agentmesh_in(&env, &["validate", dir_arg]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(
+        format!("{out}{err}").lines().count(),
+        1,
+        "only that error: {out}{err}"
+    );
+    assert!(
+        format!("{out}{err}")
+            .contains("host.yaml:6:17: error: environment variable `AM_TTL` is not set"),
+        "{out}{err}"
+    );
 }

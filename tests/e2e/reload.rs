@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::server::{Server, wait_for};
+use crate::util::completion;
 
 fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -131,4 +132,119 @@ fn a_replaced_component_is_swapped_in_and_garbage_keeps_the_last_good_one() {
     .expect("the refused reload is reported");
     assert!(error.contains("must implement `tool-plugin`"), "{error}");
     assert_eq!(box_hash(&server), v2);
+}
+
+/// The host config of the reload test: `openai` at `port` with the key in `key_var`, one
+/// admin token read from `token_var`, and `extra` lines.
+fn host(port: u16, key_var: &str, token_var: &str, extra: &str) -> String {
+    format!(
+        "kind: agentmesh/v1/host
+models:
+  openai: {{base_url: \"http://127.0.0.1:{port}/v1\", api_key: {{env: {key_var}}}}}
+api_tokens:
+  - {{subject: \"user:admin\", role: admin, env: {token_var}}}
+{extra}"
+    )
+}
+
+/// Runs a task of `agent` as `token`'s holder until it answers; returns the answer's text.
+fn answer(server: &Server, token: &str, agent: &str, message: &str) -> String {
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", &format!("Bearer {token}"))
+        .json(&json!({"agent": agent, "input": {"message": message}}))
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(30), || {
+        let task = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send()
+            .json();
+        task["output"][0]["message"][0]["text"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("task {id} never answered"))
+}
+
+#[test]
+fn a_reload_applies_models_tokens_and_the_body_limit_and_names_what_needs_a_restart() {
+    let (one, _) = agentmesh_testkit::serve(1, |_| ("200 OK", completion("from one")));
+    let (two, asked) = agentmesh_testkit::serve(1, |_| ("200 OK", completion("from two")));
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let agents = "kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: chat
+description: Chats over the endpoint.
+prompt: Chat.
+model: openai/fake
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: scripted
+description: Answers from its script.
+prompt: Answer.
+model: scripted/script.yaml
+";
+    std::fs::write(dir.join("agents.yaml"), agents).unwrap();
+    std::fs::write(dir.join("script.yaml"), "responses:\n  - text: one\n").unwrap();
+    let limit = "policy: {max_body_bytes: 1KiB}\n";
+    std::fs::write(dir.join("host.yaml"), host(one, "KEY_ONE", "T_A", limit)).unwrap();
+    let env = [
+        ("T_A", "token-a"),
+        ("T_B", "token-b"),
+        ("KEY_ONE", "key-one-secret"),
+        ("KEY_TWO", "key-two-secret"),
+    ];
+    let server = Server::start(&dir, &root.path().join("data"), &env);
+    assert_eq!(answer(&server, "token-a", "lab/chat", "hi"), "from one");
+    assert_eq!(answer(&server, "token-a", "lab/scripted", "hi"), "one");
+    let long = "x".repeat(2000);
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", "Bearer token-a")
+        .json(&json!({"agent": "lab/scripted", "input": {"message": long}}))
+        .send();
+    assert_eq!(r.status, 413, "{}", r.text());
+
+    // Another script, endpoint, key, token and body limit; and another address.
+    std::fs::write(dir.join("script.yaml"), "responses:\n  - text: two\n").unwrap();
+    let changed = "policy: {max_body_bytes: 4KiB}\nlisten: 127.0.0.1:9\n";
+    std::fs::write(dir.join("host.yaml"), host(two, "KEY_TWO", "T_B", changed)).unwrap();
+    let status = wait_for(Duration::from_secs(30), || {
+        let r = server
+            .request("GET", "/v1/status")
+            .header("Authorization", "Bearer token-b")
+            .send();
+        (r.status == 200).then(|| r.json())
+    })
+    .expect("the new token is in force after the reload");
+    assert_eq!(
+        status["reload"]["restart_required"],
+        json!(["listen"]),
+        "{status}"
+    );
+    let r = server
+        .request("GET", "/v1/tasks")
+        .header("Authorization", "Bearer token-a")
+        .send();
+    assert_eq!(r.status, 401, "the removed token is refused: {}", r.text());
+    assert_eq!(answer(&server, "token-b", "lab/scripted", "hi"), "two");
+    assert_eq!(answer(&server, "token-b", "lab/chat", "hi"), "from two");
+    let request = asked.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        request.header("authorization"),
+        Some("Bearer key-two-secret"),
+        "the new key is sent to the new endpoint"
+    );
+    assert_eq!(answer(&server, "token-b", "lab/scripted", &long), "two");
+    let log = server.terminate_with_log();
+    assert!(
+        log.contains("`listen` changed: it applies at the next restart"),
+        "{log}"
+    );
 }

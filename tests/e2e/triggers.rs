@@ -259,6 +259,65 @@ fn github_issue_cold_starts_one_task_per_matching_trigger_and_redelivery_creates
     assert_eq!(all["triggers"].as_array().unwrap().len(), 4);
 }
 
+/// Triggers without `message`, one fired over the API and one by a GitHub delivery.
+const SILENT_TRIGGERS: &str = "kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: ping
+agent: triage
+owner: user:ops@example.com
+source: {type: ops}
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: any-issue
+agent: triage
+owner: user:bot@example.com
+source: {type: github}
+";
+
+#[test]
+fn a_trigger_without_message_creates_its_task_with_no_initial_message() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", SILENT_TRIGGERS);
+    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+
+    let r = fire(&server, "lab/ping", OPS_TOKEN, &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let fired = r.json()["task_id"].as_str().unwrap().to_owned();
+    let body = br#"{"action": "opened", "issue": {"title": "T"}}"#;
+    let r = deliver(&server, "d-silent", body, SECRET);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let delivered = wait_for(Duration::from_secs(10), || {
+        tasks(&server, "lab/triage")
+            .into_iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .find(|id| *id != fired)
+    })
+    .expect("the delivery created a task");
+    for task in [fired, delivered] {
+        // The turn runs on the agent's prompt alone.
+        let answered = wait_for(Duration::from_secs(10), || {
+            let record = server
+                .request("GET", &format!("/v1/tasks/{task}"))
+                .send()
+                .json();
+            (record["output"][0]["message"][0]["text"] == "Triaged.").then_some(())
+        });
+        assert!(answered.is_some(), "{task} never answered");
+        let log = events(&server, &task);
+        assert!(
+            log.iter()
+                .any(|e| e["key"] == "triggered" && e["value"]["trigger"].is_object()),
+            "the log says what fired {task}: {log:?}"
+        );
+        assert!(
+            user_messages(&server, &task).is_empty(),
+            "no initial message in {task}: {:?}",
+            events(&server, &task)
+        );
+    }
+}
+
 #[test]
 fn api_fire_needs_the_sources_token_and_drops_fires_over_the_hourly_cap() {
     let dir = tempfile::tempdir().unwrap();

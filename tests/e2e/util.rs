@@ -114,3 +114,13 @@ pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     }
     dir
 }
+
+/// A chat-completions answer of an OpenAI-compatible endpoint with `text` and no calls.
+pub fn completion(text: &str) -> String {
+    serde_json::json!({
+        "id": "r1",
+        "choices": [{"message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+    })
+    .to_string()
+}

@@ -57,7 +57,7 @@ use serde_json::{Map, Value, json};
 
 pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
 pub use plan::Plan;
-pub use task::{Reason, Status, TaskRecord, UserRef};
+pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef};
 pub use triggers::{FireError, SourceDelivery};
 pub use wakeups::HostTool;
 pub use wasm::check_components;
@@ -65,7 +65,7 @@ pub use wasm::check_components;
 use plan::{AgentPlan, Target};
 use providers::Providers;
 use steps::Waiter;
-use task::{PendingReview, Resume};
+use task::Resume;
 
 /// How long a `review()` of a triggered turn (input with a trigger envelope: no human typed
 /// it, so none may be watching) waits when [`EngineOptions::review_timeout`] is `None`; a
@@ -94,6 +94,9 @@ pub enum EngineError {
     /// The task cannot take this request in its state.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The caller may not do this.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
 }
 
 /// The engine's result.
@@ -265,6 +268,9 @@ impl Engine {
             .plan
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(plan);
+        // Models are made anew from the new plan: changed scripts, endpoints and keys apply
+        // to the next LLM call (a call in flight finishes on the provider it has).
+        self.inner.providers.clear();
         self.rebuild_routes().map_err(|e| e.to_string())?;
         self.register_triggers().map_err(|e| e.to_string())?;
         self.arm_schedules(false).map_err(|e| e.to_string())?;
@@ -665,6 +671,24 @@ impl Engine {
         Some(review.requested_ms.saturating_add(timeout))
     }
 
+    /// The reviews waiting for a decision that `decider` may make, oldest first, as
+    /// `GET /v1/reviews` lists them.
+    pub fn pending_reviews(&self, decider: Decider<'_>) -> Result<Vec<Value>> {
+        let mut reviews: Vec<(i64, Value)> = self
+            .list_tasks(None, Some(Status::Waiting), None)?
+            .into_iter()
+            .filter_map(|t| {
+                let review = t.pending_review.as_ref()?;
+                review.may_decide(&decider).then(|| {
+                    let agent = t.agent.as_str();
+                    (review.requested_ms, review.object(&t.id, agent))
+                })
+            })
+            .collect();
+        reviews.sort_by_key(|(at, _)| *at);
+        Ok(reviews.into_iter().map(|(_, r)| r).collect())
+    }
+
     /// Every task, optionally only those of `agent`, in `status`, or owned by `owner`.
     pub fn list_tasks(
         &self,
@@ -804,7 +828,7 @@ impl Engine {
             };
             let engine = Engine { inner };
             match engine
-                .decide_review(&task_id, &review_id, false, "timeout")
+                .decide_review(&task_id, &review_id, false, Decider::Admin("timeout"))
                 .await
             {
                 // Not found: decided in time, or the task no longer waits.
@@ -909,29 +933,39 @@ impl Engine {
         Arc::clone(locks.entry(id.to_owned()).or_default())
     }
 
-    /// Answers a review: resumes a task waiting in `review()`. A review pending when the host
-    /// restarted (see [`Engine::recover`]) is answered too: the decision is recorded and the
-    /// task's runner resumes the turn, running the call that waited from its start (its
-    /// reviews answered by the decisions recorded for it). `NotFound`: the task does not wait
-    /// for this review (unknown, decided already, or the task went on); `Conflict`: the turn
-    /// that waited is gone.
+    /// Answers a review: resumes a task waiting in `review()`. Only the reviewer the review
+    /// names, or an admin, decides; the decision is recorded as `decider`'s subject. A review
+    /// pending when the host restarted (see [`Engine::recover`]) is answered too: the decision
+    /// is recorded and the task's runner resumes the turn, running the call that waited from
+    /// its start (its reviews answered by the decisions recorded for it). `NotFound`: the task
+    /// does not wait for this review (unknown, decided already, or the task went on);
+    /// `Forbidden`: `decider` may not decide it; `Conflict`: the turn that waited is gone.
     pub async fn decide_review(
         &self,
         task_id: &str,
         review_id: &str,
         approve: bool,
-        user: &str,
+        decider: Decider<'_>,
     ) -> Result<()> {
         let pending = self.peek(task_id, |r| {
             r.pending_review
                 .as_ref()
-                .is_some_and(|r| r.review_id == review_id)
+                .filter(|r| r.review_id == review_id)
+                .map(|r| (r.may_decide(&decider), r.reviewer.clone()))
         })?;
         let not_found =
             || EngineError::NotFound(format!("review `{review_id}` of task `{task_id}`"));
-        if !pending {
-            return Err(not_found());
+        match pending {
+            None => return Err(not_found()),
+            Some((false, reviewer)) => {
+                return Err(EngineError::Forbidden(format!(
+                    "review `{review_id}` is for `{reviewer}` (or an admin) to decide, not `{}`",
+                    decider.subject()
+                )));
+            }
+            Some((true, _)) => {}
         }
+        let user = decider.subject();
         let waiter = lock(&self.inner.reviews).remove(review_id);
         match waiter {
             Some(Waiter::Turn(s)) => s.send((approve, user.to_owned())).map_err(|_| {
@@ -1019,6 +1053,16 @@ fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
 /// Checks input against the agent's parameters: `message` required unless defaulted (a bare
 /// string becomes one text part), unknown keys refused, defaults filled, required present.
 pub fn normalize_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
+    checked_input(agent, input, true)
+}
+
+/// [`normalize_input`] for a trigger's input, which may have no `message` (trigger.md: a
+/// trigger without one creates its task with no initial message).
+pub(crate) fn normalize_trigger_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
+    checked_input(agent, input, false)
+}
+
+fn checked_input(agent: &AgentPlan, input: &Value, needs_message: bool) -> Result<Value> {
     let mut io = match input {
         Value::Object(m) => m.clone(),
         Value::String(s) => {
@@ -1064,6 +1108,9 @@ pub fn normalize_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
     let Value::Object(mut io) = input else {
         return Err(EngineError::Input("input must be an object".into()));
     };
+    if !needs_message && !io.contains_key("message") {
+        return Ok(Value::Object(io));
+    }
     let message = io.remove("message").ok_or_else(|| {
         EngineError::Input("missing `message` (and the agent declares no default)".into())
     })?;

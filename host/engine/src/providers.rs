@@ -17,6 +17,15 @@ pub struct Providers {
 }
 
 impl Providers {
+    /// Forgets every provider: the next call of each model makes it anew from the plan in
+    /// force (a reload changed a script, an endpoint or its key).
+    pub fn clear(&self) {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
     /// The provider of `model` (`<provider>/<name>`) and the model name to send it.
     pub fn get(
         &self,

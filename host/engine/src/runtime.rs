@@ -88,7 +88,8 @@ pub(crate) async fn run_action(
                 act.set_mount(Arc::new(mount) as Arc<dyn MountIo>);
             }
             if expr.calls_review() {
-                act = match crate::steps::tool_reviews(engine, record, expr, act, input).await {
+                let asked = (plan.name.as_str(), input);
+                act = match crate::steps::tool_reviews(engine, record, expr, act, asked).await {
                     Ok(act) => act,
                     Err(e) => return ActionResult::Fatal(e.to_string()),
                 };

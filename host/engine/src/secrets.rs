@@ -30,6 +30,8 @@ pub(crate) fn collect(
     if let Ok(config) = serde_json::to_value(host) {
         env_values(&config, env, &mut values);
     }
+    // The scalars the loader replaced by their variables' values.
+    values.extend(host.env_reads.iter().filter_map(|name| env(name)));
     let literal = |v: Option<&EnvValue>| match v {
         Some(EnvValue::Literal(Value::String(s))) => Some(s.clone()),
         _ => None,

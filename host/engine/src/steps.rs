@@ -31,6 +31,29 @@ pub(crate) enum Phase {
     After,
 }
 
+/// Where a step asking for a review is, as the pending review names it.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    /// The action the step is run for (what a step's `match` names); `None` in a guardrail.
+    action: Option<&'a str>,
+    /// `before`, `after`, `action` (a `cel` tool's expression), `guardrails.before` or
+    /// `guardrails.after`.
+    phase: &'static str,
+}
+
+impl<'a> At<'a> {
+    /// A step of a list run in `phase` for `action`.
+    fn step(phase: Phase, action: Option<&'a str>) -> Self {
+        let phase = match (phase, action.is_none()) {
+            (Phase::Before, false) => "before",
+            (Phase::After, false) => "after",
+            (Phase::Before, true) => "guardrails.before",
+            (Phase::After, true) => "guardrails.after",
+        };
+        At { action, phase }
+    }
+}
+
 /// Runs `steps` for function `name`. `input` and `output` are the activation's values, and
 /// the targets of transforms (by phase).
 pub(crate) async fn run(
@@ -65,14 +88,31 @@ pub(crate) async fn run(
         }
         let failure = match &step.kind {
             StepKind::Assert(expr) => {
-                match decide(engine, record, expr, &act, phase, vars).await? {
+                match decide(
+                    engine,
+                    record,
+                    expr,
+                    &act,
+                    (phase, At::step(phase, name)),
+                    vars,
+                )
+                .await?
+                {
                     Ok(true) => None,
                     Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
                     Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
                 }
             }
             StepKind::Transform(expr) => {
-                let act = with_reviews(engine, record, expr, act, phase, vars).await?;
+                let act = with_reviews(
+                    engine,
+                    record,
+                    expr,
+                    act,
+                    (phase, At::step(phase, name)),
+                    vars,
+                )
+                .await?;
                 match expr.evaluate(&act) {
                     Ok(v) => vars
                         .replace(phase, v)
@@ -87,7 +127,8 @@ pub(crate) async fn run(
                 function,
                 ..
             } => {
-                let input = invoke_input(engine, record, step, &act, (phase, &mut *vars)).await?;
+                let input =
+                    invoke_input(engine, record, step, &act, (phase, name, &mut *vars)).await?;
                 let (outcome, input, output, failure) = match input {
                     Err(message) => (
                         Outcome::Errored,
@@ -240,7 +281,7 @@ async fn invoke_input(
     record: &mut TaskRecord,
     step: &Step,
     act: &Activation,
-    (phase, vars): (Phase, &mut StepVars),
+    (phase, name, vars): (Phase, Option<&str>, &mut StepVars),
 ) -> Result<std::result::Result<Value, String>> {
     let StepKind::Invoke {
         tool,
@@ -266,7 +307,15 @@ async fn invoke_input(
         }
     }
     for (k, e) in bindings {
-        let act = with_reviews(engine, record, e, act.clone(), phase, vars).await?;
+        let act = with_reviews(
+            engine,
+            record,
+            e,
+            act.clone(),
+            (phase, At::step(phase, name)),
+            vars,
+        )
+        .await?;
         match e.evaluate(&act) {
             Ok(v) => params.insert(k.clone(), v),
             Err(e) => return Ok(Err(format!("binding `{k}` failed: {e}"))),
@@ -344,25 +393,26 @@ async fn decide(
     record: &mut TaskRecord,
     expr: &Expression,
     act: &Activation,
-    phase: Phase,
+    place: (Phase, At<'_>),
     vars: &mut StepVars,
 ) -> Result<std::result::Result<bool, String>> {
     if !expr.calls_review() {
         return Ok(expr.evaluate_bool(act).map_err(|e| e.message));
     }
-    let act = with_reviews(engine, record, expr, act.clone(), phase, vars).await?;
+    let act = with_reviews(engine, record, expr, act.clone(), place, vars).await?;
     Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
 }
 
 /// For an expression that calls `review(user)`: suspends the task until each reviewer
 /// decides (or the review times out: a denial), and returns the activation with the decisions.
 /// A decision recorded for the call already ([`StepVars::replay`]) is used instead of asking.
+/// `(phase, at)`: where the step is.
 async fn with_reviews(
     engine: &Engine,
     record: &mut TaskRecord,
     expr: &Expression,
     mut act: Activation,
-    phase: Phase,
+    (phase, at): (Phase, At<'_>),
     vars: &mut StepVars,
 ) -> Result<Activation> {
     if !expr.calls_review() {
@@ -384,8 +434,17 @@ async fn with_reviews(
         } else if let Some(approve) = vars.replay.take(&reviewer) {
             approve
         } else {
-            let subject = vars.subject();
-            review(engine, record, &reviewer, subject, call_id.clone()).await?
+            let step = json!({
+                "action": at.action,
+                "phase": at.phase,
+                "expression": expr.source(),
+            });
+            let asked = Asked {
+                reviewer: &reviewer,
+                step,
+                subject: vars.subject(),
+            };
+            review(engine, record, asked, call_id.clone()).await?
         };
         act.set_review(&reviewer, approve);
     }
@@ -400,7 +459,7 @@ pub(crate) async fn tool_reviews(
     record: &mut TaskRecord,
     expr: &Expression,
     act: Activation,
-    input: &Value,
+    (action, input): (&str, &Value),
 ) -> Result<Activation> {
     let mut vars = StepVars {
         input: input.clone(),
@@ -410,7 +469,19 @@ pub(crate) async fn tool_reviews(
         call_id: None,
         replay: Replay::default(),
     };
-    with_reviews(engine, record, expr, act, Phase::After, &mut vars).await
+    let at = At {
+        action: Some(action),
+        phase: "action",
+    };
+    let place = (Phase::After, at);
+    with_reviews(engine, record, expr, act, place, &mut vars).await
+}
+
+/// A review to ask for: who decides, the step asking and what it shows them.
+struct Asked<'a> {
+    reviewer: &'a str,
+    step: Value,
+    subject: Value,
 }
 
 /// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision. `call_id`: the
@@ -418,8 +489,11 @@ pub(crate) async fn tool_reviews(
 async fn review(
     engine: &Engine,
     record: &mut TaskRecord,
-    reviewer: &str,
-    subject: Value,
+    Asked {
+        reviewer,
+        step,
+        subject,
+    }: Asked<'_>,
     call_id: Option<String>,
 ) -> Result<bool> {
     let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
@@ -432,6 +506,8 @@ async fn review(
         call_id,
         requested_ms: now_ms(),
         triggered: engine.is_triggered(&record.id),
+        step,
+        subject: subject.clone(),
     });
     engine.save(
         record,

@@ -162,6 +162,55 @@ pub struct PendingReview {
     /// [`TRIGGERED_REVIEW_TIMEOUT`](crate::TRIGGERED_REVIEW_TIMEOUT)).
     #[serde(default)]
     pub triggered: bool,
+    /// The step that asks: `{"action", "phase", "expression"}` (null in records written
+    /// before the host kept it).
+    #[serde(default)]
+    pub step: Value,
+    /// What is under review: `{"input"}`, and `{"output"}` after a call.
+    #[serde(default)]
+    pub subject: Value,
+}
+
+impl PendingReview {
+    /// Whether `decider` may decide this review: an admin, or the reviewer it names.
+    pub fn may_decide(&self, decider: &Decider<'_>) -> bool {
+        match decider {
+            Decider::Admin(_) => true,
+            Decider::Subject(s) => *s == self.reviewer,
+        }
+    }
+
+    /// The review as `GET /v1/reviews` lists it.
+    pub fn object(&self, task_id: &str, agent: &str) -> Value {
+        json!({
+            "task_id": task_id,
+            "agent": agent,
+            "review_id": self.review_id,
+            "reviewer": self.reviewer,
+            "step": self.step,
+            "input": self.subject.get("input").cloned().unwrap_or(Value::Null),
+            "output": self.subject.get("output").cloned().unwrap_or(Value::Null),
+            "requested_at": rfc3339(self.requested_ms),
+        })
+    }
+}
+
+/// Who decides a review, authenticated by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decider<'a> {
+    /// An admin (or the host itself): any review, recorded as decided by this subject.
+    Admin(&'a str),
+    /// Only the reviews that name this subject.
+    Subject(&'a str),
+}
+
+impl Decider<'_> {
+    /// The subject recorded as `decided_by`.
+    pub fn subject(&self) -> &str {
+        match self {
+            Decider::Admin(s) | Decider::Subject(s) => s,
+        }
+    }
 }
 
 /// A turn to resume: the review its call waited in across a restart was decided, and the call

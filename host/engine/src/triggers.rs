@@ -33,7 +33,7 @@ use serde_json::{Map, Value, json};
 
 use crate::deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError};
 use crate::plan::{compile, resolve_env, template};
-use crate::{Engine, EngineError, NewTask, QueuedInput, UserRef, lock, normalize_input};
+use crate::{Engine, EngineError, NewTask, QueuedInput, UserRef, lock, normalize_trigger_input};
 
 /// Lifetime of self-schedules (and of anything else given no `ttl`) by default: 7 days, the
 /// triggers page's recommendation.
@@ -721,7 +721,7 @@ impl Engine {
             }
             (None, None) => {}
         }
-        let io = match normalize_input(&agent, &Value::Object(io)) {
+        let io = match normalize_trigger_input(&agent, &Value::Object(io)) {
             Ok(io) => io,
             Err(e) => return Admit::Failed(e.to_string()),
         };

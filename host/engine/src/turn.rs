@@ -60,6 +60,7 @@ pub(crate) async fn run(
         Verdict::Lock(reason) | Verdict::Block(reason) => Some(reason),
         Verdict::Pass => None,
     };
+    let has_message = io.get("message").is_some();
     record.inputs.push(io);
     // The prompt is rendered once the first input is in the context (the spec's own example
     // reads `{context.input[0].ticket_id}`); one that cannot render ends the task, naming the
@@ -74,16 +75,28 @@ pub(crate) async fn run(
             Err(message) => prompt_error = Some(message),
         }
     }
-    events.push((
-        EventSource::User,
-        EventKind::MessageEvent {
-            content,
-            metadata: Some(MessageMetadata {
-                queued_at: Some(input.queued_at),
-                trigger: input.trigger.clone(),
-            }),
-        },
-    ));
+    if has_message {
+        events.push((
+            EventSource::User,
+            EventKind::MessageEvent {
+                content,
+                metadata: Some(MessageMetadata {
+                    queued_at: Some(input.queued_at),
+                    trigger: input.trigger.clone(),
+                }),
+            },
+        ));
+    } else {
+        // A trigger without `message` starts the turn with no message (trigger.md); the log
+        // still says what fired it.
+        events.push((
+            EventSource::Environment,
+            EventKind::ConversationStateUpdateEvent {
+                key: "triggered".into(),
+                value: json!({"queued_at": input.queued_at, "trigger": input.trigger}),
+            },
+        ));
+    }
     record.history.push("input".into());
     let now = now_ms();
     // Subscriptions that expired while the task was idle stay expired: prune them before the

@@ -18,6 +18,7 @@
 
 pub mod check;
 mod diag;
+mod env;
 pub mod load;
 pub mod model;
 mod shape;
@@ -77,7 +78,8 @@ pub fn validate_text(
 ) -> Vec<Diagnostic> {
     let mut config = Config::default();
     let mut diagnostics = Vec::new();
-    load::load_text(text, file, Path::new("."), &mut config, &mut diagnostics);
+    let place = (file, Path::new("."));
+    load::load_text(text, place, env, &mut config, &mut diagnostics);
     let (_, more, _) = check::validate(&config, env);
     diagnostics.extend(more);
     diagnostics
@@ -85,7 +87,7 @@ pub fn validate_text(
 
 /// [`validate`] with an injected environment.
 pub fn validate_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
-    let (config, diagnostics) = load::load(path);
+    let (config, diagnostics) = load::load(path, env);
     let (summary, more, components) = check::validate(&config, env);
     let mut report = Report {
         config,

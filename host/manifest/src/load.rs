@@ -111,7 +111,8 @@ static SCHEMAS: LazyLock<HashMap<Kind, Value>> = LazyLock::new(|| {
 
 /// Loads `path` (a directory, searched recursively, or one file). Problems are returned beside
 /// whatever loaded cleanly; a document with a problem is left out of the config.
-pub fn load(path: &Path) -> (Config, Vec<Diagnostic>) {
+/// `env` reads the variables of the host config's `{env: NAME}` scalars.
+pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<Diagnostic>) {
     let mut config = Config {
         root: path.to_path_buf(),
         ..Config::default()
@@ -133,7 +134,7 @@ pub fn load(path: &Path) -> (Config, Vec<Diagnostic>) {
         Vec::new()
     };
     for file in files {
-        load_file(&file, &mut config, &mut diags);
+        load_file(&file, env, &mut config, &mut diags);
     }
     load_scripts(&mut config, &mut diags);
     (config, diags)
@@ -231,7 +232,12 @@ fn collect_files(dir: &Path, files: &mut Vec<PathBuf>, diags: &mut Vec<Diagnosti
     }
 }
 
-fn load_file(file: &Path, config: &mut Config, diags: &mut Vec<Diagnostic>) {
+fn load_file(
+    file: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    config: &mut Config,
+    diags: &mut Vec<Diagnostic>,
+) {
     let start = Pos { line: 1, col: 1 };
     match std::fs::metadata(file) {
         Ok(m) if m.len() > MAX_FILE_BYTES => {
@@ -263,14 +269,15 @@ fn load_file(file: &Path, config: &mut Config, diags: &mut Vec<Diagnostic>) {
         }
     };
     let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    load_text(&text, file, &base_dir, config, diags);
+    load_text(&text, (file, &base_dir), env, config, diags);
 }
 
-/// Loads the documents of one file's text.
+/// Loads the documents of one file's text: `(file, base_dir)` name it and where its relative
+/// paths start; `env` reads the variables of the host config's `{env: NAME}` scalars.
 pub fn load_text(
     text: &str,
-    file: &Path,
-    base_dir: &Path,
+    (file, base_dir): (&Path, &Path),
+    env: &dyn Fn(&str) -> Option<String>,
     config: &mut Config,
     diags: &mut Vec<Diagnostic>,
 ) {
@@ -287,11 +294,17 @@ pub fn load_text(
             base_dir: base_dir.to_path_buf(),
             node,
         };
-        load_doc(index, source, config, diags);
+        load_doc(index, source, env, config, diags);
     }
 }
 
-fn load_doc(index: usize, source: Source, config: &mut Config, diags: &mut Vec<Diagnostic>) {
+fn load_doc(
+    index: usize,
+    mut source: Source,
+    env: &dyn Fn(&str) -> Option<String>,
+    config: &mut Config,
+    diags: &mut Vec<Diagnostic>,
+) {
     let file = source.file.clone();
     let node = &source.node;
     if node.as_map().is_none() {
@@ -332,6 +345,16 @@ fn load_doc(index: usize, source: Source, config: &mut Config, diags: &mut Vec<D
     let Some(schema) = SCHEMAS.get(&kind) else {
         return;
     };
+    let mut env_reads = Vec::new();
+    if kind == Kind::Host {
+        let unset;
+        (env_reads, unset) = crate::env::resolve(&mut source.node, schema, env);
+        for u in unset {
+            let message = format!("environment variable `{}` is not set", u.name);
+            diags.push(Diagnostic::error(&file, u.pos, message));
+        }
+    }
+    let node = &source.node;
     let problems = shape::check(node, schema, kind.short_name());
     if !problems.is_empty() {
         for p in problems {
@@ -360,7 +383,10 @@ fn load_doc(index: usize, source: Source, config: &mut Config, diags: &mut Vec<D
             }
             let mut hosts = Vec::new();
             push(source, &mut hosts, diags);
-            config.host = hosts.pop();
+            config.host = hosts.pop().map(|mut host: Loaded<HostConfig>| {
+                host.value.env_reads = env_reads;
+                host
+            });
         }
     }
 }

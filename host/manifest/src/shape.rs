@@ -25,25 +25,30 @@ pub(crate) fn check(node: &Node, schema: &Value, what: &str) -> Vec<Problem> {
     out
 }
 
+/// `schema` with its `$ref`s followed into `root`'s `$defs`.
+pub(crate) fn follow_ref<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
+    // `$ref`s only point into `$defs`; a chain longer than a few links would be a cycle.
+    for _ in 0..8 {
+        let Some(r) = schema.get("$ref").and_then(Value::as_str) else {
+            break;
+        };
+        let name = r.trim_start_matches("#/$defs/");
+        match root.get("$defs").and_then(|d| d.get(name)) {
+            Some(s) => schema = s,
+            None => break,
+        }
+    }
+    schema
+}
+
 struct Walker<'a> {
     root: &'a Value,
     what: &'a str,
 }
 
 impl<'a> Walker<'a> {
-    fn resolve(&self, mut schema: &'a Value) -> &'a Value {
-        // `$ref`s only point into `$defs`; a chain longer than a few links would be a cycle.
-        for _ in 0..8 {
-            let Some(r) = schema.get("$ref").and_then(Value::as_str) else {
-                break;
-            };
-            let name = r.trim_start_matches("#/$defs/");
-            match self.root.get("$defs").and_then(|d| d.get(name)) {
-                Some(s) => schema = s,
-                None => break,
-            }
-        }
-        schema
+    fn resolve(&self, schema: &'a Value) -> &'a Value {
+        follow_ref(self.root, schema)
     }
 
     fn place(&self, path: &[String]) -> String {

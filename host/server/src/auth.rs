@@ -3,6 +3,8 @@
 //! With no `api_tokens` configured (allowed only on a loopback address) every caller is an
 //! anonymous admin.
 
+use agentmesh_engine::Decider;
+use agentmesh_manifest::model::host::{HostConfig, Role as ConfigRole};
 use agentmesh_routing::{BearerTokens, Error as RoutingError};
 use axum::http::HeaderMap;
 
@@ -42,6 +44,15 @@ impl Caller {
             ));
         }
         Ok(())
+    }
+
+    /// Who the caller is when deciding a review: an admin decides any, others only those
+    /// naming them.
+    pub fn decider(&self) -> Decider<'_> {
+        match self.role {
+            Role::Admin => Decider::Admin(&self.subject),
+            Role::AgentUser | Role::ReadOnly => Decider::Subject(&self.subject),
+        }
     }
 
     /// Refuses callers that are not admins.
@@ -93,6 +104,11 @@ impl Auth {
         }
     }
 
+    /// Whether no token is configured (the API is open: loopback only).
+    pub fn is_open(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
     /// The caller of a request.
     pub fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         if self.tokens.is_empty() {
@@ -111,4 +127,33 @@ impl Auth {
             )),
         }
     }
+}
+
+/// The tokens of `host`'s `api_tokens`, each read from its variable through `env`. `Err` names
+/// the token and the variable that is not set.
+pub fn tokens_of(
+    host: &HostConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Token>, String> {
+    host.api_tokens
+        .iter()
+        .map(|t| {
+            let secret = env(&t.env).ok_or_else(|| {
+                format!(
+                    "api token `{}`: environment variable `{}` is not set",
+                    t.subject, t.env
+                )
+            })?;
+            let role = match t.role {
+                ConfigRole::Admin => Role::Admin,
+                ConfigRole::AgentUser => Role::AgentUser,
+                ConfigRole::ReadOnly => Role::ReadOnly,
+            };
+            Ok(Token {
+                secret,
+                subject: t.subject.clone(),
+                role,
+            })
+        })
+        .collect()
 }

@@ -1,10 +1,14 @@
 //! API errors: `{"error": {"code": "...", "message": "..."}}` with a fitting status.
 
+use std::sync::Arc;
+
 use agentmesh_engine::EngineError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+use crate::AppState;
 
 /// An error answer of the API.
 #[derive(Debug)]
@@ -63,6 +67,7 @@ impl From<EngineError> for ApiError {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m)
             }
             EngineError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            EngineError::Forbidden(m) => ApiError::forbidden(m),
             EngineError::Config(m) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "configuration", m)
             }
@@ -84,19 +89,25 @@ impl IntoResponse for ApiError {
 /// The API's result.
 pub type ApiResult<T> = Result<T, ApiError>;
 
-/// A raw request body; a body over the size cap is a JSON 413, like every other error.
+/// A raw request body; a body over the size cap in force (`policy.max_body_bytes`, which a
+/// reload may change) is a JSON 413, like every other error.
 pub struct Body(pub axum::body::Bytes);
 
-impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+impl axum::extract::FromRequest<Arc<AppState>> for Body {
     type Rejection = ApiError;
 
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(
+        req: axum::extract::Request,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let limit = state.max_body_bytes();
+        let req = req.map(|b| axum::body::Body::new(http_body_util::Limited::new(b, limit)));
         match axum::body::Bytes::from_request(req, state).await {
             Ok(bytes) => Ok(Body(bytes)),
             Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",
-                "the body is larger than the host's max_body_bytes",
+                format!("the body is larger than the host's max_body_bytes ({limit} bytes)"),
             )),
             Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
         }

@@ -1,7 +1,8 @@
 //! The agentmesh HTTP API (CONTRACT §3), axum on hyper 1, over the engine.
 //!
 //! - `tasks`: `/v1/tasks…` — create, read, list, input, events (JSON or live SSE), interrupt,
-//!   delete, reviews; bearer-token auth with the spec's roles (`auth`);
+//!   delete, review decisions, and `/v1/reviews` (the pending reviews a caller may decide);
+//!   bearer-token auth with the spec's roles (`auth`);
 //! - `webhooks`: `/v1/webhooks/tools/{ns}/{tool}` — signature check on the raw bytes,
 //!   delivery-id dedupe, routing to subscribed tasks, durable acknowledgement;
 //! - `triggers`: `/v1/webhooks/sources/{source}`, `/v1/triggers…` (API fire, status) and
@@ -25,8 +26,10 @@ mod triggers;
 mod webhooks;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use agentmesh_engine::Engine;
 use axum::Router;
@@ -34,45 +37,80 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use tokio::sync::broadcast;
 
-pub use auth::{Auth, Role, Token};
+pub use auth::{Auth, Role, Token, tokens_of};
 pub use error::ApiError;
 pub use metrics::Metrics;
 
 /// What the handlers share.
 pub struct AppState {
     engine: Engine,
-    /// Who may call the task API.
-    pub auth: Auth,
+    /// Who may call the task API (replaced when a reload changes `api_tokens`).
+    auth: RwLock<Arc<Auth>>,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Task ids whose log grew (for live event streams).
     pub appended: broadcast::Sender<Arc<str>>,
     /// The config dir being served.
     pub config_dir: PathBuf,
-    /// The largest request body accepted.
-    pub max_body_bytes: usize,
+    /// The largest request body accepted (`policy.max_body_bytes`, reloadable).
+    max_body_bytes: AtomicUsize,
+    /// The address the server listens on.
+    pub bound: SocketAddr,
+    /// The host-config fields that apply only at start, as they were then.
+    pub at_start: reload::StartOnly,
     /// The outcome of the last reload of the config dir.
     pub reload: Mutex<reload::ReloadStatus>,
 }
 
+/// How `serve` runs: what [`AppState`] starts with.
+pub struct Serving {
+    /// The API's tokens.
+    pub auth: Auth,
+    /// The config dir served (and watched).
+    pub config_dir: PathBuf,
+    /// The largest request body accepted.
+    pub max_body_bytes: usize,
+    /// The address the server listens on.
+    pub bound: SocketAddr,
+}
+
 impl AppState {
     /// State over `engine`; hooks the store's appends to the live event streams.
-    pub fn new(engine: Engine, auth: Auth, config_dir: PathBuf, max_body_bytes: usize) -> Self {
+    pub fn new(engine: Engine, serving: Serving) -> Self {
         let (appended, _) = broadcast::channel(1024);
         let sender = appended.clone();
         engine.store().set_append_hook(Box::new(move |task| {
             // Nobody listening is fine: streams re-read the log when they subscribe.
             let _ = sender.send(Arc::from(task));
         }));
+        let at_start = reload::StartOnly::of(&engine.plan().host);
         AppState {
             engine,
-            auth,
+            auth: RwLock::new(Arc::new(serving.auth)),
             metrics: Metrics::default(),
             appended,
-            config_dir,
-            max_body_bytes,
+            config_dir: serving.config_dir,
+            max_body_bytes: AtomicUsize::new(serving.max_body_bytes),
+            bound: serving.bound,
+            at_start,
             reload: Mutex::new(reload::ReloadStatus::default()),
         }
+    }
+
+    /// Who may call the task API now.
+    pub fn auth(&self) -> Arc<Auth> {
+        Arc::clone(&self.auth.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The largest request body accepted now.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Puts a reloaded configuration's tokens and body limit in force.
+    pub(crate) fn apply(&self, auth: Auth, max_body_bytes: usize) {
+        *self.auth.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(auth);
+        self.max_body_bytes.store(max_body_bytes, Ordering::Relaxed);
     }
 
     /// The engine.
@@ -83,7 +121,6 @@ impl AppState {
 
 /// Every route of CONTRACT §3.
 pub fn router(state: Arc<AppState>) -> Router {
-    let limit = state.max_body_bytes;
     Router::new()
         .route("/v1/tasks", post(tasks::create).get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::get).delete(tasks::delete))
@@ -91,6 +128,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/tasks/{id}/events", get(tasks::events))
         .route("/v1/tasks/{id}/interrupt", post(tasks::interrupt))
         .route("/v1/tasks/{id}/reviews/{review_id}", post(tasks::review))
+        .route("/v1/reviews", get(tasks::reviews))
         .route(
             "/v1/webhooks/tools/{namespace}/{tool}",
             post(webhooks::tool),
@@ -106,7 +144,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(status::metrics))
         .fallback(status::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
+        // Bodies are limited by the `Body` extractor, by the limit in force.
+        .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             scrub::answers,

@@ -1,18 +1,31 @@
 //! Hot reload of the config dir (CONTRACT §7): a changed manifest or component is loaded,
 //! validated and compiled aside, then swapped in atomically; calls in flight finish on the old
 //! version. A change that fails keeps the last good version running and shows the error in
-//! the log and `GET /v1/status`.
+//! the log and `GET /v1/status`. Every host-config field applies at a reload (models and
+//! their keys, tokens, settings, sources, policy, mount, condensation) except where the host
+//! listens and keeps its data: a change of those is logged and listed in `/v1/status` as
+//! needing a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use agentmesh_engine::{Plan, check_components};
+use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::metrics::Metrics;
+use crate::{AppState, Auth, tokens_of};
+
+/// GitHub's own cap on webhook payloads, the default `max_body_bytes`.
+const DEFAULT_MAX_BODY: u64 = 25 * 1024 * 1024;
+
+/// The largest request body `host` accepts.
+pub fn max_body_of(host: &HostConfig) -> usize {
+    let bytes = host.policy.max_body_bytes.map_or(DEFAULT_MAX_BODY, |b| b.0);
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
 
 /// The outcome of the last reload.
 #[derive(Debug, Default, Clone)]
@@ -23,6 +36,8 @@ pub struct ReloadStatus {
     pub loaded_at: Option<String>,
     /// The last failed attempt: when, and why (the last good version is still in force).
     pub last_error: Option<(String, String)>,
+    /// Host-config fields changed since start that apply only at a restart.
+    pub restart_required: Vec<&'static str>,
 }
 
 impl ReloadStatus {
@@ -32,7 +47,33 @@ impl ReloadStatus {
             "generation": self.generation,
             "loaded_at": self.loaded_at,
             "last_error": self.last_error.as_ref().map(|(at, message)| json!({"at": at, "message": message})),
+            "restart_required": self.restart_required,
         })
+    }
+}
+
+/// The host-config fields a running host cannot change (where it listens, where its data
+/// lives), as the config names them; every other field applies at a reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartOnly(Vec<(&'static str, Option<String>)>);
+
+impl StartOnly {
+    /// Those fields of `host`.
+    pub fn of(host: &HostConfig) -> Self {
+        StartOnly(vec![
+            ("listen", host.listen.clone()),
+            ("data_dir", host.data_dir.clone()),
+        ])
+    }
+
+    /// The fields whose value in `now` differs from this one's.
+    fn changed_in(&self, now: &StartOnly) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .zip(&now.0)
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|(a, _)| a.0)
+            .collect()
     }
 }
 
@@ -141,7 +182,19 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
         }
         let env = |n: &str| std::env::var(n).ok();
         let plan = Plan::build(&report.config, &env).map_err(|e| e.to_string())?;
-        state.engine().reload(plan).await
+        let auth = Auth::new(tokens_of(&plan.host, &env)?);
+        if auth.is_open() && !state.bound.ip().is_loopback() {
+            return Err(format!(
+                "the config has no `api_tokens`, but the host listens on {}: a non-loopback \
+                 address requires them",
+                state.bound
+            ));
+        }
+        let max_body = max_body_of(&plan.host);
+        let restart = state.at_start.changed_in(&StartOnly::of(&plan.host));
+        state.engine().reload(plan).await?;
+        state.apply(auth, max_body);
+        Ok(restart)
     }
     .await;
     let mut status = state
@@ -149,10 +202,16 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     match &outcome {
-        Ok(()) => {
+        Ok(restart) => {
             status.generation += 1;
             status.loaded_at = Some(now_rfc3339());
             status.last_error = None;
+            for field in restart {
+                tracing::warn!(
+                    "the host config's `{field}` changed: it applies at the next restart"
+                );
+            }
+            status.restart_required.clone_from(restart);
             Metrics::inc(&state.metrics.reloads_ok);
             tracing::info!(generation = status.generation, "configuration reloaded");
         }
@@ -162,5 +221,5 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
             tracing::warn!("reload failed; the last good configuration stays in force:\n{e}");
         }
     }
-    outcome
+    outcome.map(|_| ())
 }

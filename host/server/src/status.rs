@@ -16,7 +16,7 @@ pub async fn status(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.auth.caller(&headers)?;
+    state.auth().caller(&headers)?;
     let engine = state.engine();
     let plan = engine.plan();
     let mut agents: Vec<&String> = plan.agents.keys().collect();
@@ -52,7 +52,7 @@ pub async fn metrics(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
-    state.auth.caller(&headers)?;
+    state.auth().caller(&headers)?;
     let body = state.metrics.render();
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
 }

@@ -44,7 +44,21 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
 }
 
 fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
-    state.auth.caller(headers)
+    state.auth().caller(headers)
+}
+
+/// The task, if the caller may read it: one it may see, or one waiting for the caller's
+/// review (404 otherwise, so ids do not leak).
+fn readable_task(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<agentmesh_engine::TaskRecord> {
+    task_seen_by(state, caller, id, |r| {
+        r.pending_review
+            .as_ref()
+            .is_some_and(|r| r.reviewer == caller.subject)
+    })
 }
 
 /// The task, if the caller may see it (404 otherwise, so ids do not leak).
@@ -53,8 +67,18 @@ fn visible_task(
     caller: &Caller,
     id: &str,
 ) -> ApiResult<agentmesh_engine::TaskRecord> {
+    task_seen_by(state, caller, id, |_| false)
+}
+
+/// Task `id`, if the caller may see it or `also` lets it.
+fn task_seen_by(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    also: impl Fn(&agentmesh_engine::TaskRecord) -> bool,
+) -> ApiResult<agentmesh_engine::TaskRecord> {
     let record = state.engine().task(id)?;
-    if !caller.may_see(&record.user.id) {
+    if !caller.may_see(&record.user.id) && !also(&record) {
         return Err(ApiError::not_found(format!("not found: task `{id}`")));
     }
     Ok(record)
@@ -105,7 +129,7 @@ pub async fn get(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
-    visible_task(&state, &caller, &id)?;
+    readable_task(&state, &caller, &id)?;
     Ok(Json(state.engine().task_object(&id)?))
 }
 
@@ -188,7 +212,7 @@ pub async fn events(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers)?;
-    visible_task(&state, &caller, &id)?;
+    readable_task(&state, &caller, &id)?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -269,7 +293,8 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /v1/tasks/{id}/reviews/{review_id}` body.
+/// `POST /v1/tasks/{id}/reviews/{review_id}` body. `user`, if given, must be the caller: the
+/// decision is recorded as the authenticated subject, never as a name from the body.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReviewBody {
@@ -278,21 +303,38 @@ struct ReviewBody {
     user: Option<String>,
 }
 
-/// `POST /v1/tasks/{id}/reviews/{review_id}`.
+/// `POST /v1/tasks/{id}/reviews/{review_id}`: only the reviewer the review names, or an
+/// admin, decides; the task's owner needs to be neither.
 pub async fn review(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath((id, review_id)): ApiPath<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Json<Value>> {
-    let caller = writer(&state, &headers, &id)?;
+    let caller = caller(&state, &headers)?;
+    caller.require_write()?;
     let body: ReviewBody = parse_body(&body)?;
-    let user = body.user.unwrap_or_else(|| caller.subject.clone());
+    if let Some(user) = body.user.filter(|u| *u != caller.subject) {
+        return Err(ApiError::forbidden(format!(
+            "a review is decided as the authenticated caller `{}`, not `{user}`",
+            caller.subject
+        )));
+    }
     state
         .engine()
-        .decide_review(&id, &review_id, body.approve, &user)
+        .decide_review(&id, &review_id, body.approve, caller.decider())
         .await?;
     Ok(Json(
         json!({"task_id": id, "review_id": review_id, "approve": body.approve}),
     ))
+}
+
+/// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin).
+pub async fn reviews(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers)?;
+    let reviews = state.engine().pending_reviews(caller.decider())?;
+    Ok(Json(json!({ "reviews": reviews })))
 }

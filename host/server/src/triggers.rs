@@ -113,7 +113,7 @@ pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    let caller = state.auth.caller(&headers)?;
+    let caller = state.auth().caller(&headers)?;
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
     let triggers = state.engine().trigger_objects(owner)?;
     Ok(Json(json!({ "triggers": triggers })))
@@ -125,7 +125,7 @@ pub async fn get(
     headers: HeaderMap,
     ApiPath((namespace, name)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let caller = state.auth.caller(&headers)?;
+    let caller = state.auth().caller(&headers)?;
     let id = format!("{namespace}/{name}");
     let (owner, trigger) = state.engine().trigger_object(&id)?;
     if !caller.may_see(&owner) {
@@ -147,7 +147,7 @@ pub async fn schedules(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<SchedulesQuery>,
 ) -> ApiResult<Json<Value>> {
-    let caller = state.auth.caller(&headers)?;
+    let caller = state.auth().caller(&headers)?;
     let engine = state.engine();
     if let Some(task) = &q.task {
         let record = engine.task(task)?;
@@ -166,7 +166,7 @@ pub async fn revoke(
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
-    let caller = state.auth.caller(&headers)?;
+    let caller = state.auth().caller(&headers)?;
     caller.require_write()?;
     let engine = state.engine();
     let owner = engine.schedule_owner(&id)?;

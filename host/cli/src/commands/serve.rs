@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions};
-use agentmesh_manifest::model::host::Role as ConfigRole;
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_server::{AppState, Auth, Role, Token};
+use agentmesh_server::reload::max_body_of;
+use agentmesh_server::{AppState, Auth, Serving, tokens_of};
 use agentmesh_store::Store;
 use anyhow::{Context, bail};
 
@@ -25,9 +25,6 @@ pub struct Args {
     #[arg(long)]
     data: Option<PathBuf>,
 }
-
-/// GitHub's own cap on webhook payloads, the default `max_body_bytes`.
-const DEFAULT_MAX_BODY: u64 = 25 * 1024 * 1024;
 
 /// How often the config dir is checked for changes.
 const RELOAD_POLL: Duration = Duration::from_millis(500);
@@ -49,25 +46,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     let addr: SocketAddr = listen
         .parse()
         .with_context(|| format!("`{listen}` is not an address like 127.0.0.1:8080"))?;
-    let mut tokens = Vec::new();
-    for t in &host.api_tokens {
-        let secret = std::env::var(&t.env).with_context(|| {
-            format!(
-                "api token `{}`: environment variable `{}` is not set",
-                t.subject, t.env
-            )
-        })?;
-        let role = match t.role {
-            ConfigRole::Admin => Role::Admin,
-            ConfigRole::AgentUser => Role::AgentUser,
-            ConfigRole::ReadOnly => Role::ReadOnly,
-        };
-        tokens.push(Token {
-            secret,
-            subject: t.subject.clone(),
-            role,
-        });
-    }
+    let tokens = tokens_of(&host, &|n| std::env::var(n).ok()).map_err(anyhow::Error::msg)?;
     if !addr.ip().is_loopback() && tokens.is_empty() {
         bail!(
             "refusing to listen on {addr} without `api_tokens`: anyone who can reach it could \
@@ -83,7 +62,6 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         secrets: secrets.clone(),
         ..EngineOptions::default()
     };
-    let max_body = host.policy.max_body_bytes.map_or(DEFAULT_MAX_BODY, |b| b.0);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -108,9 +86,12 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         engine.start_scheduler().await?;
         let state = Arc::new(AppState::new(
             engine.clone(),
-            Auth::new(tokens),
-            args.dir.clone(),
-            usize::try_from(max_body).unwrap_or(usize::MAX),
+            Serving {
+                auth: Auth::new(tokens),
+                config_dir: args.dir.clone(),
+                max_body_bytes: max_body_of(&host),
+                bound,
+            },
         ));
         // The one line a supervisor (or a test) reads to learn the address.
         eprintln!("agentmesh: listening on http://{bound}");

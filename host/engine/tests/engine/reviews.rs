@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineError, Reason, Status, TaskRecord};
+use agentmesh_engine::{Decider, Engine, EngineError, Reason, Status, TaskRecord};
 use agentmesh_store::event::{Event, EventKind, EventSource};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -15,10 +15,10 @@ fn agent(capability: &str) -> String {
     echo_agent(&format!("capabilities:\n{capability}"))
 }
 
-/// Decides review `review_id` of task `id` as alice.
+/// Decides review `review_id` of task `id` as alice, its reviewer.
 async fn decide(engine: &Engine, id: &str, review_id: &str, approve: bool) {
     engine
-        .decide_review(id, review_id, approve, "alice")
+        .decide_review(id, review_id, approve, Decider::Subject("alice"))
         .await
         .unwrap();
 }
@@ -177,8 +177,37 @@ async fn a_review_suspends_the_task_until_a_decision_arrives() {
     assert_eq!(done.status(), Status::Idle);
     assert_eq!(done.capabilities["echo_say"].count_successful, 1);
     // Deciding again: nobody waits for the review any more.
-    let again = h.engine.decide_review(&id, &review_id, true, "alice").await;
+    let again = h
+        .engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
     assert!(matches!(again, Err(EngineError::NotFound(_))), "{again:?}");
+}
+
+#[tokio::test]
+async fn only_the_named_reviewer_or_an_admin_decides_and_is_recorded() {
+    let h = harness(&agent(REVIEWED_ECHO), SAY_EVIL);
+    let (id, runner, review_id) = until_review(&h).await;
+    let pending = h.engine.task(&id).unwrap().pending_review.unwrap();
+    assert_eq!(
+        pending.step,
+        json!({"action": "say", "phase": "before", "expression": "review(context.user.id)"})
+    );
+    assert_eq!(pending.subject["input"]["text"], "hi");
+    let refused = h
+        .engine
+        .decide_review(&id, &review_id, true, Decider::Subject("mallory"))
+        .await;
+    assert!(
+        matches!(refused, Err(EngineError::Forbidden(_))),
+        "{refused:?}"
+    );
+    // The refused attempt changed nothing: the review still waits, and its reviewer decides.
+    assert_eq!(h.engine.task(&id).unwrap().status(), Status::Waiting);
+    decide(&h.engine, &id, &review_id, true).await;
+    runner.await.unwrap();
+    let events = h.engine.events(&id, 0).unwrap();
+    assert_eq!(decisions(&events), vec![(true, "alice".to_owned())]);
 }
 
 #[tokio::test]
@@ -242,13 +271,17 @@ async fn an_approval_after_a_restart_resumes_the_call_and_the_turn() {
     let record = engine.run_until_idle(&id).await.unwrap();
     assert_eq!(record.status(), Status::Waiting);
 
-    let unknown = engine.decide_review(&id, "rv_nope", true, "alice").await;
+    let unknown = engine
+        .decide_review(&id, "rv_nope", true, Decider::Admin("alice"))
+        .await;
     assert!(
         matches!(unknown, Err(EngineError::NotFound(_))),
         "{unknown:?}"
     );
     decide(&engine, &id, &review_id, true).await;
-    let again = engine.decide_review(&id, &review_id, false, "bob").await;
+    let again = engine
+        .decide_review(&id, &review_id, false, Decider::Admin("bob"))
+        .await;
     assert!(matches!(again, Err(EngineError::NotFound(_))), "{again:?}");
 
     let done = settled(&engine, &id).await;
@@ -374,7 +407,9 @@ async fn a_review_whose_timeout_passed_while_the_host_was_down_is_a_denial() {
     let events = engine.events(&id, 0).unwrap();
     assert_eq!(observations(&events), [json!({"rejected": "Denied."})]);
     assert_eq!(decisions(&events), [(false, "timeout".to_owned())]);
-    let late = engine.decide_review(&id, &review_id, true, "alice").await;
+    let late = engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
 }
 
@@ -444,7 +479,9 @@ async fn deleting_a_task_waiting_across_a_restart_ends_its_review() {
     assert_eq!(record.pending_review, None);
     let events = engine.events(&id, 0).unwrap();
     assert_eq!(call_errors(&events), ["not run: the task ended"]);
-    let late = engine.decide_review(&id, &review_id, true, "alice").await;
+    let late = engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
     assert_eq!(
         engine.task(&id).unwrap().capabilities.get("echo_say"),
@@ -467,7 +504,9 @@ async fn interrupting_a_task_waiting_across_a_restart_ends_its_review() {
     let record = engine.task(&id).unwrap();
     assert_eq!(record.status(), Status::Idle);
     assert_eq!(record.pending_review, None);
-    let late = engine.decide_review(&id, &review_id, true, "alice").await;
+    let late = engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
     // The task takes new input; the LLM sees the call answered.
     engine
@@ -497,6 +536,8 @@ async fn a_review_in_an_after_step_ends_at_a_restart() {
         call_errors(&events),
         ["interrupted: the host restarted during this call; it was not re-run"]
     );
-    let late = engine.decide_review(&id, &review_id, true, "alice").await;
+    let late = engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
 }

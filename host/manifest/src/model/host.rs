@@ -49,6 +49,10 @@ pub struct HostConfig {
     /// When the LLM's view of a task is condensed (the log itself is never shortened).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condensation: Option<Condensation>,
+    /// The variables the loader read for `{env: NAME}` scalars (their values are secrets).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub env_reads: Vec<String>,
 }
 
 /// Condensation: when the events the LLM sees pass a budget, the older ones are replaced in
