@@ -24,7 +24,8 @@ pub const MAX_STEPS: u64 = 250_000;
 /// `filter`, …) produce, together.
 pub const MAX_BUILT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The longest one evaluation may run (checked as it counts).
+/// The longest one evaluation may run, from its first counted event (checked as it counts;
+/// what runs before any is bounded by the expression's size).
 pub const MAX_TIME: Duration = Duration::from_secs(1);
 
 /// Called on each macro iteration (`@t(step)` around the part of the macro that runs per
@@ -51,7 +52,9 @@ const CLOCK_EVERY: u64 = 1024;
 struct State {
     steps: u64,
     built: u64,
-    started: Instant,
+    /// When the first counted event happened: an evaluation that counts none (no macro, no
+    /// growing call) never reads the clock.
+    started: Option<Instant>,
     /// Why the evaluation was stopped, once it was.
     exceeded: Option<&'static str>,
 }
@@ -66,7 +69,7 @@ pub(crate) fn metered<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, Str
     let outer = STATE.replace(Some(State {
         steps: 0,
         built: 0,
-        started: Instant::now(),
+        started: None,
         exceeded: None,
     }));
     let out = f();
@@ -82,6 +85,7 @@ fn charge(steps: u64, bytes: u64) -> Result<(), ExecutionError> {
     let Some(mut state) = STATE.get() else {
         return Ok(());
     };
+    let started = *state.started.get_or_insert_with(Instant::now);
     let before = state.steps + state.built;
     state.steps += steps;
     state.built += bytes;
@@ -95,7 +99,7 @@ fn charge(steps: u64, bytes: u64) -> Result<(), ExecutionError> {
         )
     } else if (before / CLOCK_EVERY != (state.steps + state.built) / CLOCK_EVERY
         || bytes > 64 * 1024)
-        && state.started.elapsed() > MAX_TIME
+        && started.elapsed() > MAX_TIME
     {
         Some("the expression was stopped: it ran longer than 1s (the limit of one evaluation)")
     } else {
