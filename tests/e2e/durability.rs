@@ -192,3 +192,145 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
         .json();
     assert_eq!(t["subscriptions"][0]["event"], "alert", "{t}");
 }
+
+/// A loopback port that accepts connections and never answers them, for `for_secs` seconds.
+fn silent_port(for_secs: u64) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(for_secs);
+        let mut held = Vec::new();
+        while std::time::Instant::now() < until {
+            match listener.accept() {
+                Ok((stream, _)) => held.push(stream),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    port
+}
+
+/// Waits until task `id` is running with a call in flight: its last `ActionEvent` has no
+/// answer yet.
+fn wait_for_call_in_flight(server: &Server, id: &str) {
+    let found = wait_for(Duration::from_secs(30), || {
+        let task = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        let log = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .json();
+        let events = log["events"].as_array()?;
+        let last_call = events.iter().rposition(|e| e["kind"] == "ActionEvent")?;
+        let answered = events[last_call..].iter().any(|e| {
+            [
+                "ObservationEvent",
+                "AgentErrorEvent",
+                "UserRejectObservation",
+            ]
+            .contains(&e["kind"].as_str().unwrap_or_default())
+        });
+        (task["status"] == "running" && !answered).then_some(())
+    });
+    assert!(found.is_some(), "task {id} never had a call in flight");
+}
+
+#[test]
+fn a_task_whose_turn_runs_when_the_host_goes_down_twice_is_ended_and_the_host_serves_on() {
+    let port = silent_port(120);
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifests = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: stuck
+description: Never answers.
+actions:
+  - name: wait
+    description: Wait.
+    execute:
+      stateless_http: {{method: GET, url: \"http://127.0.0.1:{port}/\", timeout: 60s}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: stuck
+description: Calls what never answers.
+prompt: Wait.
+model: scripted/stuck.yaml
+capabilities:
+  stuck: \"*\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: fine
+description: Answers.
+prompt: Answer.
+model: scripted/fine.yaml
+"
+    );
+    std::fs::write(dir.join("manifests.yaml"), manifests).unwrap();
+    let call = "  - tool_calls: [{name: stuck, arguments: {}}]\n";
+    std::fs::write(dir.join("stuck.yaml"), format!("responses:\n{call}{call}")).unwrap();
+    std::fs::write(dir.join("fine.yaml"), "responses:\n  - text: Fine.\n").unwrap();
+    let data = root.path().join("data");
+
+    let server = Server::start(&dir, &data, &[]);
+    let fine = server.create_task(&json!({"agent": "lab/fine", "input": {"message": "hi"}}));
+    server.wait_for_event(&fine, "MessageEvent");
+    let stuck = server.create_task(&json!({"agent": "lab/stuck", "input": {"message": "go"}}));
+    wait_for_call_in_flight(&server, &stuck);
+    server.kill();
+
+    // The first time, the turn runs again (its input was not consumed durably yet) or the task
+    // only loses it (the call is reported as interrupted) and takes new input.
+    let server = Server::start(&dir, &data, &[]);
+    let task = |server: &Server, id: &str| {
+        server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json()
+    };
+    if task(&server, &stuck)["status"] == "idle" {
+        let r = server
+            .request("POST", &format!("/v1/tasks/{stuck}/input"))
+            .json(&json!({"message": "again"}))
+            .send();
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    wait_for_call_in_flight(&server, &stuck);
+    server.kill();
+
+    // The second time the host goes down during a turn of the task, the task is ended.
+    let server = Server::start(&dir, &data, &[]);
+    let ended = task(&server, &stuck);
+    assert_eq!(ended["status"], "terminated", "{ended}");
+    assert_eq!(ended["reason"], "error", "{ended}");
+    let log = server
+        .request("GET", &format!("/v1/tasks/{stuck}/events"))
+        .send()
+        .json();
+    let why = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "error")
+        .map(|e| e["value"]["message"].clone())
+        .unwrap_or_default();
+    assert!(
+        why.as_str().unwrap_or_default().contains("went down twice"),
+        "{log}"
+    );
+    // Other tasks are untouched and the host serves on.
+    assert_eq!(task(&server, &fine)["status"], "idle");
+    assert_eq!(server.request("GET", "/healthz").send().status, 200);
+    let more = server.create_task(&json!({"agent": "lab/fine", "input": {"message": "hi"}}));
+    server.wait_for_event(&more, "MessageEvent");
+    // A clean stop leaves no task marked: the next start ends nothing.
+    assert_eq!(server.terminate(), Some(0));
+    let server = Server::start(&dir, &data, &[]);
+    assert_eq!(task(&server, &fine)["status"], "idle");
+}

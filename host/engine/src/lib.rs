@@ -45,6 +45,7 @@ mod wasm;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ pub use wasm::check_components;
 use plan::{AgentPlan, Target};
 use providers::Providers;
 use steps::Waiter;
-use task::Resume;
+use task::{Crashed, Resume};
 
 /// How long a `review()` of a triggered turn (input with a trigger envelope: no human typed
 /// it, so none may be watching) waits when [`EngineOptions::review_timeout`] is `None`; a
@@ -187,7 +188,15 @@ struct Inner {
     records: records::RecordCache,
     /// `options.runtime`, bound once for every activation that reads it.
     runtime: Bound,
+    /// Whether [`Engine::recover`] recorded this host as running (cleared by a clean stop).
+    marked_running: AtomicBool,
 }
+
+/// The store's host-state namespace of the host's own marks.
+const HOST_STATE: &str = "host";
+
+/// The mark of a running host: present at a start means the last one went down.
+const RUNNING_KEY: &str = "running";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -213,6 +222,7 @@ impl Engine {
                 plugins: OnceLock::new(),
                 triggers: triggers::Runtime::default(),
                 triggered: Mutex::new(HashSet::new()),
+                marked_running: AtomicBool::new(false),
                 records: records::RecordCache::default(),
                 runtime,
             }),
@@ -239,10 +249,16 @@ impl Engine {
             .clone()
     }
 
-    /// Tears down every open tool session (Teardown); call before the process exits.
+    /// Tears down every open tool session (Teardown) and records that this host stopped
+    /// cleanly (see [`Engine::recover`]); call before the process exits.
     pub async fn shutdown(&self) {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_all().await;
+        }
+        if self.inner.marked_running.swap(false, Ordering::SeqCst)
+            && let Err(e) = self.inner.store.delete_state(HOST_STATE, RUNNING_KEY)
+        {
+            tracing::warn!("could not record the clean stop: {e}");
         }
     }
 
@@ -500,6 +516,13 @@ impl Engine {
             if triggered {
                 lock(&self.inner.triggered).insert(id.to_owned());
             }
+            if record.crashed.is_some() {
+                // Durable before the turn runs: if it brings the host down again, the next
+                // start ends the task instead of running it once more.
+                record.crashed = Some(Crashed::Retried);
+                self.save(&mut record, Vec::new())?;
+                self.inner.store.flush()?;
+            }
             let ran = match work {
                 Work::Input(input) => turn::run(self, &agent, &mut record, input).await,
                 Work::Resume(resume) => {
@@ -517,6 +540,9 @@ impl Engine {
             }
             self.sync_routes(&record);
             ran?;
+            if record.crashed.take().is_some() {
+                self.save(&mut record, Vec::new())?;
+            }
             // A turn that stopped early (an interrupt) keeps what it did.
             self.write_ahead(&mut record)?;
             if record.status() == Status::Terminated
@@ -711,12 +737,28 @@ impl Engine {
     /// `before_first` or `before` steps keeps waiting: its decision ([`Engine::decide_review`])
     /// resumes the turn, and its timeout counts from the request (one that passed while the
     /// host was down is a denial now); one decided whose call had not run again yet resumes.
+    ///
+    /// No turn can bring the host down over and over: when the host went down without shutting
+    /// down (no [`Engine::shutdown`] since the last start), every task that had a turn running
+    /// or input waiting is marked; its next turn is written as started (durably) before it
+    /// runs, and a task whose turn was running when the host went down again is ended with
+    /// `reason: error` and an event saying why. A turn that ends clears the mark.
+    ///
     /// Returns how many tasks were started. Call once, on a runtime, at start.
     pub fn recover(&self) -> Result<usize> {
+        let crashed = self.mark_running()?;
         let mut resumed = HashSet::new();
+        let mut in_flight = HashSet::new();
         for mut record in self.stored_records()? {
+            if record.crashed == Some(Crashed::Retried) && record.status() != Status::Terminated {
+                self.end_after_crashes(&mut record)?;
+                continue;
+            }
             if !matches!(record.status(), Status::Running | Status::Waiting) {
                 continue;
+            }
+            if record.status() == Status::Running {
+                in_flight.insert(record.id.clone());
             }
             // Decided, and nothing of the call ran again yet (`resume` is cleared by a write
             // before it does): the runner resumes the turn.
@@ -767,10 +809,70 @@ impl Engine {
         }
         self.rebuild_routes()?;
         resumed.extend(self.inner.store.tasks_with_queued_input()?);
+        if crashed {
+            self.mark_crashed(in_flight.iter().chain(&resumed))?;
+        }
         for id in &resumed {
             self.kick(id);
         }
         Ok(resumed.len())
+    }
+
+    /// Records, durably, that a host runs on this store; returns whether one was running
+    /// already, i.e. the last one went down without [`Engine::shutdown`].
+    fn mark_running(&self) -> Result<bool> {
+        let store = &self.inner.store;
+        let was = store.state::<Value>(HOST_STATE, RUNNING_KEY)?.is_some();
+        store.set_state(HOST_STATE, RUNNING_KEY, &json!({"since": now_rfc3339()}))?;
+        self.inner.marked_running.store(true, Ordering::SeqCst);
+        Ok(was)
+    }
+
+    /// Marks `ids`, the tasks whose turn may have brought the host down, durably.
+    fn mark_crashed<'a>(&self, ids: impl Iterator<Item = &'a String>) -> Result<()> {
+        let mut marked = 0;
+        for id in ids {
+            let mut record = self.checkout(id)?;
+            if record.crashed.is_none() && record.status() != Status::Terminated {
+                record.crashed = Some(Crashed::Marked);
+                self.save(&mut record, Vec::new())?;
+                marked += 1;
+            }
+            self.checkin(record);
+        }
+        if marked > 0 {
+            tracing::warn!(
+                tasks = marked,
+                "the host went down during their turns: a task whose next turn is running when \
+                 it goes down again will be ended"
+            );
+        }
+        self.inner.store.flush()?;
+        Ok(())
+    }
+
+    /// Ends task `record`, whose turn was running each of the last two times the host went
+    /// down.
+    fn end_after_crashes(&self, record: &mut TaskRecord) -> Result<()> {
+        let mut events = self.unanswered_calls(
+            record,
+            "interrupted: the host went down during this call; it was not re-run",
+        )?;
+        record.crashed = None;
+        record.pending_review = None;
+        record.resume = None;
+        turn::terminate(
+            record,
+            Reason::Error,
+            None,
+            "the host went down twice while a turn of this task ran; the task was ended so \
+             that it cannot bring the host down again",
+            &mut events,
+        );
+        tracing::error!(task.id = %record.id, "ended: the host went down twice during its turns");
+        self.save(record, events)?;
+        self.inner.store.flush()?;
+        Ok(())
     }
 
     /// The review `record` waits in, if it can wait across a restart: one of a call's

@@ -213,6 +213,18 @@ impl Decider<'_> {
     }
 }
 
+/// Where a task stands after the host went down during its turn: a task whose turn is
+/// running when the host goes down a second time is ended, so that no turn can bring the host
+/// down over and over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Crashed {
+    /// Marked at the restart; no turn of it has started since.
+    Marked,
+    /// A turn started after the restart (written durably before it ran) and has not ended.
+    Retried,
+}
+
 /// A turn to resume: the review its call waited in across a restart was decided, and the call
 /// runs again from its start (see [`Engine::decide_review`](crate::Engine::decide_review)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -303,6 +315,10 @@ pub struct TaskRecord {
     /// A turn suspended across a restart whose review was decided: the task's runner resumes
     /// it before taking new input.
     pub resume: Option<Resume>,
+    /// The task had a turn running (or input waiting) when the host went down without
+    /// shutting down; cleared once a turn of it ends. See [`Engine::recover`](crate::Engine::recover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crashed: Option<Crashed>,
     /// Epoch ms of the last processing step.
     pub last_activity_ms: i64,
     /// Event subscriptions (expired ones are removed).

@@ -162,7 +162,7 @@ fn system_prompt(
 }
 
 /// Marks the record terminated and adds the events saying why.
-fn terminate(
+pub(crate) fn terminate(
     record: &mut TaskRecord,
     reason: Reason,
     limit: Option<&str>,

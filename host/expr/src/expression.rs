@@ -526,6 +526,46 @@ mod tests {
         Expression::compile(&vec!["true"; 500].join(" && ")).unwrap();
     }
 
+    /// The deepest expression of each nesting kind that still compiles: `wrap` nests one more
+    /// level around its argument, from `seed`.
+    fn deepest(seed: &str, wrap: impl Fn(&str) -> String) -> Expression {
+        let mut text = seed.to_owned();
+        let mut last = Expression::compile(&text).unwrap();
+        loop {
+            let deeper = wrap(&text);
+            match Expression::compile(&deeper) {
+                Ok(e) => (text, last) = (deeper, e),
+                Err(_) => return last,
+            }
+        }
+    }
+
+    #[test]
+    fn the_deepest_expressions_that_compile_evaluate_on_a_quarter_of_a_workers_stack() {
+        // Tokio workers (where turns evaluate) get 2 MiB; these run on 512 KiB, so whatever
+        // compiles evaluates there with room to spare.
+        // Each kind: its innermost expression, and one level of nesting around `@`.
+        let kinds = [
+            ("1", "1 + @"),
+            ("1", "[@][0]"),
+            ("1", "true ? @ : 0"),
+            ("'a'", "string(@)"),
+            ("1", "{'k': @}.k"),
+            ("true", "[1].all(x, @)"),
+            ("[1]", "@.map(x, x + 1)"),
+            ("'a'", "@.replace('a', 'ab')"),
+        ];
+        for (seed, level) in kinds {
+            let expr = deepest(seed, |e| level.replace('@', e));
+            let evaluated = std::thread::Builder::new()
+                .stack_size(512 * 1024)
+                .spawn(move || expr.evaluate(&crate::Activation::new()).is_ok())
+                .unwrap()
+                .join();
+            assert_eq!(evaluated.ok(), Some(true), "from `{seed}`");
+        }
+    }
+
     #[test]
     fn deep_nesting_is_refused_before_parsing() {
         let src = "(".repeat(10_000);
