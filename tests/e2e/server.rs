@@ -22,7 +22,20 @@ impl Server {
     /// Starts `agentmesh serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
     /// variables, and waits until it listens.
     pub fn start(dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+        Server::start_under(&[], dir, data, env)
+    }
+
+    /// [`Server::start`] with the command run by `wrapper` (e.g. `setpriv --reuid=nobody`).
+    pub fn start_under(wrapper: &[&str], dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
+        let binary = env!("CARGO_BIN_EXE_agentmesh");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
         command
             .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(["--data", data.to_str().unwrap()])
@@ -142,6 +155,19 @@ impl Server {
         lines.join("\n")
     }
 
+    /// Waits up to `limit` for the server to exit by itself; its exit code (`None`: it still
+    /// runs, or a signal ended it).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Sends SIGTERM and waits for the exit; returns its exit code.
     pub fn terminate(mut self) -> Option<i32> {
         self.sigterm()
@@ -189,6 +215,8 @@ pub struct Request {
 pub struct Response {
     /// The status code.
     pub status: u16,
+    /// The headers, names in lower case.
+    pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
 }
@@ -276,7 +304,11 @@ impl Request {
         } else {
             reader.read_to_end(&mut body).unwrap();
         }
-        Response { status, body }
+        Response {
+            status,
+            headers,
+            body,
+        }
     }
 }
 

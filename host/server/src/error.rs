@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use agentmesh_engine::EngineError;
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -16,7 +16,12 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds after which the request may pass (`Retry-After`).
+    retry_after: Option<u32>,
 }
+
+/// How long a caller should wait before retrying a request the store could not take.
+const STORE_RETRY_AFTER_SECS: u32 = 5;
 
 impl ApiError {
     /// An error with `status`, a stable `code` and a message for people.
@@ -25,6 +30,20 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 503: the store cannot write now (a full or failing disk); the request may pass later.
+    pub fn store_unavailable(message: impl std::fmt::Display) -> Self {
+        tracing::error!("the store cannot write: {message}");
+        ApiError {
+            retry_after: Some(STORE_RETRY_AFTER_SECS),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the host cannot write its store now; retry later",
+            )
         }
     }
 
@@ -71,6 +90,7 @@ impl From<EngineError> for ApiError {
             EngineError::Config(m) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "configuration", m)
             }
+            EngineError::Store(e) if e.is_io() => ApiError::store_unavailable(e),
             EngineError::Store(e) => ApiError::internal(e),
         }
     }
@@ -78,11 +98,14 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response()
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let mut response = (self.status, body).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 

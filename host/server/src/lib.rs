@@ -8,6 +8,8 @@
 //! - `triggers`: `/v1/webhooks/sources/{source}`, `/v1/triggers…` (API fire, status) and
 //!   `/v1/schedules…` (schedules and self-scheduled wakeups; revocation);
 //! - `status`: `/v1/status`, `/healthz`, `/metrics` (Prometheus text);
+//! - `health`: a probe of the store on threads of its own; `/healthz` answers 503 while the
+//!   store cannot write, and the host exits for a restart when that lasts;
 //! - `reload`: watches the config dir and swaps in a changed configuration atomically,
 //!   keeping the last good one when a change does not validate;
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced.
@@ -17,6 +19,7 @@
 
 mod auth;
 mod error;
+pub mod health;
 mod metrics;
 pub mod reload;
 mod scrub;
@@ -60,6 +63,8 @@ pub struct AppState {
     pub at_start: reload::StartOnly,
     /// The outcome of the last reload of the config dir.
     pub reload: Mutex<reload::ReloadStatus>,
+    /// Whether the store can write (see [`health`]).
+    pub health: Arc<health::Health>,
 }
 
 /// How `serve` runs: what [`AppState`] starts with.
@@ -94,6 +99,7 @@ impl AppState {
             bound: serving.bound,
             at_start,
             reload: Mutex::new(reload::ReloadStatus::default()),
+            health: Arc::default(),
         }
     }
 
@@ -146,6 +152,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         // Bodies are limited by the `Body` extractor, by the limit in force.
         .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            health::refuse_while_failing,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             scrub::answers,

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::http::{HeaderMap, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -42,9 +43,17 @@ pub async fn status(
     })))
 }
 
-/// `GET /healthz`.
-pub async fn healthz() -> &'static str {
-    "ok"
+/// `GET /healthz`: `ok`, or 503 naming why while the store cannot write.
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state.health.check() {
+        Ok(()) => "ok".into_response(),
+        Err(why) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("the store cannot write: {why}"),
+        )
+        .into_response(),
+    }
 }
 
 /// `GET /metrics`: Prometheus text.

@@ -62,6 +62,17 @@ pub enum StoreError {
     Conflict(String),
 }
 
+impl StoreError {
+    /// Whether the disk (or the file system) failed: a write that may pass later, once space
+    /// is freed or permissions are fixed, unlike a bad record or a race.
+    pub fn is_io(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sled(sled::Error::Io(_)) | StoreError::Io(_)
+        )
+    }
+}
+
 /// The store's result.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -720,7 +731,14 @@ impl Store {
         self.writes.load(Ordering::SeqCst)
     }
 
-    /// Makes every write so far durable. Concurrent callers share one fsync.
+    /// Writes and flushes a small mark in the host state: whether the store can write now.
+    pub fn probe(&self) -> Result<()> {
+        self.set_state("host", "probe", &now_ms())
+    }
+
+    /// Makes every write so far durable. Concurrent callers share one fsync; one that waits
+    /// for another's flush gives up after 5 s with an I/O error (a file
+    /// system that stopped answering holds up the one caller flushing, not every caller).
     pub fn flush(&self) -> Result<()> {
         let ticket = self.writes.load(Ordering::SeqCst);
         self.flusher.flush(ticket, || {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions};
 use agentmesh_secrets::SharedSecrets;
+use agentmesh_server::health::Probe;
 use agentmesh_server::reload::max_body_of;
 use agentmesh_server::{AppState, Auth, Serving, tokens_of};
 use agentmesh_store::Store;
@@ -62,6 +63,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         secrets: secrets.clone(),
         ..EngineOptions::default()
     };
+    bound_the_drain().context("cannot listen for SIGTERM")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -74,6 +76,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             .with_context(|| format!("cannot listen on {addr}"))?;
         let bound = listener.local_addr()?;
         options.runtime["api_root"] = serde_json::Value::String(format!("http://{bound}"));
+        let probed = Arc::clone(&store);
         let engine = Engine::new(plan, store, options);
         // Compile every component before taking traffic (a broken one is a start-up error).
         engine
@@ -93,6 +96,11 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                 bound,
             },
         ));
+        agentmesh_server::health::watch(
+            Arc::clone(&probed),
+            Arc::clone(&state.health),
+            Probe::default(),
+        )?;
         // The one line a supervisor (or a test) reads to learn the address.
         eprintln!("agentmesh: listening on http://{bound}");
         tracing::info!(%bound, resumed, "serving");
@@ -133,6 +141,41 @@ async fn sweep(engine: Engine) {
 }
 
 /// Completes on SIGINT or SIGTERM.
+/// How long a stop (SIGINT/SIGTERM) may take: requests in flight finish and tool sessions are
+/// torn down within it, or the process exits anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Ends the process [`DRAIN_TIMEOUT`] after the first SIGINT or SIGTERM if it has not ended by
+/// then. Runs on a thread and a runtime of its own, so that a stop is obeyed even when every
+/// worker of the host's runtime is stuck.
+fn bound_the_drain() -> std::io::Result<()> {
+    let guard = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Registered before the thread starts: a stop that comes at once is not missed.
+    let (mut term, mut int) = {
+        let _in = guard.enter();
+        (
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        )
+    };
+    std::thread::Builder::new()
+        .name("drain-deadline".into())
+        .spawn(move || {
+            guard.block_on(async {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+                tokio::time::sleep(DRAIN_TIMEOUT).await;
+            });
+            eprintln!("agentmesh: the drain did not finish in {DRAIN_TIMEOUT:?}; exiting");
+            std::process::exit(1);
+        })?;
+    Ok(())
+}
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
