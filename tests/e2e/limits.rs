@@ -1,6 +1,11 @@
 //! Bounds that keep the host up whatever a config holds: an expression too deep to evaluate
 //! without overflowing a stack is refused where it is written.
 
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::server::Server;
 use crate::util::agentmesh;
 
 #[test]
@@ -122,5 +127,86 @@ capabilities:
     assert!(
         error.contains("more than 250000 macro iterations"),
         "{error}"
+    );
+}
+
+#[test]
+fn expressions_that_iterate_hold_up_no_async_worker() {
+    // Each iteration compiles and runs a regex: one evaluation runs until the budget's 1 s.
+    let slow = "input.l.all(a, input.l.all(b, input.l.all(c, 'aaaa'.matches('^a+$'))))";
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: slow
+description: Checks slowly.
+actions:
+  - name: all
+    description: Check all.
+    parameters:
+      type: object
+      properties:
+        l: {{type: array, items: {{type: integer}}}}
+    execute:
+      cel: {{expression: \"{slow}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Test agent.
+prompt: Help.
+model: scripted/script.yaml
+capabilities:
+  slow: \"*\"
+"
+        ),
+    )
+    .unwrap();
+    let list: Vec<u32> = (0..100).collect();
+    let call = format!("  - tool_calls: [{{name: slow, arguments: {{l: {list:?}}}}}]\n");
+    std::fs::write(
+        dir.join("script.yaml"),
+        format!("responses:\n{call}{call}{call}  - text: done\n"),
+    )
+    .unwrap();
+    let server = Server::start(&dir, &root.path().join("data"), &[]);
+    // Twice as many evaluations at once as the host has async workers (one per core here).
+    let tasks: Vec<String> = (0..4)
+        .map(|_| server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}})))
+        .collect();
+    // While they run (three calls of ~1 s each a task), the host answers at once; with its
+    // workers held by the evaluations, it answered only between them (a second or more).
+    let slowest = (0..20)
+        .map(|_| {
+            let start = Instant::now();
+            assert_eq!(server.request("GET", "/healthz").send().status, 200);
+            let took = start.elapsed();
+            std::thread::sleep(Duration::from_millis(50));
+            took
+        })
+        .max()
+        .unwrap();
+    assert!(
+        slowest < Duration::from_millis(500),
+        "/healthz took {slowest:?} while expressions ran"
+    );
+    // The turns were still running meanwhile: a task logs its turn when the turn ends.
+    let finished = tasks
+        .iter()
+        .filter(|id| {
+            let log = server
+                .request("GET", &format!("/v1/tasks/{id}/events"))
+                .send()
+                .json();
+            log.to_string().contains("ObservationEvent")
+        })
+        .count();
+    assert!(
+        finished < tasks.len(),
+        "the turns ended before /healthz was timed"
     );
 }

@@ -198,6 +198,19 @@ const HOST_STATE: &str = "host";
 /// The mark of a running host: present at a start means the last one went down.
 const RUNNING_KEY: &str = "running";
 
+/// Runs `f`, which may keep a thread busy for long (an expression that iterates, up to its
+/// budget's time), so that it holds up no async worker: on a worker of a multi-threaded
+/// tokio runtime, the worker's other tasks move to another thread first.
+fn off_the_workers(f: &mut dyn FnMut()) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f);
+        }
+        _ => f(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -205,6 +218,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Engine {
     /// An engine over `plan` and `store`.
     pub fn new(plan: Plan, store: Arc<Store>, options: EngineOptions) -> Engine {
+        agentmesh_expr::budget::offload_iterating_with(off_the_workers);
         let runtime = Bound::new(options.runtime.clone());
         options.secrets.set(Arc::clone(&plan.secrets));
         Engine {

@@ -8,6 +8,7 @@
 //! closed (a filter or an assert does not pass) and is recoverable in a `cel` tool.
 
 use std::cell::Cell;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use cel::ExecutionError;
@@ -61,6 +62,51 @@ struct State {
 
 thread_local! {
     static STATE: Cell<Option<State>> = const { Cell::new(None) };
+}
+
+/// Where evaluations of expressions that iterate run (see [`offload_iterating_with`]).
+static OFFLOAD: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
+
+/// Makes every evaluation of an expression that iterates (a macro: `all`, `exists`, `map`,
+/// `filter`, …, which may run up to the budget's time) run through `run`, which calls the
+/// function it is given once: the host moves such evaluations off its async workers. Set
+/// once; later calls change nothing.
+pub fn offload_iterating_with(run: fn(&mut dyn FnMut())) {
+    let _ = OFFLOAD.set(run);
+}
+
+/// Runs `eval` where evaluations that iterate run, if the expression `iterates`.
+pub(crate) fn offloaded<T>(iterates: bool, mut eval: impl FnMut() -> T) -> T {
+    let Some(run) = OFFLOAD.get().filter(|_| iterates) else {
+        return eval();
+    };
+    let mut out = None;
+    run(&mut || out = Some(eval()));
+    // `run` calls it; should it not, the evaluation runs here.
+    out.unwrap_or_else(eval)
+}
+
+/// Whether `expr` holds a comprehension (a macro) anywhere. Recursive: the tree is at most
+/// [`crate::expression::MAX_DEPTH`] deep by then.
+pub(crate) fn iterates(expr: &IdedExpr) -> bool {
+    match &expr.expr {
+        Expr::Comprehension(_) => true,
+        Expr::Call(call) => {
+            call.target.as_deref().is_some_and(iterates) || call.args.iter().any(iterates)
+        }
+        Expr::List(list) => list.elements.iter().any(iterates),
+        Expr::Map(m) => m.entries.iter().any(|x| entry_iterates(&x.expr)),
+        Expr::Struct(s) => s.entries.iter().any(|x| entry_iterates(&x.expr)),
+        Expr::Select(select) => iterates(&select.operand),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => false,
+    }
+}
+
+fn entry_iterates(e: &EntryExpr) -> bool {
+    match e {
+        EntryExpr::StructField(field) => iterates(&field.value),
+        EntryExpr::MapEntry(e) => iterates(&e.key) || iterates(&e.value),
+    }
 }
 
 /// Runs one evaluation under a fresh budget; the error says which limit stopped it, if one

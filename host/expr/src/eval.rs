@@ -151,18 +151,22 @@ pub(crate) fn result_json(value: &dyn Val) -> Result<Json, EvalError> {
 impl Expression {
     /// Evaluates the expression and converts the result to JSON.
     pub fn evaluate(&self, activation: &Activation) -> Result<Json, EvalError> {
-        activation.eval(self.metered(), result_json)
+        crate::budget::offloaded(self.iterates(), || {
+            activation.eval(self.metered(), result_json)
+        })
     }
 
     /// Evaluates the expression as a condition: true only for the boolean `true`.
     pub fn evaluate_bool(&self, activation: &Activation) -> Result<bool, EvalError> {
-        activation.eval(self.metered(), |value| {
-            value
-                .downcast_ref::<CelBool>()
-                .map(|b| *b.inner())
-                .ok_or_else(|| {
-                    EvalError::new(format!("expected a boolean, got {}", kind_of(value)))
-                })
+        crate::budget::offloaded(self.iterates(), || {
+            activation.eval(self.metered(), |value| {
+                value
+                    .downcast_ref::<CelBool>()
+                    .map(|b| *b.inner())
+                    .ok_or_else(|| {
+                        EvalError::new(format!("expected a boolean, got {}", kind_of(value)))
+                    })
+            })
         })
     }
 

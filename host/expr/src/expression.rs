@@ -33,6 +33,8 @@ pub struct Expression {
     /// The tree that is evaluated: the program's, with the evaluation budget's counting calls
     /// in place (see `budget`).
     metered: Box<IdedExpr>,
+    /// Whether it holds a macro (see [`crate::budget::offload_iterating_with`]).
+    iterates: bool,
     roots: Vec<RootRef>,
     calls: Vec<RootRef>,
 }
@@ -101,6 +103,7 @@ impl Expression {
         Ok(Expression {
             source: source.to_owned(),
             metered: Box::new(crate::budget::instrument(program.expression())),
+            iterates: crate::budget::iterates(program.expression()),
             program,
             roots,
             calls,
@@ -125,6 +128,11 @@ impl Expression {
 
     pub(crate) fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// Whether the expression holds a macro (`all`, `map`, …): its evaluations may run long.
+    pub fn iterates(&self) -> bool {
+        self.iterates
     }
 
     /// The tree to evaluate (counting against the evaluation's budget).

@@ -122,8 +122,8 @@ impl Template {
         for segment in &self.segments {
             match segment {
                 Segment::Text(t) => out.push_str(t),
-                Segment::Expr(_, e) => activation
-                    .eval(e.metered(), |value| {
+                Segment::Expr(_, e) => crate::budget::offloaded(e.iterates(), || {
+                    activation.eval(e.metered(), |value| {
                         match value.downcast_ref::<CelString>() {
                             Some(s) => out.push_str(s.inner()),
                             None => {
@@ -134,7 +134,8 @@ impl Template {
                         }
                         Ok(())
                     })
-                    .map_err(|err| hole_error(e, &err))?,
+                })
+                .map_err(|err| hole_error(e, &err))?,
             }
         }
         Ok(out)
