@@ -16,13 +16,39 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Its stderr lines, as they come.
     log: mpsc::Receiver<String>,
+    /// Its stderr lines before the one that names the address.
+    pub startup: Vec<String>,
 }
 
 impl Server {
     /// Starts `agentmesh serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
     /// variables, and waits until it listens.
     pub fn start(dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+        Self::spawn(
+            Command::new(env!("CARGO_BIN_EXE_agentmesh")),
+            dir,
+            data,
+            env,
+        )
+    }
+
+    /// [`Server::start`] under a file-descriptor limit of `soft` and `hard` (set by
+    /// `prlimit`, from util-linux, which must be installed).
+    pub fn start_with_nofile(dir: &Path, data: &Path, soft: u64, hard: u64) -> Server {
+        let found = Command::new("prlimit").arg("--version").output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "`prlimit` is needed to lower the server's descriptor limit: install util-linux"
+        );
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={soft}:{hard}"))
+            .arg(env!("CARGO_BIN_EXE_agentmesh"));
+        Self::spawn(command, dir, data, &[])
+    }
+
+    /// Runs `COMMAND serve DIR …` and waits until it listens.
+    fn spawn(mut command: Command, dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
         command
             .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(["--data", data.to_str().unwrap()])
@@ -56,6 +82,7 @@ impl Server {
                             child,
                             addr,
                             log: rx,
+                            startup: seen,
                         };
                     }
                     seen.push(line);
