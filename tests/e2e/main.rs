@@ -6,6 +6,7 @@
 mod api;
 mod blocks;
 mod cli;
+mod connections;
 mod disk;
 mod durability;
 mod governance;

@@ -16,19 +16,26 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Its stderr lines, as they come.
     log: mpsc::Receiver<String>,
+    /// Its stderr lines before the one that names the address.
+    pub startup: Vec<String>,
 }
 
 impl Server {
     /// Starts `agentmesh serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
     /// variables, and waits until it listens.
     pub fn start(dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        Server::start_under(&[], dir, data, env)
+        Self::spawn(
+            Command::new(env!("CARGO_BIN_EXE_agentmesh")),
+            dir,
+            data,
+            env,
+        )
     }
 
     /// [`Server::start`] with the command run by `wrapper` (e.g. `setpriv --reuid=nobody`).
     pub fn start_under(wrapper: &[&str], dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
         let binary = env!("CARGO_BIN_EXE_agentmesh");
-        let mut command = match wrapper.split_first() {
+        let command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
                 c.args(args).arg(binary);
@@ -36,6 +43,23 @@ impl Server {
             }
             None => Command::new(binary),
         };
+        Self::spawn(command, dir, data, env)
+    }
+
+    /// [`Server::start`] under a file-descriptor limit of `soft` and `hard` (set by
+    /// `prlimit`, from util-linux, which must be installed).
+    pub fn start_with_nofile(dir: &Path, data: &Path, soft: u64, hard: u64) -> Server {
+        let found = Command::new("prlimit").arg("--version").output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "`prlimit` is needed to lower the server's descriptor limit: install util-linux"
+        );
+        let nofile = format!("--nofile={soft}:{hard}");
+        Self::start_under(&["prlimit", &nofile], dir, data, &[])
+    }
+
+    /// Runs `COMMAND serve DIR …` and waits until it listens.
+    fn spawn(mut command: Command, dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
         command
             .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(["--data", data.to_str().unwrap()])
@@ -69,6 +93,7 @@ impl Server {
                             child,
                             addr,
                             log: rx,
+                            startup: seen,
                         };
                     }
                     seen.push(line);

@@ -105,6 +105,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of a late body is never read: the connection cannot carry another request.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }
@@ -113,7 +119,9 @@ impl IntoResponse for ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 /// A raw request body; a body over the size cap in force (`policy.max_body_bytes`, which a
-/// reload may change) is a JSON 413, like every other error.
+/// reload may change) is a JSON 413, like every other error, and one that does not arrive
+/// within `policy.body_timeout` a JSON 408 (a client announcing more than it sends would
+/// otherwise hold its connection and its handler for as long as it likes).
 pub struct Body(pub axum::body::Bytes);
 
 impl axum::extract::FromRequest<Arc<AppState>> for Body {
@@ -125,7 +133,17 @@ impl axum::extract::FromRequest<Arc<AppState>> for Body {
     ) -> Result<Self, ApiError> {
         let limit = state.max_body_bytes();
         let req = req.map(|b| axum::body::Body::new(http_body_util::Limited::new(b, limit)));
-        match axum::body::Bytes::from_request(req, state).await {
+        let within = state.body_timeout;
+        let Ok(read) =
+            tokio::time::timeout(within, axum::body::Bytes::from_request(req, state)).await
+        else {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!("the body did not arrive within the host's body_timeout ({within:?})"),
+            ));
+        };
+        match read {
             Ok(bytes) => Ok(Body(bytes)),
             Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -12,12 +12,15 @@
 //!   store cannot write, and the host exits for a restart when that lasts;
 //! - `reload`: watches the config dir and swaps in a changed configuration atomically,
 //!   keeping the last good one when a change does not validate;
-//! - `scrub`: every answer's body, SSE frames included, with the secrets replaced.
+//! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
+//! - `connections`: the accept loop, with a cap on connections, header, body and idle
+//!   timeouts, and JSON answers for oversized heads.
 //!
 //! [`AppState`] holds what handlers share; [`router`] builds the routes and [`serve`] runs
 //! them until a shutdown signal, then drains in-flight requests.
 
 mod auth;
+pub mod connections;
 mod error;
 pub mod health;
 mod metrics;
@@ -33,6 +36,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use agentmesh_engine::Engine;
 use axum::Router;
@@ -41,6 +45,7 @@ use axum::routing::{delete, get, post};
 use tokio::sync::broadcast;
 
 pub use auth::{Auth, Role, Token, tokens_of};
+pub use connections::Limits;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
@@ -57,6 +62,8 @@ pub struct AppState {
     pub config_dir: PathBuf,
     /// The largest request body accepted (`policy.max_body_bytes`, reloadable).
     max_body_bytes: AtomicUsize,
+    /// How long a whole request body may take (`policy.body_timeout`, fixed at start).
+    pub body_timeout: Duration,
     /// The address the server listens on.
     pub bound: SocketAddr,
     /// The host-config fields that apply only at start, as they were then.
@@ -75,6 +82,8 @@ pub struct Serving {
     pub config_dir: PathBuf,
     /// The largest request body accepted.
     pub max_body_bytes: usize,
+    /// The connection bounds.
+    pub limits: Limits,
     /// The address the server listens on.
     pub bound: SocketAddr,
 }
@@ -96,6 +105,7 @@ impl AppState {
             appended,
             config_dir: serving.config_dir,
             max_body_bytes: AtomicUsize::new(serving.max_body_bytes),
+            body_timeout: serving.limits.body_timeout,
             bound: serving.bound,
             at_start,
             reload: Mutex::new(reload::ReloadStatus::default()),
@@ -160,17 +170,17 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             scrub::answers,
         ))
+        .layer(axum::middleware::from_fn(connections::head_limits))
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` completes, then stops accepting and
-/// lets requests in flight finish.
+/// Serves `router(state)` on `listener`, within `limits` (see [`connections`]), until
+/// `shutdown` completes, then stops accepting and lets requests in flight finish.
 pub async fn serve(
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+) {
+    connections::serve(router(state), listener, limits, shutdown).await;
 }

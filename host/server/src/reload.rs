@@ -53,16 +53,34 @@ impl ReloadStatus {
 }
 
 /// The host-config fields a running host cannot change (where it listens, where its data
-/// lives), as the config names them; every other field applies at a reload.
+/// lives, the bounds on its connections), as the config names them; every other field
+/// applies at a reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartOnly(Vec<(&'static str, Option<String>)>);
 
 impl StartOnly {
     /// Those fields of `host`.
     pub fn of(host: &HostConfig) -> Self {
+        let policy = &host.policy;
         StartOnly(vec![
             ("listen", host.listen.clone()),
             ("data_dir", host.data_dir.clone()),
+            (
+                "policy.max_connections",
+                policy.max_connections.map(|n| n.to_string()),
+            ),
+            (
+                "policy.header_timeout",
+                policy.header_timeout.map(|d| d.to_string()),
+            ),
+            (
+                "policy.body_timeout",
+                policy.body_timeout.map(|d| d.to_string()),
+            ),
+            (
+                "policy.idle_timeout",
+                policy.idle_timeout.map(|d| d.to_string()),
+            ),
         ])
     }
 
@@ -222,4 +240,21 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
         }
     }
     outcome.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_bounds_are_named_as_needing_a_restart() {
+        let before = HostConfig::default();
+        let mut after = HostConfig::default();
+        after.policy.idle_timeout = Some(agentmesh_manifest::model::common::Duration(
+            std::time::Duration::from_secs(5),
+        ));
+        after.policy.max_connections = Some(10);
+        let changed = StartOnly::of(&before).changed_in(&StartOnly::of(&after));
+        assert_eq!(changed, ["policy.max_connections", "policy.idle_timeout"]);
+    }
 }

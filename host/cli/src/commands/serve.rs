@@ -10,7 +10,7 @@ use agentmesh_engine::{Engine, EngineOptions};
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_server::health::Probe;
 use agentmesh_server::reload::max_body_of;
-use agentmesh_server::{AppState, Auth, Serving, tokens_of};
+use agentmesh_server::{AppState, Auth, Limits, Serving, tokens_of};
 use agentmesh_store::Store;
 use anyhow::{Context, bail};
 
@@ -54,6 +54,8 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
              drive every task; configure api_tokens or listen on a loopback address"
         );
     }
+    // Before the store opens its files: every descriptor counts.
+    let limits = Limits::at_start(&host.policy);
     let store = Arc::new(
         Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
     );
@@ -93,6 +95,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                 auth: Auth::new(tokens),
                 config_dir: args.dir.clone(),
                 max_body_bytes: max_body_of(&host),
+                limits,
                 bound,
             },
         ));
@@ -110,7 +113,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         ));
         let sweeper = tokio::spawn(sweep(engine.clone()));
         let scheduler = tokio::spawn(engine.clone().run_scheduler());
-        agentmesh_server::serve(Arc::clone(&state), listener, shutdown_signal()).await?;
+        agentmesh_server::serve(Arc::clone(&state), listener, limits, shutdown_signal()).await;
         watcher.abort();
         sweeper.abort();
         scheduler.abort();

@@ -214,4 +214,21 @@ pub struct Policy {
     /// Largest webhook body (default 25 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<ByteSize>,
+    /// Connections served at once (default 1024, and never more than half the process's
+    /// file-descriptor limit); further clients wait in the listen backlog until one closes.
+    /// Applies at the next restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// How long a client may take to send a request's head once its first byte arrived
+    /// (default 10s); a slower one is disconnected. Applies at the next restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_timeout: Option<Duration>,
+    /// How long a client may take to send a whole request body (default 60s); a slower one
+    /// gets a 408. Applies at the next restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_timeout: Option<Duration>,
+    /// How long a connection may stay open with no request in flight and no byte arriving
+    /// (default 30s), a freshly accepted one included. Applies at the next restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Duration>,
 }

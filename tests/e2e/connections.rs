@@ -1,0 +1,224 @@
+//! Bounded connections of `agentmesh serve`: header, body and idle timeouts, the cap on
+//! connections under a low descriptor limit, and protocol errors in the API's error shape.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::server::{Server, wait_for};
+use crate::util::config_dir;
+
+/// A config dir holding only a host config with `policy`.
+fn host_with(policy: &str) -> tempfile::TempDir {
+    config_dir(&[(
+        "host.yaml",
+        &format!("kind: agentmesh/v1/host\npolicy: {{{policy}}}\n"),
+    )])
+}
+
+/// A started server over a config dir with `policy` (the dirs live as long as the server).
+fn serve(policy: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    let dir = host_with(policy);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), data.path(), &[]);
+    (server, dir, data)
+}
+
+/// A connection to `server` that gives up reading after `limit`.
+fn connect(server: &Server, limit: Duration) -> TcpStream {
+    let stream = TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(limit)).unwrap();
+    stream
+}
+
+/// Reads until the server closes `stream`: what it sent, or a panic naming `what` when it is
+/// still open when the read timeout passes.
+fn read_until_closed(stream: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!(
+                "{what}: the server kept the connection open ({e}); it sent {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+}
+
+/// One `GET /healthz` over `stream`, kept alive: the status line, or `None` when the
+/// connection gives no answer.
+fn healthz_on(stream: &mut TcpStream) -> Option<String> {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0; 1024];
+    // `ok` is the whole body: the answer is complete once it arrived.
+    while !got.ends_with(b"ok") {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    text.lines().next().map(str::to_owned)
+}
+
+/// The status of `GET /healthz` on a fresh connection, or `None` without an answer in 5 s.
+fn healthz_fresh(server: &Server) -> Option<String> {
+    let mut stream = TcpStream::connect(server.addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    healthz_on(&mut stream)
+}
+
+#[test]
+fn stalled_request_head_is_disconnected_after_the_header_timeout() {
+    let (server, _dir, _data) = serve("header_timeout: 1s");
+    let mut stream = connect(&server, Duration::from_secs(20));
+    // The head is never finished: no blank line.
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let got = read_until_closed(&mut stream, "a request head stalled for 20 s");
+    assert!(
+        !String::from_utf8_lossy(&got).contains(" 200 "),
+        "an unfinished head was answered: {}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+#[test]
+fn body_slower_than_the_body_timeout_gets_a_json_408() {
+    let (server, _dir, _data) = serve("body_timeout: 1s");
+    let mut stream = connect(&server, Duration::from_secs(20));
+    // The body is announced as 1000 bytes; 9 arrive, then nothing.
+    stream
+        .write_all(
+            b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{\"agent\":",
+        )
+        .unwrap();
+    let got = read_until_closed(&mut stream, "a body stalled for 20 s");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("the 408 is not JSON ({e}): {text}"));
+    assert_eq!(json["error"]["code"], "body_timeout", "{json}");
+}
+
+#[test]
+fn idle_connection_is_closed_after_the_idle_timeout() {
+    let (server, _dir, _data) = serve("idle_timeout: 1s");
+    let mut stream = connect(&server, Duration::from_secs(20));
+    let status = healthz_on(&mut stream).expect("no answer on a fresh connection");
+    assert!(status.contains(" 200 "), "{status}");
+    // Kept alive, then left idle.
+    read_until_closed(&mut stream, "a connection idle for 20 s");
+}
+
+#[test]
+fn idle_connections_beyond_the_descriptor_limit_do_not_take_the_server_offline() {
+    let dir = host_with("idle_timeout: 3s, header_timeout: 3s");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with_nofile(dir.path(), data.path(), 128, 128);
+    let mut kept = connect(&server, Duration::from_secs(20));
+    assert!(healthz_on(&mut kept).is_some_and(|s| s.contains(" 200 ")));
+    // More idle connections than the server has descriptors; they send nothing. The first
+    // one the kernel's listen backlog has no room for ends the flood. Meanwhile, a connection
+    // the server had already accepted is still served.
+    let mut idle = Vec::new();
+    while idle.len() < 400 {
+        let Ok(stream) = TcpStream::connect_timeout(&server.addr, Duration::from_millis(500))
+        else {
+            break;
+        };
+        idle.push(stream);
+        if idle.len() % 50 == 0 {
+            let status = healthz_on(&mut kept).unwrap_or_else(|| {
+                panic!(
+                    "the open connection got no answer after {} more",
+                    idle.len()
+                )
+            });
+            assert!(status.contains(" 200 "), "{status}");
+        }
+    }
+    assert!(
+        idle.len() > 128,
+        "only {} connections were made",
+        idle.len()
+    );
+    // A new one is served once the idle ones time out.
+    let status =
+        wait_for(Duration::from_secs(90), || healthz_fresh(&server)).unwrap_or_else(|| {
+            let made = idle.len();
+            panic!("a fresh connection got no answer in 90 s behind {made} idle connections")
+        });
+    assert!(status.contains(" 200 "), "{status}");
+    drop(idle);
+    assert_eq!(
+        server.terminate(),
+        Some(0),
+        "the server did not drain and exit 0"
+    );
+}
+
+#[test]
+fn start_raises_the_descriptor_soft_limit_to_the_hard_limit() {
+    let dir = host_with("");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with_nofile(dir.path(), data.path(), 200, 300);
+    let startup = server.startup.join("\n");
+    assert!(
+        startup.contains("descriptor limit 300"),
+        "the raised limit is not logged:\n{startup}"
+    );
+}
+
+/// The answer to `GET /healthz` with `extra` header lines, on a fresh connection.
+fn healthz_with(server: &Server, path: &str, extra: &str) -> (u16, serde_json::Value, String) {
+    let mut stream = connect(server, Duration::from_secs(20));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n"
+    )
+    .unwrap();
+    let got = read_until_closed(&mut stream, "an oversized request");
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    (status, json, text)
+}
+
+#[test]
+fn uri_too_long_answers_the_json_error_shape() {
+    let (server, _dir, _data) = serve("");
+    let path = format!("/healthz?pad={}", "a".repeat(16 * 1024));
+    let (status, json, text) = healthz_with(&server, &path, "");
+    assert_eq!(status, 414, "{text}");
+    assert_eq!(json["error"]["code"], "uri_too_long", "{text}");
+}
+
+#[test]
+fn headers_too_large_answer_the_json_error_shape() {
+    let (server, _dir, _data) = serve("");
+    let big = format!("X-Pad: {}\r\n", "a".repeat(100 * 1024));
+    let (status, json, text) = healthz_with(&server, "/healthz", &big);
+    assert_eq!(status, 431, "{text}");
+    assert_eq!(json["error"]["code"], "headers_too_large", "{text}");
+    let many: String = (0..150).map(|i| format!("X-Pad-{i}: a\r\n")).collect();
+    let (status, json, text) = healthz_with(&server, "/healthz", &many);
+    assert_eq!(status, 431, "{text}");
+    assert_eq!(json["error"]["code"], "headers_too_large", "{text}");
+}
