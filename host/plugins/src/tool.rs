@@ -145,7 +145,8 @@ impl ToolSession {
     /// - `Ok(Ok(json))`: the observation;
     /// - `Ok(Err(ToolError))`: the guest's `tool-error`, or a [`Fault`] (recoverable; the
     ///   message says what happened, including outgoing requests the host refused);
-    /// - `Err(PluginError)`: the host failed (the key-value store); the call may be retried.
+    /// - `Err(PluginError)`: the host failed (the key-value store, or instantiating for a
+    ///   reason other than a full pool); the call may be retried.
     ///
     /// When the session was evicted since its last call, it is opened anew first (Initialize);
     /// when no instance frees up in time, the answer is a recoverable [`Fault::Busy`].
@@ -176,7 +177,7 @@ impl ToolSession {
         let limits = self.spec.sandbox.limits;
         let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
         let tool = plugin.agentmesh_plugin_tool().session();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = guarded!(
             store,
             &limits,
