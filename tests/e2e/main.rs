@@ -5,6 +5,7 @@
 
 mod api;
 mod blocks;
+mod capacity;
 mod cli;
 mod connections;
 mod disk;

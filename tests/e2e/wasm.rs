@@ -268,24 +268,11 @@ capabilities:
 /// task, and another task does not see it.
 #[test]
 fn component_key_value_is_kept_per_task() {
-    let notes = guest("notes");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("all.yaml"),
         format!(
-            "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: notes
-description: Notes.
-wasm: {{component: {notes}}}
-actions:
-  - name: put
-    description: Store a note.
-    parameters: {{type: object, properties: {{key: {{type: string}}, value: {{type: string}}}}}}
-  - name: get
-    description: Read a note.
-    parameters: {{type: object, properties: {{key: {{type: string}}}}}}
----
+            "{notes}---
 kind: commonagents.info/v1beta2/agent
 namespace: t
 name: writer
@@ -304,7 +291,7 @@ model: scripted/reader.yaml
 capabilities:
   notes: \"*\"
 ",
-            notes = notes.display()
+            notes = notes_tool()
         ),
     )
     .unwrap();
@@ -339,6 +326,26 @@ capabilities:
         first(&events, "ObservationEvent")["result"],
         serde_json::json!({"key": "plan", "value": null})
     );
+}
+
+/// The tool `t/notes`, run by the `notes` guest: `put {key, value}` and `get {key}`.
+pub fn notes_tool() -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: notes
+description: Notes.
+wasm: {{component: {}}}
+actions:
+  - name: put
+    description: Store a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}, value: {{type: string}}}}}}
+  - name: get
+    description: Read a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}}}}}
+",
+        guest("notes").display()
+    )
 }
 
 /// A component of the wrong world is refused where it is referenced, by `validate` and before

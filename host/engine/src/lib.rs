@@ -56,6 +56,7 @@ use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef};
@@ -256,6 +257,7 @@ impl Engine {
                 wasm::Plugins::new(
                     Arc::clone(&self.inner.store),
                     self.inner.options.component_cache.clone(),
+                    &self.plan().host.policy,
                 )
                 .map(Arc::new)
                 .map_err(|e| format!("the Wasm plugin host could not start: {e}"))
@@ -333,6 +335,15 @@ impl Engine {
         match self.inner.plugins.get() {
             Some(Ok(p)) => p.versions(),
             _ => Vec::new(),
+        }
+    }
+
+    /// The Wasm instance pool's size and each component's instances, evictions and calls;
+    /// `None` until the plugin host has started (the first component loaded).
+    pub fn pool_metrics(&self) -> Option<PoolMetrics> {
+        match self.inner.plugins.get() {
+            Some(Ok(p)) => Some(p.pool_metrics()),
+            _ => None,
         }
     }
 

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use agentmesh_manifest::model::host::Policy;
 use agentmesh_manifest::model::tool::WasmRuntime;
 use agentmesh_manifest::{Diagnostic, Report};
 use agentmesh_plugins::{
     KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall, PluginConfig,
-    PluginError, PluginHost, Sandbox, ToolSession, Verdict,
+    PluginError, PluginHost, PoolMetrics, Sandbox, ToolSession, Verdict,
 };
 use agentmesh_store::Store;
 use serde_json::Value;
@@ -124,14 +125,19 @@ pub(crate) struct Plugins {
 }
 
 impl Plugins {
-    /// A plugin host whose compiled components are cached in `cache_dir`.
+    /// A plugin host whose compiled components are cached in `cache_dir`, with the instance
+    /// pool `policy` sizes (`max_instances`, `instance_wait`).
     pub(crate) fn new(
         store: Arc<Store>,
         cache_dir: Option<PathBuf>,
+        policy: &Policy,
     ) -> Result<Plugins, PluginError> {
+        let defaults = PluginConfig::default();
         let config = PluginConfig {
             cache_dir,
-            ..PluginConfig::default()
+            max_instances: policy.max_instances.unwrap_or(defaults.max_instances),
+            instance_wait: policy.instance_wait.map_or(defaults.instance_wait, |d| d.0),
+            ..defaults
         };
         Ok(Plugins {
             host: PluginHost::new(config, Arc::new(StoreKv(store)))?,
@@ -175,6 +181,11 @@ impl Plugins {
     /// started with; a tool session on a replaced version is reopened at its next call.
     pub(crate) fn install(&self, components: HashMap<PathBuf, Arc<LoadedComponent>>) {
         *lock(&self.components) = components;
+    }
+
+    /// The instance pool's size and each component's instances and calls.
+    pub(crate) fn pool_metrics(&self) -> PoolMetrics {
+        self.host.pool_metrics()
     }
 
     /// The components in force: name, path and content hash.
@@ -235,14 +246,14 @@ impl Plugins {
                     Ok(s) => s,
                     Err(e) => return ActionResult::Fatal(e.to_string()),
                 };
-                let opened = ToolSession::open(
+                // Opened (Initialize) by its first call, which reports what that met.
+                let opened = ToolSession::lazy(
                     component,
                     sandbox,
                     &settings.to_string(),
                     &parameters.to_string(),
                     task,
-                )
-                .await;
+                );
                 match opened {
                     Ok(s) => {
                         let s = Arc::new(tokio::sync::Mutex::new(s));
@@ -317,8 +328,8 @@ impl Plugins {
     }
 }
 
-/// A guest fault (trap, panic, timeout, memory, oversized output) is a recoverable error for
-/// the LLM; a host failure ends the task.
+/// A guest fault (trap, panic, timeout, memory, oversized output) or a full instance pool is
+/// a recoverable error for the LLM; a host failure ends the task.
 fn fault(e: &PluginError) -> ActionResult {
     if e.is_guest_fault() {
         ActionResult::Recoverable(e.to_string())

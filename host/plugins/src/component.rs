@@ -8,6 +8,7 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
 use crate::bindings;
+use crate::capacity::Stats;
 use crate::engine::Shared;
 use crate::error::{PluginError, Result};
 use crate::state::PluginState;
@@ -93,6 +94,8 @@ pub struct LoadedComponent {
     from_cache: bool,
     pre: Pre,
     shared: Arc<Shared>,
+    /// Its name's counters in the instance pool.
+    stats: Arc<Stats>,
 }
 
 impl LoadedComponent {
@@ -119,7 +122,9 @@ impl LoadedComponent {
                 bindings::event_filter::EventFilterPluginPre::new(pre).map_err(typed)?,
             ),
         };
+        let stats = shared.capacity.stats(name);
         Ok(LoadedComponent {
+            stats,
             name: name.to_owned(),
             path: path.to_owned(),
             hash,
@@ -157,6 +162,18 @@ impl LoadedComponent {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Runs `call` as one call of this component in its counters (failed when it errs).
+    pub(crate) async fn counted<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let outcome = call.await;
+        self.stats.called(started, outcome.is_err());
+        outcome
     }
 
     pub(crate) fn pre(&self) -> &Pre {

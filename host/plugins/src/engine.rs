@@ -10,6 +10,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{Cache, content_hash};
+use crate::capacity::{Capacity, PoolMetrics};
 use crate::component::{LoadedComponent, World};
 use crate::error::{PluginError, Result};
 use crate::kv::KvStore;
@@ -22,8 +23,12 @@ pub struct PluginConfig {
     /// compiles every load.
     pub cache_dir: Option<PathBuf>,
     /// How many component instances may be alive at once (tool sessions, calls in flight).
-    /// The pool reserves address space for this many up front.
+    /// The pool reserves address space for this many up front. When all are taken, the least
+    /// recently used idle tool session is evicted (Teardown) to make room.
     pub max_instances: u32,
+    /// How long a call waits for an instance when every one is busy in a call; then it fails
+    /// with [`crate::Fault::Busy`].
+    pub instance_wait: Duration,
     /// The largest memory limit any sandbox may ask for, in bytes (a pool slot's size).
     pub max_memory: u64,
     /// The resolution of timeouts: the epoch advances once per tick, and a call is stopped
@@ -36,6 +41,7 @@ impl Default for PluginConfig {
         PluginConfig {
             cache_dir: None,
             max_instances: 100,
+            instance_wait: Duration::from_secs(10),
             max_memory: 512 * 1024 * 1024,
             epoch_tick: Duration::from_millis(5),
         }
@@ -58,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) tls: Arc<rustls::ClientConfig>,
     pub(crate) max_memory: u64,
     pub(crate) clock: Arc<EpochClock>,
+    /// The instance pool's slots, parked tool sessions and counters.
+    pub(crate) capacity: Capacity,
 }
 
 impl Shared {
@@ -122,6 +130,7 @@ impl PluginHost {
             tls: Arc::new(tls),
             max_memory: config.max_memory,
             clock,
+            capacity: Capacity::new(config.max_instances.max(1), config.instance_wait),
         });
         Ok(PluginHost {
             config,
@@ -215,6 +224,11 @@ impl PluginHost {
     /// The configuration the host was created with.
     pub fn config(&self) -> &PluginConfig {
         &self.config
+    }
+
+    /// The instance pool: its size, and each loaded component's instances and calls.
+    pub fn pool_metrics(&self) -> PoolMetrics {
+        self.shared.capacity.metrics()
     }
 
     /// The cache's hits and misses so far.

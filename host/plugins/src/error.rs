@@ -5,7 +5,8 @@
 //!   `tool-error` ([`ToolError::Recoverable`], [`ToolError::Fatal`]) or a [`Fault`] the host
 //!   observed. Faults are recoverable: the LLM sees the message, the task goes on.
 //! - [`Fault`]: the guest misbehaved or hit a limit (trap, panic, timeout, memory, output size,
-//!   a refused host call). Never a host bug; the host serves the next call.
+//!   a refused host call) — or the instance pool stayed full ([`Fault::Busy`]). Never a host
+//!   bug; the host serves the next call.
 //! - [`PluginError`]: anything else — a file that is not a component, a component of the wrong
 //!   world, a store or cache failure. For middleware and filters a [`Fault`] arrives as
 //!   [`PluginError::Guest`] (the step failed).
@@ -177,5 +178,20 @@ pub enum Fault {
         component: String,
         /// What it did.
         message: String,
+    },
+    /// Every instance of the host's pool was busy in a call for as long as a call may wait
+    /// for one (`policy.instance_wait`). A limit of the host, not the guest's doing: the call
+    /// may be tried again.
+    #[error(
+        "component `{component}` could not run: all {instances} instances of the host are busy in calls (waited {}ms); try again later",
+        waited.as_millis()
+    )]
+    Busy {
+        /// The component's name.
+        component: String,
+        /// The pool's size (`policy.max_instances`).
+        instances: u32,
+        /// How long the call waited.
+        waited: Duration,
     },
 }

@@ -28,9 +28,25 @@ impl LoadedComponent {
         event: &str,
         parameters: &[AllowList],
     ) -> Result<bool> {
+        self.counted(self.run_event_filter(limits, event, parameters))
+            .await
+    }
+
+    async fn run_event_filter(
+        &self,
+        limits: &Limits,
+        event: &str,
+        parameters: &[AllowList],
+    ) -> Result<bool> {
         let Pre::EventFilter(pre) = self.pre() else {
             return Err(self.wrong_world(World::EventFilter));
         };
+        // Declared before the store: dropped after it.
+        let _slot = self
+            .shared()
+            .capacity
+            .acquire(self.name(), self.stats())
+            .await?;
         let mut store = new_store(
             self,
             StoreSpec {

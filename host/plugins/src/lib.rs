@@ -6,6 +6,11 @@
 //!   [`LoadedComponent`] whose [`World`] is detected from its exports.
 //! - Tools ([`tool`]): a [`ToolSession`] per (component, task) — Initialize on open, Teardown on
 //!   [`ToolSession::close`] — or [`LoadedComponent::call_tool`] for one call in a fresh instance.
+//! - Capacity: at most [`PluginConfig::max_instances`] instances live at once. An idle session
+//!   keeps its instance until the pool is full and another is wanted: then the least recently
+//!   used idle session is evicted (Teardown now, Initialize again at its next call). A call
+//!   that finds every instance busy waits [`PluginConfig::instance_wait`], then fails with
+//!   [`Fault::Busy`]. [`PluginHost::pool_metrics`] counts instances, evictions and calls.
 //! - Middleware ([`middleware`]): [`LoadedComponent::middleware_before`] / `_after` → [`Verdict`].
 //! - Event filters ([`event_filter`]): [`LoadedComponent::event_filter_matches`].
 //! - The sandbox ([`sandbox`], [`http`]): no environment, no sockets, no files but the mount,
@@ -40,6 +45,7 @@
 
 mod bindings;
 mod cache;
+mod capacity;
 mod component;
 mod engine;
 mod error;
@@ -54,6 +60,7 @@ mod state;
 mod stdio;
 pub mod tool;
 
+pub use capacity::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use component::{LoadedComponent, World};
 pub use engine::{CacheStats, PluginConfig, PluginHost};
 pub use error::{Fault, PluginError, Result, ToolError};

@@ -63,9 +63,25 @@ impl LoadedComponent {
         call: &MiddlewareCall<'_>,
         output: Option<&str>,
     ) -> Result<Verdict> {
+        self.counted(self.run_middleware(limits, call, output))
+            .await
+    }
+
+    async fn run_middleware(
+        &self,
+        limits: &Limits,
+        call: &MiddlewareCall<'_>,
+        output: Option<&str>,
+    ) -> Result<Verdict> {
         let Pre::Middleware(pre) = self.pre() else {
             return Err(self.wrong_world(World::Middleware));
         };
+        // Declared before the store: dropped after it.
+        let _slot = self
+            .shared()
+            .capacity
+            .acquire(self.name(), self.stats())
+            .await?;
         let mut store = new_store(
             self,
             StoreSpec {

@@ -6,18 +6,26 @@
 //! (trap, timeout, memory limit) leaves the instance unusable, so the session drops it and
 //! constructs a fresh one before the next call — its key-value entries survive, its memory
 //! does not. For stateless use, [`LoadedComponent::call_tool`] runs one call in a fresh store.
+//!
+//! Between calls a session is parked in the host's instance pool (see `capacity`): when the
+//! pool is full and another instance is wanted, the least recently used parked session is
+//! evicted — Teardown runs and its instance is freed — and its next call opens the session
+//! anew (Initialize runs again). Again the key-value entries survive and the memory does not.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::tool::ToolPlugin;
 use crate::bindings::tool::agentmesh::plugin::types::ToolError as WitToolError;
+use crate::capacity::{Slot, Stats};
 use crate::component::{LoadedComponent, Pre, World};
+use crate::engine::EpochClock;
 use crate::error::{Fault, PluginError, Result, ToolError};
 use crate::kv::KvScope;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Limits, Sandbox};
 use crate::state::{
     Failure, Phase, PluginState, StoreSpec, begin_call, denials, guarded, new_store,
 };
@@ -27,6 +35,34 @@ struct Live {
     store: Store<PluginState>,
     plugin: ToolPlugin,
     session: ResourceAny,
+    /// The instance's place in the pool, given back after the store is dropped (fields drop
+    /// in order).
+    slot: Slot,
+}
+
+/// An idle session's instance, parked in the pool between calls; evicting it runs Teardown.
+pub(crate) struct Parked {
+    live: Live,
+    limits: Limits,
+    clock: Arc<EpochClock>,
+    stats: Arc<Stats>,
+}
+
+impl Parked {
+    /// The counters of its component.
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Teardown for an evicted session: runs the destructor and frees the instance. A fault
+    /// in the destructor is only worth a log line: the instance is freed either way.
+    pub(crate) async fn teardown(self) {
+        let component = self.live.store.data().component.clone();
+        tracing::debug!(component.name = %component, "evicting an idle tool session");
+        if let Err(e) = destroy(self.live, &self.limits, &self.clock, &self.stats).await {
+            tracing::warn!(component.name = %component, "evicted session's teardown failed: {e}");
+        }
+    }
 }
 
 /// What a session is opened with (kept to reopen it after a fault).
@@ -41,14 +77,32 @@ struct Spec {
 /// One tool session of one task (see the module docs).
 pub struct ToolSession {
     spec: Spec,
-    live: Option<Live>,
+    /// The ticket of its instance parked in the pool; `None` after a fault (or once closed).
+    parked: Option<u64>,
 }
 
 impl ToolSession {
     /// Opens a session of `component` (a `tool-plugin` component) for task `task_id`:
     /// instantiates it in `sandbox` and constructs its `session` with `settings` and
-    /// `parameters` (JSON objects). A guest fault here is [`PluginError::Guest`].
+    /// `parameters` (JSON objects). A guest fault here is [`PluginError::Guest`], and so is
+    /// [`Fault::Busy`] when no instance frees up in time.
     pub async fn open(
+        component: Arc<LoadedComponent>,
+        sandbox: Sandbox,
+        settings: &str,
+        parameters: &str,
+        task_id: &str,
+    ) -> Result<ToolSession> {
+        let mut session = ToolSession::lazy(component, sandbox, settings, parameters, task_id)?;
+        let live = start(&session.spec).await?;
+        session.park(live);
+        Ok(session)
+    }
+
+    /// A session of `component` for task `task_id`, as [`ToolSession::open`] makes, but opened
+    /// (instantiated and constructed) at its first call: that call's answer then also reports
+    /// a fault of the constructor, or that no instance was free in time ([`Fault::Busy`]).
+    pub fn lazy(
         component: Arc<LoadedComponent>,
         sandbox: Sandbox,
         settings: &str,
@@ -73,11 +127,7 @@ impl ToolSession {
             parameters: parameters.to_owned(),
             task: task_id.to_owned(),
         };
-        let live = start(&spec).await?;
-        Ok(ToolSession {
-            spec,
-            live: Some(live),
-        })
+        Ok(ToolSession { spec, parked: None })
     }
 
     /// The component this session runs (the version it was opened with).
@@ -95,9 +145,22 @@ impl ToolSession {
     /// - `Ok(Ok(json))`: the observation;
     /// - `Ok(Err(ToolError))`: the guest's `tool-error`, or a [`Fault`] (recoverable; the
     ///   message says what happened, including outgoing requests the host refused);
-    /// - `Err(PluginError)`: the host failed (store, instance pool); the call may be retried.
+    /// - `Err(PluginError)`: the host failed (the key-value store, or instantiating for a
+    ///   reason other than a full pool); the call may be retried.
+    ///
+    /// When the session was evicted since its last call, it is opened anew first (Initialize);
+    /// when no instance frees up in time, the answer is a recoverable [`Fault::Busy`].
     pub async fn invoke(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
-        let live = match self.live.take() {
+        let started = Instant::now();
+        let result = self.run(action, input).await;
+        let stats = self.spec.component.stats();
+        stats.called(started, !matches!(result, Ok(Ok(_))));
+        result
+    }
+
+    /// [`ToolSession::invoke`], uncounted.
+    async fn run(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
+        let live = match self.unpark() {
             Some(live) => live,
             None => match start(&self.spec).await {
                 Ok(live) => live,
@@ -109,11 +172,12 @@ impl ToolSession {
             mut store,
             plugin,
             session,
+            slot,
         } = live;
         let limits = self.spec.sandbox.limits;
         let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
         let tool = plugin.agentmesh_plugin_tool().session();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = guarded!(
             store,
             &limits,
@@ -131,15 +195,23 @@ impl ToolSession {
         );
         let result = match result {
             Ok(result) => result,
-            // The instance is unusable after a fault: the next call starts a fresh one.
-            Err(Failure::Fault(fault)) => return Ok(Err(ToolError::Fault(fault))),
-            Err(Failure::Host(e)) => return Err(e),
+            Err(failure) => {
+                // The instance is unusable after a fault: it is freed (its store, then its
+                // slot, for a waiter to take) and the next call starts a fresh one.
+                drop(store);
+                drop(slot);
+                return match failure {
+                    Failure::Fault(fault) => Ok(Err(ToolError::Fault(fault))),
+                    Failure::Host(e) => Err(e),
+                };
+            }
         };
         let refused = denials(&store);
-        self.live = Some(Live {
+        self.park(Live {
             store,
             plugin,
             session,
+            slot,
         });
         let max = limits.max_output;
         let too_large = |size| {
@@ -165,23 +237,67 @@ impl ToolSession {
     /// Ends the session (Teardown): runs the guest's destructor, then frees the instance.
     /// Dropping a session without closing it frees the instance without the destructor.
     pub async fn close(mut self) -> Result<()> {
-        let Some(Live {
-            mut store, session, ..
-        }) = self.live.take()
-        else {
+        let Some(live) = self.unpark() else {
             return Ok(());
         };
-        let limits = self.spec.sandbox.limits;
-        let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
-        guarded!(
-            store,
-            &limits,
-            Phase::Call,
-            budget,
-            session.resource_drop_async(&mut store)
+        let component = &self.spec.component;
+        destroy(
+            live,
+            &self.spec.sandbox.limits,
+            &component.shared().clock,
+            component.stats(),
         )
-        .map_err(PluginError::from)
+        .await
     }
+
+    /// Parks the instance in the pool until the next call.
+    fn park(&mut self, live: Live) {
+        let component = &self.spec.component;
+        let parked = Parked {
+            live,
+            limits: self.spec.sandbox.limits,
+            clock: Arc::clone(&component.shared().clock),
+            stats: Arc::clone(component.stats()),
+        };
+        self.parked = Some(component.shared().capacity.park(parked));
+    }
+
+    /// Takes the parked instance back; `None` when there is none (a fault) or it was evicted.
+    fn unpark(&mut self) -> Option<Live> {
+        let ticket = self.parked.take()?;
+        let parked = self.spec.component.shared().capacity.unpark(ticket)?;
+        Some(parked.live)
+    }
+}
+
+impl Drop for ToolSession {
+    /// Frees a parked instance without Teardown (see [`ToolSession::close`]).
+    fn drop(&mut self) {
+        drop(self.unpark());
+    }
+}
+
+/// Teardown: runs the session's destructor, then frees the instance.
+async fn destroy(live: Live, limits: &Limits, clock: &EpochClock, stats: &Stats) -> Result<()> {
+    let Live {
+        mut store,
+        session,
+        slot,
+        ..
+    } = live;
+    stats.torn_down();
+    let budget = begin_call(&mut store, limits, clock);
+    let dropped = guarded!(
+        store,
+        limits,
+        Phase::Call,
+        budget,
+        session.resource_drop_async(&mut store)
+    );
+    // The instance first, then its slot: whoever takes the slot finds the pool's room free.
+    drop(store);
+    drop(slot);
+    dropped.map_err(PluginError::from)
 }
 
 /// Instantiates the component in a fresh store and constructs the session.
@@ -190,6 +306,12 @@ async fn start(spec: &Spec) -> Result<Live> {
         return Err(spec.component.wrong_world(World::Tool));
     };
     let limits = spec.sandbox.limits;
+    let component = &spec.component;
+    let slot = component
+        .shared()
+        .capacity
+        .acquire(component.name(), component.stats())
+        .await?;
     let mut store = new_store(
         &spec.component,
         StoreSpec {
@@ -215,16 +337,19 @@ async fn start(spec: &Spec) -> Result<Live> {
         budget,
         constructor.call_constructor(&mut store, &spec.settings, &spec.parameters)
     )?;
+    component.stats().initialized();
     Ok(Live {
         store,
         plugin,
         session,
+        slot,
     })
 }
 
 impl LoadedComponent {
     /// One tool call in a fresh instance: open a session, invoke `action`, close it. Results
-    /// as for [`ToolSession::invoke`]; a fault while opening is a recoverable [`ToolError`].
+    /// as for [`ToolSession::invoke`]; a fault while opening, or no free instance, is a
+    /// recoverable [`ToolError`].
     #[allow(clippy::too_many_arguments)]
     pub async fn call_tool(
         self: &Arc<Self>,
@@ -236,19 +361,11 @@ impl LoadedComponent {
         input: &str,
     ) -> Result<Result<String, ToolError>> {
         let mut session =
-            match ToolSession::open(self.clone(), sandbox.clone(), settings, parameters, task_id)
-                .await
-            {
-                Ok(session) => session,
-                Err(PluginError::Guest(fault)) => return Ok(Err(ToolError::Fault(fault))),
-                Err(e) => return Err(e),
-            };
+            ToolSession::lazy(self.clone(), sandbox.clone(), settings, parameters, task_id)?;
         let result = session.invoke(action, input).await?;
-        if session.live.is_some() {
-            // The answer stands even if the destructor faults; that is only worth a log line.
-            if let Err(e) = session.close().await {
-                tracing::warn!(component.name = self.name(), "session teardown failed: {e}");
-            }
+        // The answer stands even if the destructor faults; that is only worth a log line.
+        if let Err(e) = session.close().await {
+            tracing::warn!(component.name = self.name(), "session teardown failed: {e}");
         }
         Ok(result)
     }
@@ -268,7 +385,7 @@ impl std::fmt::Debug for ToolSession {
         f.debug_struct("ToolSession")
             .field("component", &self.spec.component.name())
             .field("task", &self.spec.task)
-            .field("live", &self.live.is_some())
+            .field("parked", &self.parked.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -1,7 +1,10 @@
-//! `/metrics`: counters in the Prometheus text format.
+//! `/metrics`: counters in the Prometheus text format, and the Wasm instance pool's gauges,
+//! counters and call-latency histograms per component.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use agentmesh_engine::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 
 /// The host's counters.
 #[derive(Debug, Default)]
@@ -38,8 +41,8 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    /// The Prometheus text exposition; with `pool`, the Wasm instance pool's series too.
+    pub fn render(&self, pool: Option<&PoolMetrics>) -> String {
         let mut out = String::new();
         let counter = |out: &mut String, name: &str, help: &str, labels: &str, v: &AtomicU64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -111,6 +114,118 @@ impl Metrics {
             "",
             &self.trigger_dropped,
         );
+        if let Some(pool) = pool {
+            render_pool(&mut out, pool);
+        }
         out
     }
+}
+
+/// A per-component series of one number: its name, Prometheus type, help text, and value.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ComponentMetrics) -> u64,
+);
+
+/// The per-component series of one number: `# HELP`, `# TYPE`, one sample per component.
+fn per_component(out: &mut String, (name, kind, help, value): Series, pool: &PoolMetrics) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for c in &pool.components {
+        let label = escape(&c.component);
+        let _ = writeln!(out, "{name}{{component=\"{label}\"}} {}", value(c));
+    }
+}
+
+/// The instance pool: its size, then per component its instances, sessions and calls.
+fn render_pool(out: &mut String, pool: &PoolMetrics) {
+    let _ = writeln!(
+        out,
+        "# HELP agentmesh_component_instances_max Wasm instances that may be alive at once (policy.max_instances).\n\
+         # TYPE agentmesh_component_instances_max gauge\n\
+         agentmesh_component_instances_max {}",
+        pool.max_instances
+    );
+    let series: [Series; 7] = [
+        (
+            "agentmesh_component_instances_in_use",
+            "gauge",
+            "Instances alive: in a call, or kept by an idle tool session.",
+            |c| c.instances_in_use,
+        ),
+        (
+            "agentmesh_component_idle_sessions",
+            "gauge",
+            "Tool sessions between calls (evictable when the pool is full).",
+            |c| c.idle_sessions,
+        ),
+        (
+            "agentmesh_component_evictions_total",
+            "counter",
+            "Idle tool sessions torn down to free their instance.",
+            |c| c.evictions,
+        ),
+        (
+            "agentmesh_component_initializations_total",
+            "counter",
+            "Tool sessions constructed (Initialize).",
+            |c| c.initializations,
+        ),
+        (
+            "agentmesh_component_teardowns_total",
+            "counter",
+            "Tool sessions destroyed (Teardown): closed with their task, or evicted.",
+            |c| c.teardowns,
+        ),
+        (
+            "agentmesh_component_calls_total",
+            "counter",
+            "Calls: tool invocations, middleware steps, event-filter checks.",
+            |c| c.calls,
+        ),
+        (
+            "agentmesh_component_errors_total",
+            "counter",
+            "Calls that did not succeed (tool errors, faults, no instance in time).",
+            |c| c.errors,
+        ),
+    ];
+    for one in series {
+        per_component(out, one, pool);
+    }
+    latency(out, pool);
+}
+
+/// The call-latency histogram of each component.
+fn latency(out: &mut String, pool: &PoolMetrics) {
+    let name = "agentmesh_component_call_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} How long calls took, including waiting for an instance.\n# TYPE {name} histogram"
+    );
+    for c in &pool.components {
+        let label = escape(&c.component);
+        let bounds = LATENCY_BUCKETS.iter().map(|b| b.to_string());
+        for (le, count) in bounds.chain(["+Inf".to_owned()]).zip(&c.latency_buckets) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{component=\"{label}\",le=\"{le}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_sum{{component=\"{label}\"}} {}\n{name}_count{{component=\"{label}\"}} {}",
+            c.latency_sum.as_secs_f64(),
+            c.latency_buckets.last().copied().unwrap_or(0)
+        );
+    }
+}
+
+/// A label value as the text format wants it: `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

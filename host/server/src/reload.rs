@@ -3,8 +3,9 @@
 //! version. A change that fails keeps the last good version running and shows the error in
 //! the log and `GET /v1/status`. Every host-config field applies at a reload (models and
 //! their keys, tokens, settings, sources, policy, mount, condensation) except where the host
-//! listens and keeps its data: a change of those is logged and listed in `/v1/status` as
-//! needing a restart.
+//! listens and keeps its data and the size of its Wasm instance pool (`policy.max_instances`,
+//! `policy.instance_wait`): a change of those is logged and listed in `/v1/status` as needing
+//! a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,8 +54,8 @@ impl ReloadStatus {
 }
 
 /// The host-config fields a running host cannot change (where it listens, where its data
-/// lives, the bounds on its connections), as the config names them; every other field
-/// applies at a reload.
+/// lives, the bounds on its connections, how large its instance pool is), as the config names
+/// them; every other field applies at a reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartOnly(Vec<(&'static str, Option<String>)>);
 
@@ -80,6 +81,15 @@ impl StartOnly {
             (
                 "policy.idle_timeout",
                 policy.idle_timeout.map(|d| d.to_string()),
+            ),
+            // The instance pool is reserved when the plugin host starts.
+            (
+                "policy.max_instances",
+                policy.max_instances.map(|n| n.to_string()),
+            ),
+            (
+                "policy.instance_wait",
+                policy.instance_wait.map(|d| d.to_string()),
             ),
         ])
     }

@@ -62,7 +62,7 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     state.auth().caller(&headers)?;
-    let body = state.metrics.render();
+    let body = state.metrics.render(state.engine().pool_metrics().as_ref());
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
 }
 

@@ -231,4 +231,17 @@ pub struct Policy {
     /// (default 30s), a freshly accepted one included. Applies at the next restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Duration>,
+    /// How many Wasm component instances may be alive at once (default 100): tool sessions
+    /// kept between calls, and calls in flight. The pool reserves address space for each up
+    /// front. When all are taken, the least recently used idle tool session is evicted
+    /// (Teardown) to make room; its task's next call opens a new session. Read at start.
+    /// ```yaml
+    /// policy: {max_instances: 500, instance_wait: 10s}
+    /// ```
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+    /// How long a call waits for an instance when every one is busy in a call (default 10s);
+    /// then it is an error the LLM sees, and the task goes on. Read at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_wait: Option<Duration>,
 }

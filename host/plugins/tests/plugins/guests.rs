@@ -4,8 +4,9 @@
 use crate::util::repo_root;
 
 /// The modules of this test binary (their sources are searched for `load("…")`/`guest("…")`).
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 10] = [
     include_str!("cache.rs"),
+    include_str!("capacity.rs"),
     include_str!("event_filter.rs"),
     include_str!("faults.rs"),
     include_str!("github_pr.rs"),

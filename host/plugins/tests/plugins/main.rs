@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod cache;
+mod capacity;
 mod event_filter;
 mod faults;
 mod github_pr;
