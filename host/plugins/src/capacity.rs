@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -75,6 +75,10 @@ impl Capacity {
     /// used parked session (torn down first), else the first one freed within the pool's
     /// wait. After that, [`Fault::Busy`].
     pub(crate) async fn acquire(&self, component: &str, stats: &Arc<Stats>) -> Result<Slot, Fault> {
+        // The common case, a free slot, reads no clock.
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Ok(Slot::new(permit, stats));
+        }
         let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
@@ -187,9 +191,8 @@ impl Stats {
         self.teardowns.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A call that began at `started` ended, failed or not.
-    pub(crate) fn called(&self, started: Instant, failed: bool) {
-        let elapsed = started.elapsed();
+    /// A call that took `elapsed` ended, failed or not.
+    pub(crate) fn called(&self, elapsed: Duration, failed: bool) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if failed {
             self.errors.fetch_add(1, Ordering::Relaxed);

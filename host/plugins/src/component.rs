@@ -172,7 +172,7 @@ impl LoadedComponent {
     pub(crate) async fn counted<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
         let started = std::time::Instant::now();
         let outcome = call.await;
-        self.stats.called(started, outcome.is_err());
+        self.stats.called(started.elapsed(), outcome.is_err());
         outcome
     }
 

@@ -13,7 +13,7 @@
 //! anew (Initialize runs again). Again the key-value entries survive and the memory does not.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
@@ -151,15 +151,21 @@ impl ToolSession {
     /// When the session was evicted since its last call, it is opened anew first (Initialize);
     /// when no instance frees up in time, the answer is a recoverable [`Fault::Busy`].
     pub async fn invoke(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
-        let started = Instant::now();
-        let result = self.run(action, input).await;
+        let mut took = Duration::ZERO;
+        let result = self.run(action, input, &mut took).await;
         let stats = self.spec.component.stats();
-        stats.called(started, !matches!(result, Ok(Ok(_))));
+        stats.called(took, !matches!(result, Ok(Ok(_))));
         result
     }
 
-    /// [`ToolSession::invoke`], uncounted.
-    async fn run(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
+    /// [`ToolSession::invoke`], uncounted; sets `took` to the time the guest's call took (zero
+    /// when there was no instance to call).
+    async fn run(
+        &mut self,
+        action: &str,
+        input: &str,
+        took: &mut Duration,
+    ) -> Result<Result<String, ToolError>> {
         let live = match self.unpark() {
             Some(live) => live,
             None => match start(&self.spec).await {
@@ -185,12 +191,13 @@ impl ToolSession {
             budget,
             tool.call_invoke(&mut store, session, action, &input.to_owned())
         );
+        *took = started.elapsed();
         tracing::debug!(
             component.name = self.spec.component.name(),
             component.hash = self.spec.component.hash(),
             task.id = %self.spec.task,
             action,
-            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            elapsed_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
             "tool call"
         );
         let result = match result {

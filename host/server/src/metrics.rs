@@ -202,7 +202,7 @@ fn latency(out: &mut String, pool: &PoolMetrics) {
     let name = "agentmesh_component_call_duration_seconds";
     let _ = writeln!(
         out,
-        "# HELP {name} How long calls took, including waiting for an instance.\n# TYPE {name} histogram"
+        "# HELP {name} How long the guest's calls took.\n# TYPE {name} histogram"
     );
     for c in &pool.components {
         let label = escape(&c.component);
