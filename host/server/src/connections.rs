@@ -58,7 +58,7 @@ const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// The most header fields a request may carry; more get a JSON 431 (hyper refuses past
-/// [`HYPER_MAX_HEADERS`] on its own). Each field costs a map entry per request.
+/// 200 on its own). Each field costs a map entry per request.
 pub const MAX_HEADERS: usize = 100;
 
 /// The most bytes of header fields (names and values) a request may carry; more get a JSON
