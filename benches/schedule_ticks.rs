@@ -156,14 +156,24 @@ struct Fired {
 /// Every task of the agent created at or after `since`, with its first user message's trigger.
 /// Waits (up to `DRAIN` more) for turns that have not taken their input yet.
 fn fired_since(conn: &mut Connection, since: i64) -> Vec<Fired> {
-    let listed = conn.get_json(&format!("/v1/tasks?agent={AGENT}"));
-    let mut pending: Vec<String> = listed["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| parse_ms(t["created_at"].as_str().unwrap()) >= since)
-        .map(|t| t["id"].as_str().unwrap().to_owned())
-        .collect();
+    // Newest first, a page at a time, until the tasks are older than `since`.
+    let mut pending: Vec<String> = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let listed = conn.get_json(&format!("/v1/tasks?agent={AGENT}&limit=1000{cursor}"));
+        let tasks = listed["tasks"].as_array().unwrap();
+        let recent = tasks
+            .iter()
+            .filter(|t| parse_ms(t["created_at"].as_str().unwrap()) >= since);
+        pending.extend(recent.map(|t| t["id"].as_str().unwrap().to_owned()));
+        let older = tasks
+            .last()
+            .is_some_and(|t| parse_ms(t["created_at"].as_str().unwrap()) < since);
+        match listed["next_cursor"].as_str() {
+            Some(next) if !older => cursor = format!("&cursor={next}"),
+            _ => break,
+        }
+    }
     let mut fired = Vec::new();
     let deadline = Instant::now() + DRAIN;
     while !pending.is_empty() {

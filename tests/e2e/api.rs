@@ -305,7 +305,7 @@ fn every_error_has_the_json_shape() {
     let (_root, dir, data) = dirs("");
     let server = Server::start(&dir, &data, &[]);
     for (method, path, status, code) in [
-        ("GET", "/v1/tasks?limit=5", 400, "bad_request"),
+        ("GET", "/v1/tasks?limt=5", 400, "bad_request"),
         ("GET", "/v1/tasks/t_x/events?after=soon", 400, "bad_request"),
         ("GET", "/v1/schedules?taks=t_x", 400, "bad_request"),
         ("DELETE", "/v1/schedules/%FF%FE", 400, "bad_request"),
@@ -347,4 +347,45 @@ fn approve_review(server: &Server, id: &str, review_id: &str) {
     assert_eq!(decide(server, id, "nope").status, 404);
     let r = decide(server, id, review_id);
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn the_task_list_pages_newest_first_with_a_cursor() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(&dir, &data, &[]);
+    let created: Vec<String> = (0..5)
+        .map(|_| server.create_task(&json!({"agent": "lab/careful"})))
+        .collect();
+    let page = |query: &str| {
+        let r = server.request("GET", &format!("/v1/tasks?{query}")).send();
+        assert_eq!(r.status, 200, "{query}: {}", r.text());
+        let body = r.json();
+        let ids: Vec<String> = body["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect();
+        (ids, body["next_cursor"].as_str().map(str::to_owned))
+    };
+    let mut seen = Vec::new();
+    let mut query = "limit=2".to_owned();
+    loop {
+        let (ids, next) = page(&query);
+        assert!(ids.len() <= 2, "{ids:?}");
+        seen.extend(ids);
+        match next {
+            Some(cursor) => query = format!("limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let newest_first: Vec<String> = created.iter().rev().cloned().collect();
+    assert_eq!(seen, newest_first, "every task once, newest first");
+    assert_eq!(page("owner=anonymous").0.len(), 5);
+    assert!(page("owner=user:nobody").0.is_empty());
+    for bad in ["limit=0", "limit=1001", "cursor=nope"] {
+        let r = server.request("GET", &format!("/v1/tasks?{bad}")).send();
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "bad_request", "{bad}");
+    }
 }

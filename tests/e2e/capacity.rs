@@ -121,10 +121,13 @@ fn send_input(server: &Server, id: &str) {
     assert_eq!(r.status, 202, "{}", r.text());
 }
 
-/// The tasks of `t/a` with `status`.
+/// The tasks of `t/a` with `status` (up to 1,000: one page at the API's largest `limit`).
 fn tasks_with(server: &Server, status: &str) -> Vec<Value> {
     server
-        .request("GET", &format!("/v1/tasks?agent=t/a&status={status}"))
+        .request(
+            "GET",
+            &format!("/v1/tasks?agent=t/a&status={status}&limit=1000"),
+        )
         .send()
         .json()["tasks"]
         .as_array()

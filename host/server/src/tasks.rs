@@ -139,9 +139,37 @@ pub async fn get(
 pub struct ListQuery {
     agent: Option<String>,
     status: Option<String>,
+    owner: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
 }
 
-/// `GET /v1/tasks?agent=ns/name&status=idle`.
+/// Tasks in one page of `GET /v1/tasks` unless `limit` says otherwise.
+const DEFAULT_PAGE: usize = 100;
+
+/// The largest `limit` of `GET /v1/tasks`.
+const MAX_PAGE: usize = 1000;
+
+/// Where a page of `GET /v1/tasks` ends: the last task's creation time and id (the list is
+/// newest first, ties by id descending), as `MS:ID`.
+fn cursor_of(task: &agentmesh_engine::TaskRecord) -> String {
+    format!("{}:{}", task.created_ms, task.id)
+}
+
+/// The position a cursor names: `(created_ms, id)`.
+fn parse_cursor(cursor: &str) -> ApiResult<(i64, String)> {
+    cursor
+        .split_once(':')
+        .and_then(|(ms, id)| Some((ms.parse().ok()?, id.to_owned())))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "`cursor` `{cursor}` is not one this API gave (`next_cursor` of a page)"
+            ))
+        })
+}
+
+/// `GET /v1/tasks?agent=ns/name&status=idle&owner=…&limit=100&cursor=…`: newest first, a page
+/// at a time.
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -159,14 +187,41 @@ pub async fn list(
             })
         })
         .transpose()?;
-    let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "`limit` must be between 1 and {MAX_PAGE}, found {limit}"
+        )));
+    }
+    let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let owner = match (caller.role, q.owner.as_deref()) {
+        (Role::AgentUser, Some(o)) if o != caller.subject => {
+            return Err(ApiError::forbidden(format!(
+                "an agent_user token lists only the tasks of `{}`",
+                caller.subject
+            )));
+        }
+        (Role::AgentUser, _) => Some(caller.subject.as_str()),
+        (_, owner) => owner,
+    };
     let engine = state.engine();
-    let tasks: Vec<Value> = engine
-        .list_tasks(q.agent.as_deref(), status, owner)?
+    let mut tasks = engine.list_tasks(q.agent.as_deref(), status, owner)?;
+    tasks.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+    let start = after.map_or(0, |(ms, id)| {
+        tasks.partition_point(|t| (t.created_ms, &t.id) >= (ms, &id))
+    });
+    let page = tasks.get(start..).unwrap_or_default();
+    let next_cursor = (page.len() > limit)
+        .then(|| page.get(limit - 1).map(cursor_of))
+        .flatten();
+    let objects: Vec<Value> = page
         .iter()
+        .take(limit)
         .map(|r| r.object(engine.store().queue_depth(&r.id)))
         .collect();
-    Ok(Json(json!({ "tasks": tasks })))
+    Ok(Json(
+        json!({ "tasks": objects, "next_cursor": next_cursor }),
+    ))
 }
 
 /// `POST /v1/tasks/{id}/input`.
