@@ -73,11 +73,9 @@ guardrails:
     assert!(err.contains("levels deep"), "{err}");
 }
 
-#[test]
-fn an_expression_past_its_evaluation_budget_is_stopped_and_the_task_goes_on() {
-    // Four nested `.all` over 100 elements: 10^8 iterations, 113 s a call before the budget.
-    let nested =
-        "input.l.all(a, input.l.all(b, input.l.all(c, input.l.all(d, a + b + c + d >= 0))))";
+/// A config dir whose agent `t/a` calls `t/check.all(l)` `calls` times with `l` = 0..100,
+/// the action being the CEL `expression`; returns the temp root and the config dir.
+fn list_checker(expression: &str, calls: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("config");
     std::fs::create_dir_all(&dir).unwrap();
@@ -96,7 +94,7 @@ actions:
       properties:
         l: {{type: array, items: {{type: integer}}}}
     execute:
-      cel: {{expression: \"{nested}\"}}
+      cel: {{expression: \"{expression}\"}}
 ---
 kind: commonagents.info/v1beta2/agent
 namespace: t
@@ -111,13 +109,21 @@ capabilities:
     )
     .unwrap();
     let list: Vec<u32> = (0..100).collect();
+    let call = format!("  - tool_calls: [{{name: check, arguments: {{l: {list:?}}}}}]\n");
     std::fs::write(
         dir.join("script.yaml"),
-        format!(
-            "responses:\n  - tool_calls: [{{name: check, arguments: {{l: {list:?}}}}}]\n  - text: done\n"
-        ),
+        format!("responses:\n{}  - text: done\n", call.repeat(calls)),
     )
     .unwrap();
+    (root, dir)
+}
+
+#[test]
+fn an_expression_past_its_evaluation_budget_is_stopped_and_the_task_goes_on() {
+    // Four nested `.all` over 100 elements: 10^8 iterations, 113 s a call before the budget.
+    let nested =
+        "input.l.all(a, input.l.all(b, input.l.all(c, input.l.all(d, a + b + c + d >= 0))))";
+    let (root, dir) = list_checker(nested, 1);
     let data = root.path().join("data");
     let task = crate::util::run_json(&dir, "t/a", "go", &data, &[]);
     assert_eq!(task["status"], "idle");
@@ -134,45 +140,7 @@ capabilities:
 fn expressions_that_iterate_hold_up_no_async_worker() {
     // Each iteration compiles and runs a regex: one evaluation runs until the budget's 1 s.
     let slow = "input.l.all(a, input.l.all(b, input.l.all(c, 'aaaa'.matches('^a+$'))))";
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        format!(
-            "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: slow
-description: Checks slowly.
-actions:
-  - name: all
-    description: Check all.
-    parameters:
-      type: object
-      properties:
-        l: {{type: array, items: {{type: integer}}}}
-    execute:
-      cel: {{expression: \"{slow}\"}}
----
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Help.
-model: scripted/script.yaml
-capabilities:
-  slow: \"*\"
-"
-        ),
-    )
-    .unwrap();
-    let list: Vec<u32> = (0..100).collect();
-    let call = format!("  - tool_calls: [{{name: slow, arguments: {{l: {list:?}}}}}]\n");
-    std::fs::write(
-        dir.join("script.yaml"),
-        format!("responses:\n{call}{call}{call}  - text: done\n"),
-    )
-    .unwrap();
+    let (root, dir) = list_checker(slow, 3);
     let server = Server::start(&dir, &root.path().join("data"), &[]);
     // Twice as many evaluations at once as the host has async workers (one per core here).
     let tasks: Vec<String> = (0..4)

@@ -871,8 +871,8 @@ impl Engine {
                 "the host went down during their turns: a task whose next turn is running when \
                  it goes down again will be ended"
             );
+            self.inner.store.flush()?;
         }
-        self.inner.store.flush()?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! for a supervisor to restart it: a host never lingers answering errors while it says it is
 //! healthy, and a write stuck in the file system cannot hold it up for ever.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,8 @@ impl Default for Probe {
 #[derive(Debug, Default)]
 pub struct Health {
     state: Mutex<Probed>,
+    /// Whether `state.failing` is set: every request reads it, the lock only while failing.
+    failing: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -59,19 +62,14 @@ struct Probed {
 impl Health {
     /// `Err(why)` while the store cannot write (a failed or stuck probe).
     pub fn check(&self) -> Result<(), String> {
+        if !self.failing.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match &state.failing {
             Some((_, why)) => Err(why.clone()),
             None => Ok(()),
         }
-    }
-
-    /// Records that a store write failed for `why` (the probe will confirm or clear it).
-    pub fn failed(&self, why: &str) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state
-            .failing
-            .get_or_insert_with(|| (Instant::now(), why.to_owned()));
     }
 
     fn start_probe(&self) {
@@ -92,6 +90,8 @@ impl Health {
                 state.failing.get_or_insert_with(|| (Instant::now(), why));
             }
         }
+        self.failing
+            .store(state.failing.is_some(), Ordering::Release);
     }
 
     /// Marks a probe running longer than `stuck_after` as a failure; returns for how long the
@@ -104,6 +104,7 @@ impl Health {
         {
             let why = format!("a store write has not returned for {stuck_after:?}");
             state.failing = Some((since, why));
+            self.failing.store(true, Ordering::Release);
         }
         state
             .failing
