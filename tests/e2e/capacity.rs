@@ -339,41 +339,9 @@ fn the_least_recently_used_idle_session_is_evicted_and_reopened_at_its_next_call
 /// saying every instance is busy. Neither task is terminated.
 #[test]
 fn a_call_that_finds_every_instance_busy_is_an_error_the_llm_sees() {
-    let spin = guest("test_loop");
-    let dir = crate::util::config_dir(&[
-        (
-            "host.yaml",
-            "kind: agentmesh/v1/host\npolicy: {max_instances: 1, instance_wait: 200ms}\n",
-        ),
-        (
-            "all.yaml",
-            &format!(
-                "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: spin
-description: Spins until stopped.
-wasm: {{component: {}, timeout: 3s}}
-actions:
-  - name: run
-    description: Spin.
----
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Spins.
-prompt: Go.
-model: scripted/script.yaml
-capabilities:
-  spin: \"*\"
-",
-                spin.display()
-            ),
-        ),
-        (
-            "script.yaml",
-            "responses:\n  - tool_calls: [{name: spin, arguments: {}}]\n  - text: done\n",
-        ),
-    ]);
+    let dir = crate::wasm::spinning_agent(
+        "kind: agentmesh/v1/host\npolicy: {max_instances: 1, instance_wait: 200ms}\n",
+    );
     let data = dir.path().join("data");
     let server = Server::start(dir.path(), &data, &[]);
     let first = create(&server);

@@ -148,6 +148,13 @@ fn expressions_that_iterate_hold_up_no_async_worker() {
         .collect();
     // While they run (three calls of ~1 s each a task), the host answers at once; with its
     // workers held by the evaluations, it answered only between them (a second or more).
+    assert_answers_at_once(&server, "expressions ran");
+    assert_still_running(&server, &tasks);
+}
+
+/// Times `/healthz` 20 times, 50 ms apart: the slowest answer must come in well under the
+/// time the work under way holds a thread (a second or more).
+fn assert_answers_at_once(server: &Server, meanwhile: &str) {
     let slowest = (0..20)
         .map(|_| {
             let start = Instant::now();
@@ -160,9 +167,13 @@ fn expressions_that_iterate_hold_up_no_async_worker() {
         .unwrap();
     assert!(
         slowest < Duration::from_millis(500),
-        "/healthz took {slowest:?} while expressions ran"
+        "/healthz took {slowest:?} while {meanwhile}"
     );
-    // The turns were still running meanwhile: a task logs its turn when the turn ends.
+}
+
+/// The turns of `tasks` were still running while the host was timed: a task logs its first
+/// observation when its first call ends.
+fn assert_still_running(server: &Server, tasks: &[String]) {
     let finished = tasks
         .iter()
         .filter(|id| {
@@ -175,6 +186,42 @@ fn expressions_that_iterate_hold_up_no_async_worker() {
         .count();
     assert!(
         finished < tasks.len(),
-        "the turns ended before /healthz was timed"
+        "the turns ended before /healthz was timed: {}",
+        server
+            .request("GET", &format!("/v1/tasks/{}/events", tasks[0]))
+            .send()
+            .json()
     );
+}
+
+/// `tasks` tasks at once each call a guest that never returns (stopped at its 3 s timeout), in
+/// an instance pool of `tasks`: every instance loops. Before guests left the async workers,
+/// two of them (one per core here) froze the host until their timeout: `/healthz` took 9.8 s.
+fn looping_guests_hold_up_no_async_worker(tasks: usize) {
+    let dir = crate::wasm::spinning_agent(&format!(
+        "kind: agentmesh/v1/host\npolicy: {{max_instances: {tasks}}}\n"
+    ));
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), data.path(), &[]);
+    let ids: Vec<String> = (0..tasks)
+        .map(|_| server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}})))
+        .collect();
+    assert_answers_at_once(&server, "guests looped");
+    assert_still_running(&server, &ids);
+    // Each call ends at its timeout as an error the LLM sees, and the task goes on.
+    for id in &ids {
+        let observation = server.wait_for_event(id, "ObservationEvent");
+        let error = observation["result"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("timeout"), "{observation}");
+    }
+}
+
+#[test]
+fn two_looping_guests_hold_up_no_async_worker() {
+    looping_guests_hold_up_no_async_worker(2);
+}
+
+#[test]
+fn four_looping_guests_hold_up_no_async_worker() {
+    looping_guests_hold_up_no_async_worker(4);
 }

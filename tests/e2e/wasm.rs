@@ -51,6 +51,26 @@ capabilities:
     )
 }
 
+/// A config dir with `host` as `host.yaml`, a tool `t/spin` whose one action never returns
+/// (the `loop` test program, stopped at its 3 s timeout) and an agent `t/a` that calls it once.
+pub fn spinning_agent(host: &str) -> tempfile::TempDir {
+    let manifests = tool_and_agent(
+        "spin",
+        &guest("test_loop"),
+        ", timeout: 3s",
+        "run",
+        "  spin: \"*\"\n",
+    );
+    crate::util::config_dir(&[
+        ("host.yaml", host),
+        ("all.yaml", &manifests),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: spin, arguments: {}}]\n  - text: done\n",
+        ),
+    ])
+}
+
 /// A fake GitHub API on 127.0.0.1 answering `requests` requests (a created pull request
 /// with the title it was sent), then stopping.
 pub fn fake_github(requests: usize) -> (u16, mpsc::Receiver<agentmesh_testkit::Request>) {

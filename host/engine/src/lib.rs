@@ -62,7 +62,7 @@ pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef};
 pub use triggers::{FireError, SourceDelivery};
 pub use wakeups::HostTool;
-pub use wasm::check_components;
+pub use wasm::{async_runtime, check_components};
 
 use plan::{AgentPlan, Target};
 use providers::Providers;
@@ -199,8 +199,8 @@ const HOST_STATE: &str = "host";
 /// The mark of a running host: present at a start means the last one went down.
 const RUNNING_KEY: &str = "running";
 
-/// Runs `f`, which may keep a thread busy for long (an expression that iterates, up to its
-/// budget's time), so that it holds up no async worker: on a worker of a multi-threaded
+/// Runs `f`, which may keep a thread busy or blocked for long (an expression that iterates, up
+/// to its budget's time; an fsync), so that it holds up no async worker: on a worker of a multi-threaded
 /// tokio runtime, the worker's other tasks move to another thread first.
 fn off_the_workers(f: &mut dyn FnMut()) {
     use tokio::runtime::{Handle, RuntimeFlavor};
@@ -355,6 +355,14 @@ impl Engine {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Makes every write so far durable. The fsync (and, while another caller's runs, the wait
+    /// for it) holds up no async worker.
+    pub(crate) fn flush(&self) -> std::result::Result<(), StoreError> {
+        let mut flushed = Ok(());
+        off_the_workers(&mut || flushed = self.inner.store.flush());
+        flushed
     }
 
     fn agent(&self, id: &str) -> Result<Arc<AgentPlan>> {
@@ -546,7 +554,7 @@ impl Engine {
                 // start ends the task instead of running it once more.
                 record.crashed = Some(Crashed::Retried);
                 self.save(&mut record, Vec::new())?;
-                self.inner.store.flush()?;
+                self.flush()?;
             }
             let ran = match work {
                 Work::Input(input) => turn::run(self, &agent, &mut record, input).await,
@@ -871,7 +879,7 @@ impl Engine {
                 "the host went down during their turns: a task whose next turn is running when \
                  it goes down again will be ended"
             );
-            self.inner.store.flush()?;
+            self.flush()?;
         }
         Ok(())
     }
@@ -896,7 +904,7 @@ impl Engine {
         );
         tracing::error!(task.id = %record.id, "ended: the host went down twice during its turns");
         self.save(record, events)?;
-        self.inner.store.flush()?;
+        self.flush()?;
         Ok(())
     }
 
@@ -1135,7 +1143,7 @@ impl Engine {
         };
         self.decide_stored(&mut record, pending, approve, user, Vec::new())?;
         // Durable before the decision is acknowledged.
-        let flushed = self.inner.store.flush();
+        let flushed = self.flush();
         self.checkin(record);
         drop(turn);
         self.kick(task_id);

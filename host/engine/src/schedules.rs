@@ -392,7 +392,7 @@ impl Engine {
                 last,
             });
         }
-        self.store().flush()?;
+        self.flush()?;
         Ok(fired)
     }
 

@@ -524,7 +524,7 @@ async fn review(
         ],
     )?;
     // Durable before a reviewer can answer it: the review survives a crash too.
-    engine.inner.store.flush()?;
+    engine.flush()?;
     let decision = match engine.review_timeout(&record.id) {
         Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
         None => rx.await.ok(),

@@ -571,7 +571,7 @@ impl Engine {
         change: impl FnOnce(&mut FireStatus),
     ) -> crate::Result<FireStatus> {
         let status = self.change_status(ns, id, change)?;
-        self.store().flush()?;
+        self.flush()?;
         Ok(status)
     }
 

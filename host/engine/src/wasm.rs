@@ -71,6 +71,19 @@ pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress:
     report.add_diagnostics(found);
 }
 
+/// The multi-threaded tokio runtime a host runs on. Its blocking threads are tokio's usual 512
+/// plus one per Wasm instance of `policy`'s pool: a guest call that runs long holds one of them
+/// (it leaves the async workers, see `agentmesh_plugins`), and so can every instance at once.
+pub fn async_runtime(policy: &Policy) -> std::io::Result<tokio::runtime::Runtime> {
+    let instances = policy
+        .max_instances
+        .unwrap_or(PluginConfig::default().max_instances);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(512 + instances as usize)
+        .build()
+}
+
 /// Plugin key-value in the store, one scope per (component, task).
 struct StoreKv(Arc<Store>);
 

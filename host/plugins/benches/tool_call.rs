@@ -136,7 +136,7 @@ struct Figures {
 }
 
 fn us(d: Duration) -> String {
-    format!("{:>9.1} µs", d.as_secs_f64() * 1e6)
+    format!("{:>9.2} µs", d.as_secs_f64() * 1e6)
 }
 
 fn row(name: &str, f: &Figures) {

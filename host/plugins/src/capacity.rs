@@ -4,14 +4,17 @@
 //!
 //! Every instantiation (a tool session's Initialize, a middleware step, an event filter) first
 //! takes a [`Slot`]; the instance gives it back when its store is dropped. A tool session
-//! between calls is *parked* here: its instance stays alive (and keeps its slot), but when a
-//! slot is wanted and none is free, the least recently used parked session is torn down
-//! (Teardown runs) and its slot handed on. Its task's next call opens a new session
+//! between calls is *parked* in its [`Cell`]: its instance stays alive (and keeps its slot),
+//! but when a slot is wanted and none is free, the least recently used parked session is torn
+//! down (Teardown runs) and its slot handed on. Its task's next call opens a new session
 //! (Initialize runs again): what must outlive a session belongs in the key-value store.
+//!
+//! A session's cell is registered once, when the session first parks; a call only locks its
+//! own cell. Eviction, which is rare, scans the cells for the least recently used one.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -27,17 +30,59 @@ pub(crate) struct Capacity {
     slots: Arc<Semaphore>,
     max: u32,
     wait: Duration,
-    idle: Mutex<Idle>,
+    /// The cells of sessions that parked (those of ended sessions until the next pruning).
+    cells: Mutex<Cells>,
+    /// Orders parkings: a cell's `parked_at` is this count when it last parked.
+    parkings: AtomicU64,
     /// Signalled when a session is parked: a waiter may now evict it.
     parked: Notify,
     stats: Mutex<BTreeMap<String, Arc<Stats>>>,
 }
 
-/// Parked sessions by the order they were parked in (the first is the least recently used).
+/// The cells the pool knows. Cells of ended sessions are dropped at each eviction scan, and
+/// whenever the list has doubled since it was last pruned.
 #[derive(Default)]
-struct Idle {
-    next: u64,
-    sessions: BTreeMap<u64, Parked>,
+struct Cells {
+    list: Vec<Weak<Cell>>,
+    prune_at: usize,
+}
+
+impl Cells {
+    fn add(&mut self, cell: Weak<Cell>) {
+        if self.list.len() >= self.prune_at {
+            self.prune();
+            self.prune_at = (self.list.len() * 2).max(64);
+        }
+        self.list.push(cell);
+    }
+
+    fn prune(&mut self) {
+        self.list.retain(|cell| cell.strong_count() > 0);
+    }
+}
+
+/// One tool session's place in the pool: its instance while the session is between calls.
+#[derive(Default)]
+pub(crate) struct Cell {
+    /// The parked instance; `None` while in a call, after a fault, or once evicted.
+    idle: Mutex<Option<Box<Parked>>>,
+    /// When it last parked, in the pool's count of parkings (the lowest is the least recently
+    /// used).
+    parked_at: AtomicU64,
+    /// Whether the pool knows this cell (it registers at its first parking).
+    registered: AtomicBool,
+}
+
+impl Cell {
+    /// Whether a session's instance waits here.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Box<Parked>>> {
+        // The slot is replaced whole; a panic elsewhere leaves it consistent.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// One instance's claim on the pool; dropped with (after) the instance's store.
@@ -59,7 +104,8 @@ impl Capacity {
             slots: Arc::new(Semaphore::new(max as usize)),
             max,
             wait,
-            idle: Mutex::new(Idle::default()),
+            cells: Mutex::new(Cells::default()),
+            parkings: AtomicU64::new(0),
             parked: Notify::new(),
             stats: Mutex::new(BTreeMap::new()),
         }
@@ -67,8 +113,7 @@ impl Capacity {
 
     /// The counters of component `name` (shared by all its versions).
     pub(crate) fn stats(&self, name: &str) -> Arc<Stats> {
-        let mut all = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(all.entry(name.to_owned()).or_default())
+        Arc::clone(lock(&self.stats).entry(name.to_owned()).or_default())
     }
 
     /// A slot for an instance of `component`: a free one, else the slot of the least recently
@@ -107,52 +152,75 @@ impl Capacity {
         }
     }
 
-    /// Parks an idle session; answers its ticket for [`Capacity::unpark`].
-    pub(crate) fn park(&self, session: Parked) -> u64 {
-        session.stats().idle.fetch_add(1, Ordering::Relaxed);
-        let ticket = {
-            let mut idle = self.idle();
-            let ticket = idle.next;
-            idle.next += 1;
-            idle.sessions.insert(ticket, session);
-            ticket
-        };
+    /// Parks an idle session in its `cell`, where a call takes it back ([`Capacity::unpark`]) or
+    /// an eviction tears it down.
+    pub(crate) fn park(&self, cell: &Arc<Cell>, session: Box<Parked>) {
+        let order = self.parkings.fetch_add(1, Ordering::Relaxed);
+        cell.parked_at.store(order, Ordering::Relaxed);
+        *cell.lock() = Some(session);
+        if !cell.registered.load(Ordering::Relaxed) {
+            cell.registered.store(true, Ordering::Relaxed);
+            lock(&self.cells).add(Arc::downgrade(cell));
+        }
         self.parked.notify_one();
-        ticket
     }
 
-    /// Takes back the session parked with `ticket`; `None` when it was evicted meanwhile.
-    pub(crate) fn unpark(&self, ticket: u64) -> Option<Parked> {
-        let session = self.idle().sessions.remove(&ticket)?;
-        session.stats().idle.fetch_sub(1, Ordering::Relaxed);
-        Some(session)
+    /// Takes back the session parked in `cell`; `None` when there is none (it was evicted).
+    pub(crate) fn unpark(&self, cell: &Cell) -> Option<Box<Parked>> {
+        cell.lock().take()
     }
 
     /// Takes the least recently used parked session out, to be torn down.
-    fn evict(&self) -> Option<Parked> {
-        let (_, session) = self.idle().sessions.pop_first()?;
-        let stats = session.stats();
-        stats.idle.fetch_sub(1, Ordering::Relaxed);
-        stats.evictions.fetch_add(1, Ordering::Relaxed);
-        Some(session)
-    }
-
-    fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
-        // Entries are inserted and removed whole; a panic elsewhere leaves the map consistent.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    fn evict(&self) -> Option<Box<Parked>> {
+        loop {
+            let oldest = {
+                let mut cells = lock(&self.cells);
+                cells.prune();
+                let mut oldest: Option<(u64, Arc<Cell>)> = None;
+                for cell in cells.list.iter().filter_map(Weak::upgrade) {
+                    let parked_at = cell.parked_at.load(Ordering::Relaxed);
+                    let is_parked = cell.lock().is_some();
+                    if is_parked && oldest.as_ref().is_none_or(|(at, _)| parked_at < *at) {
+                        oldest = Some((parked_at, cell));
+                    }
+                }
+                oldest?.1
+            };
+            // Its call may have taken it back since: then look again.
+            if let Some(session) = oldest.lock().take() {
+                session.stats().evictions.fetch_add(1, Ordering::Relaxed);
+                return Some(session);
+            }
+        }
     }
 
     /// A snapshot of the pool for `/metrics`.
     pub(crate) fn metrics(&self) -> PoolMetrics {
-        let all = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        // Idle sessions are counted here rather than at each call: by component, the parked
+        // ones among the cells.
+        let mut idle: BTreeMap<*const Stats, u64> = BTreeMap::new();
+        for cell in lock(&self.cells).list.iter().filter_map(Weak::upgrade) {
+            if let Some(parked) = cell.lock().as_ref() {
+                *idle.entry(std::ptr::from_ref(parked.stats())).or_default() += 1;
+            }
+        }
+        let all = lock(&self.stats);
         PoolMetrics {
             max_instances: self.max,
             components: all
                 .iter()
-                .map(|(name, stats)| stats.snapshot(name))
+                .map(|(name, stats)| {
+                    let parked = idle.get(&Arc::as_ptr(stats)).copied().unwrap_or(0);
+                    stats.snapshot(name, parked)
+                })
                 .collect(),
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Entries are added and removed whole; a panic elsewhere leaves the data consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Slot {
@@ -165,15 +233,14 @@ impl Slot {
     }
 }
 
-/// One component's counters (all its versions together).
+/// One component's counters (all its versions together). A call updates as few as it can:
+/// the number of calls is the sum of the latency buckets.
 #[derive(Default)]
 pub(crate) struct Stats {
     in_use: AtomicU64,
-    idle: AtomicU64,
     evictions: AtomicU64,
     initializations: AtomicU64,
     teardowns: AtomicU64,
-    calls: AtomicU64,
     errors: AtomicU64,
     /// Calls by the first bucket of [`LATENCY_BUCKETS`] they fit in; the last counts the rest.
     latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
@@ -193,7 +260,6 @@ impl Stats {
 
     /// A call that took `elapsed` ended, failed or not.
     pub(crate) fn called(&self, elapsed: Duration, failed: bool) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
         if failed {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -209,7 +275,8 @@ impl Stats {
         self.latency_sum_us.fetch_add(micros, Ordering::Relaxed);
     }
 
-    fn snapshot(&self, name: &str) -> ComponentMetrics {
+    /// Its figures, with `idle` of its sessions parked now.
+    fn snapshot(&self, name: &str, idle: u64) -> ComponentMetrics {
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
         let mut cumulative = 0;
         let buckets = self
@@ -219,15 +286,15 @@ impl Stats {
                 cumulative += load(count);
                 cumulative
             })
-            .collect();
+            .collect::<Vec<u64>>();
         ComponentMetrics {
             component: name.to_owned(),
             instances_in_use: load(&self.in_use),
-            idle_sessions: load(&self.idle),
+            idle_sessions: idle,
             evictions: load(&self.evictions),
             initializations: load(&self.initializations),
             teardowns: load(&self.teardowns),
-            calls: load(&self.calls),
+            calls: buckets.last().copied().unwrap_or(0),
             errors: load(&self.errors),
             latency_buckets: buckets,
             latency_sum: Duration::from_micros(load(&self.latency_sum_us)),

@@ -168,12 +168,14 @@ impl LoadedComponent {
         &self.stats
     }
 
-    /// Runs `call` as one call of this component in its counters (failed when it errs).
-    pub(crate) async fn counted<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
-        let started = std::time::Instant::now();
-        let outcome = call.await;
-        self.stats.called(started.elapsed(), outcome.is_err());
-        outcome
+    /// Counts one call of this component when dropped: failed unless marked `ok`, taking the
+    /// time it is given (none if it never reached the guest).
+    pub(crate) fn count_call(&self) -> CallCount<'_> {
+        CallCount {
+            stats: &self.stats,
+            took: std::time::Duration::ZERO,
+            ok: false,
+        }
     }
 
     pub(crate) fn pre(&self) -> &Pre {
@@ -187,6 +189,21 @@ impl LoadedComponent {
             expected: expected.as_str(),
             actual: self.world.as_str(),
         }
+    }
+}
+
+/// One call in its component's counters, counted when dropped — however the call ends.
+pub(crate) struct CallCount<'a> {
+    stats: &'a Stats,
+    /// The time the guest's call took.
+    pub(crate) took: std::time::Duration,
+    /// Whether the call succeeded.
+    pub(crate) ok: bool,
+}
+
+impl Drop for CallCount<'_> {
+    fn drop(&mut self) {
+        self.stats.called(self.took, !self.ok);
     }
 }
 

@@ -299,12 +299,11 @@ fn engine_config(config: &PluginConfig) -> Result<Config> {
     Ok(wasm)
 }
 
-/// The engine's epoch as a wall clock: it advances once per `tick` since `start`.
+/// The engine's epoch: it advances once per `tick`. A call's deadline is kept in wall-clock
+/// time and checked at each tick it runs into (`state::on_tick`), so a ticker that wakes late
+/// on a busy machine only makes that check late, never early.
 pub(crate) struct EpochClock {
-    start: std::time::Instant,
     tick: Duration,
-    /// Increments delivered to the engine so far (updated after delivering them).
-    delivered: AtomicU64,
 }
 
 impl EpochClock {
@@ -312,54 +311,20 @@ impl EpochClock {
     pub(crate) fn tick(&self) -> Duration {
         self.tick
     }
-
-    /// Ticks elapsed by the clock, whether or not the ticker delivered them yet.
-    fn due(&self) -> u64 {
-        let ticks = self.start.elapsed().as_nanos() / self.tick.as_nanos().max(1);
-        u64::try_from(ticks).unwrap_or(u64::MAX)
-    }
-
-    /// How many increments from the engine's current epoch until `timeout` has surely
-    /// passed: the ticks of `timeout`, plus one for the tick in progress, plus the ticks the
-    /// ticker owes (it may lag on a busy machine and then catch up at once — counting from
-    /// the stale epoch would end the call early).
-    pub(crate) fn deadline_for(&self, timeout: Duration) -> u64 {
-        let ticks = timeout.as_nanos().div_ceil(self.tick.as_nanos().max(1)) + 1;
-        let owed = self
-            .due()
-            .saturating_sub(self.delivered.load(Ordering::Acquire));
-        u64::try_from(ticks)
-            .unwrap_or(u64::MAX)
-            .saturating_add(owed)
-    }
 }
 
-/// Starts the thread that advances the engine's epoch once per `tick` of wall-clock time; it
-/// ends by itself when the engine is dropped (the last component and the host gone).
-///
-/// The thread may wake late on a busy machine; it then catches up (one increment per tick
-/// elapsed), so the epoch follows the clock and a deadline is late by at most one wake-up.
+/// Starts the thread that advances the engine's epoch once per `tick`; it ends by itself when
+/// the engine is dropped (the last component and the host gone).
 fn start_ticker(engine: &Engine, tick: Duration) -> Result<Arc<EpochClock>> {
-    let clock = Arc::new(EpochClock {
-        start: std::time::Instant::now(),
-        tick,
-        delivered: AtomicU64::new(0),
-    });
+    let clock = Arc::new(EpochClock { tick });
     let weak = engine.weak();
-    let ticker = clock.clone();
     std::thread::Builder::new()
         .name("agentmesh-epoch".into())
         .spawn(move || {
             loop {
-                std::thread::sleep(ticker.tick);
+                std::thread::sleep(tick);
                 let Some(engine) = weak.upgrade() else { break };
-                let due = ticker.due();
-                let mut delivered = ticker.delivered.load(Ordering::Relaxed);
-                while delivered < due {
-                    engine.increment_epoch();
-                    delivered += 1;
-                }
-                ticker.delivered.store(delivered, Ordering::Release);
+                engine.increment_epoch();
             }
         })
         .map_err(|e| PluginError::Config(format!("cannot start the epoch ticker: {e}")))?;

@@ -8,7 +8,7 @@ use crate::bindings::event_filter::exports::agentmesh::plugin::event_filter::All
 use crate::component::{LoadedComponent, Pre, World};
 use crate::error::Result;
 use crate::sandbox::Limits;
-use crate::state::{Phase, StoreSpec, begin_call, guarded, new_store};
+use crate::state::{Phase, StoreSpec, begin_call, call_time, guarded, new_store};
 
 /// The allow-list set of one tool parameter of a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,16 +28,7 @@ impl LoadedComponent {
         event: &str,
         parameters: &[AllowList],
     ) -> Result<bool> {
-        self.counted(self.run_event_filter(limits, event, parameters))
-            .await
-    }
-
-    async fn run_event_filter(
-        &self,
-        limits: &Limits,
-        event: &str,
-        parameters: &[AllowList],
-    ) -> Result<bool> {
+        let mut count = self.count_call();
         let Pre::EventFilter(pre) = self.pre() else {
             return Err(self.wrong_world(World::EventFilter));
         };
@@ -56,12 +47,12 @@ impl LoadedComponent {
                 kv_scope: None,
             },
         )?;
-        let budget = begin_call(&mut store, limits, &self.shared().clock);
+        let deadline = begin_call(&mut store, limits, &self.shared().clock);
         let plugin = guarded!(
             store,
             limits,
             Phase::Instantiate,
-            budget,
+            deadline,
             pre.instantiate_async(&mut store)
         )?;
         let lists: Vec<WitAllowList> = parameters
@@ -72,12 +63,16 @@ impl LoadedComponent {
             })
             .collect();
         let guest = plugin.agentmesh_plugin_event_filter();
-        Ok(guarded!(
+        let event = event.to_owned();
+        let matched = guarded!(
             store,
             limits,
             Phase::Call,
-            budget,
-            guest.call_matches(&mut store, &event.to_owned(), &lists)
-        )?)
+            deadline,
+            guest.call_matches(&mut store, &event, &lists)
+        );
+        count.took = call_time(&store);
+        count.ok = matched.is_ok();
+        Ok(matched?)
     }
 }

@@ -19,6 +19,9 @@
 //! - `interface host`: `log` to `tracing`, and `kv-*` on a
 //!   [`KvStore`] scoped to (component, task).
 //! - Hot reload: [`ComponentRegistry`] swaps versions; in-flight calls keep theirs.
+//! - Threads: a guest call starts on the async worker that awaits it; one still in Wasm after
+//!   a tick of the epoch moves off the async workers (`offload`), so a looping guest holds
+//!   its own thread until its timeout and never the workers that answer HTTP.
 //!
 //! Errors: a tool call answers `Result<Result<json, ToolError>, PluginError>` — the inner
 //! error is what the LLM sees (recoverable unless the guest said `fatal`), the outer one a host
@@ -54,6 +57,7 @@ mod host;
 pub mod http;
 pub mod kv;
 pub mod middleware;
+mod offload;
 mod registry;
 pub mod sandbox;
 mod state;

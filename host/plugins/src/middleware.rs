@@ -9,7 +9,7 @@ use crate::component::{LoadedComponent, Pre, World};
 use crate::error::{Fault, PluginError, Result};
 use crate::kv::KvScope;
 use crate::sandbox::Limits;
-use crate::state::{Phase, StoreSpec, begin_call, guarded, new_store};
+use crate::state::{Phase, StoreSpec, begin_call, call_time, guarded, new_store};
 
 /// What a middleware step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,16 +63,7 @@ impl LoadedComponent {
         call: &MiddlewareCall<'_>,
         output: Option<&str>,
     ) -> Result<Verdict> {
-        self.counted(self.run_middleware(limits, call, output))
-            .await
-    }
-
-    async fn run_middleware(
-        &self,
-        limits: &Limits,
-        call: &MiddlewareCall<'_>,
-        output: Option<&str>,
-    ) -> Result<Verdict> {
+        let mut count = self.count_call();
         let Pre::Middleware(pre) = self.pre() else {
             return Err(self.wrong_world(World::Middleware));
         };
@@ -91,12 +82,12 @@ impl LoadedComponent {
                 kv_scope: Some(KvScope::new(self.name(), call.task_id)),
             },
         )?;
-        let budget = begin_call(&mut store, limits, &self.shared().clock);
+        let deadline = begin_call(&mut store, limits, &self.shared().clock);
         let plugin = guarded!(
             store,
             limits,
             Phase::Instantiate,
-            budget,
+            deadline,
             pre.instantiate_async(&mut store)
         )?;
         let guest = plugin.agentmesh_plugin_middleware();
@@ -107,29 +98,32 @@ impl LoadedComponent {
             call.input.to_owned(),
         );
         let event = call.event.map(str::to_owned);
+        let output = output.map(str::to_owned);
         let verdict = match output {
             None => guarded!(
                 store,
                 limits,
                 Phase::Call,
-                budget,
+                deadline,
                 guest.call_before(&mut store, &config, &context, &input, event.as_ref())
-            )?,
+            ),
             Some(output) => guarded!(
                 store,
                 limits,
                 Phase::Call,
-                budget,
+                deadline,
                 guest.call_after(
                     &mut store,
                     &config,
                     &context,
                     &input,
-                    &output.to_owned(),
+                    &output,
                     event.as_ref()
                 )
-            )?,
+            ),
         };
+        count.took = call_time(&store);
+        let verdict = verdict?;
         let size = match &verdict {
             WitVerdict::Pass => 0,
             WitVerdict::Deny(text) | WitVerdict::Replace(text) => text.len(),
@@ -141,6 +135,7 @@ impl LoadedComponent {
                 limit: limits.max_output,
             }));
         }
+        count.ok = true;
         Ok(match verdict {
             WitVerdict::Pass => Verdict::Pass,
             WitVerdict::Deny(reason) => Verdict::Deny(reason),

@@ -3,10 +3,10 @@
 //! call into a precise [`Fault`].
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
@@ -45,6 +45,13 @@ pub(crate) struct PluginState {
     output: Arc<Mutex<Output>>,
     /// Outgoing requests refused during the current call.
     denials: Arc<Mutex<Vec<String>>>,
+    /// When the current call began.
+    started: Instant,
+    /// When the current call must have ended (its `timeout` after it began).
+    deadline: Instant,
+    /// Set once the current guest function has run into a tick of the epoch: it yielded once
+    /// to leave the async workers (see `offload`), and runs on.
+    pub(crate) yielded: bool,
 }
 
 impl WasiView for PluginState {
@@ -162,20 +169,38 @@ pub(crate) fn new_store(
         refusal: None,
         output,
         denials,
+        started: Instant::now(),
+        deadline: Instant::now(),
+        yielded: false,
     };
     let mut store = Store::new(shared.engine(), state);
     store.limiter(|s| &mut s.limiter);
-    store.epoch_deadline_trap();
+    store.epoch_deadline_callback(|mut store| Ok(on_tick(store.data_mut())));
     Ok(store)
 }
 
+/// Runs at each tick of the epoch while a call is in Wasm: past its deadline the call traps
+/// (a timeout); at its first tick it yields once, so that `offload` moves the rest of it off
+/// the async workers; after that it runs on.
+fn on_tick(state: &mut PluginState) -> UpdateDeadline {
+    if Instant::now() >= state.deadline {
+        return UpdateDeadline::Interrupt;
+    }
+    if state.yielded {
+        return UpdateDeadline::Continue(1);
+    }
+    state.yielded = true;
+    crate::offload::yielding();
+    UpdateDeadline::Yield(1)
+}
+
 /// A call about to run: resets the per-call bookkeeping and arms the deadline. Returns the
-/// wall-clock budget for the host-side timeout.
+/// deadline of the host-side timeout.
 pub(crate) fn begin_call(
     store: &mut Store<PluginState>,
     limits: &Limits,
     clock: &EpochClock,
-) -> Duration {
+) -> tokio::time::Instant {
     let state = store.data_mut();
     state.kv_writes = 0;
     state.kv_failure = None;
@@ -191,10 +216,18 @@ pub(crate) fn begin_call(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clear();
-    store.set_epoch_deadline(clock.deadline_for(limits.timeout));
+    let started = Instant::now();
+    state.started = started;
+    state.deadline = started + limits.timeout;
+    store.set_epoch_deadline(1);
     // Host-side waits (outgoing HTTP, WASI sleeps) do not see the epoch: the same limit bounds
     // them, one tick later so that a guest spinning in Wasm is reported by the epoch.
-    limits.timeout + clock.tick()
+    tokio::time::Instant::from_std(started + limits.timeout + clock.tick())
+}
+
+/// How long the current call (since [`begin_call`]) has taken.
+pub(crate) fn call_time(store: &Store<PluginState>) -> Duration {
+    store.data().started.elapsed()
 }
 
 /// The outgoing requests refused during the current call.
@@ -237,12 +270,11 @@ pub(crate) enum Phase {
 /// Classifies the outcome of a call that did not return: `None` from the host-side timeout,
 /// else wasmtime's error.
 pub(crate) fn classify(
-    store: &mut Store<PluginState>,
+    state: &mut PluginState,
     limits: &Limits,
     phase: Phase,
     error: Option<wasmtime::Error>,
 ) -> Failure {
-    let state = store.data_mut();
     let component = state.component.to_string();
     let Some(error) = error else {
         return Failure::Fault(Fault::Timeout {
@@ -301,20 +333,32 @@ pub(crate) fn classify(
     Failure::Fault(Fault::Trap { component, message })
 }
 
-/// Awaits a guest call under the call's wall-clock budget and classifies a failure:
-/// `guarded!(store, limits, phase, budget, call)` → `Result<T, Failure>`.
+/// Awaits a guest call until the deadline `begin_call` gave — off the async workers once it runs
+/// long (see `offload`) — and classifies a failure:
+/// `guarded!(store, limits, phase, deadline, call)` → `Result<T, Failure>`.
 macro_rules! guarded {
-    ($store:ident, $limits:expr, $phase:expr, $budget:expr, $call:expr) => {{
-        let outcome = tokio::time::timeout($budget, $call).await;
+    ($store:ident, $limits:expr, $phase:expr, $deadline:expr, $call:expr) => {{
+        $store.data_mut().yielded = false;
+        // Polled where it is built: a guest call's future is large, and moving it into a
+        // wrapper costs more than the wrapper's work.
+        let outcome = {
+            let mut call = ::std::pin::pin!(tokio::time::timeout_at($deadline, $call));
+            ::std::future::poll_fn(|cx| $crate::offload::poll_guest(call.as_mut(), cx)).await
+        };
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err($crate::state::classify(
-                &mut $store,
+                $store.data_mut(),
                 $limits,
                 $phase,
                 Some(error),
             )),
-            Err(_) => Err($crate::state::classify(&mut $store, $limits, $phase, None)),
+            Err(_) => Err($crate::state::classify(
+                $store.data_mut(),
+                $limits,
+                $phase,
+                None,
+            )),
         }
     }};
 }

@@ -13,21 +13,21 @@
 //! anew (Initialize runs again). Again the key-value entries survive and the memory does not.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::tool::ToolPlugin;
 use crate::bindings::tool::agentmesh::plugin::types::ToolError as WitToolError;
-use crate::capacity::{Slot, Stats};
+use crate::capacity::{Cell, Slot, Stats};
 use crate::component::{LoadedComponent, Pre, World};
 use crate::engine::EpochClock;
 use crate::error::{Fault, PluginError, Result, ToolError};
 use crate::kv::KvScope;
 use crate::sandbox::{Limits, Sandbox};
 use crate::state::{
-    Failure, Phase, PluginState, StoreSpec, begin_call, denials, guarded, new_store,
+    Failure, Phase, PluginState, StoreSpec, begin_call, call_time, denials, guarded, new_store,
 };
 
 /// A live instance and its session resource.
@@ -40,7 +40,9 @@ struct Live {
     slot: Slot,
 }
 
-/// An idle session's instance, parked in the pool between calls; evicting it runs Teardown.
+/// A session's instance with what tearing it down needs: parked in the pool between calls
+/// (evicting it runs Teardown), taken out for a call. Boxed once when the session opens, so
+/// that parking moves a pointer.
 pub(crate) struct Parked {
     live: Live,
     limits: Limits,
@@ -56,10 +58,16 @@ impl Parked {
 
     /// Teardown for an evicted session: runs the destructor and frees the instance. A fault
     /// in the destructor is only worth a log line: the instance is freed either way.
-    pub(crate) async fn teardown(self) {
-        let component = self.live.store.data().component.clone();
+    pub(crate) async fn teardown(self: Box<Self>) {
+        let Parked {
+            live,
+            limits,
+            clock,
+            stats,
+        } = *self;
+        let component = live.store.data().component.clone();
         tracing::debug!(component.name = %component, "evicting an idle tool session");
-        if let Err(e) = destroy(self.live, &self.limits, &self.clock, &self.stats).await {
+        if let Err(e) = destroy(live, &limits, &clock, &stats).await {
             tracing::warn!(component.name = %component, "evicted session's teardown failed: {e}");
         }
     }
@@ -74,11 +82,62 @@ struct Spec {
     task: String,
 }
 
+impl Spec {
+    /// Checks that `component` is a tool and the sandbox's mount a directory.
+    fn new(
+        component: Arc<LoadedComponent>,
+        sandbox: Sandbox,
+        settings: &str,
+        parameters: &str,
+        task: &str,
+    ) -> Result<Spec> {
+        if component.world() != World::Tool {
+            return Err(component.wrong_world(World::Tool));
+        }
+        if let Some(dir) = &sandbox.mount
+            && !dir.is_dir()
+        {
+            return Err(PluginError::Sandbox(format!(
+                "mount {} is not a directory",
+                dir.display()
+            )));
+        }
+        Ok(Spec {
+            component,
+            sandbox,
+            settings: settings.to_owned(),
+            parameters: parameters.to_owned(),
+            task: task.to_owned(),
+        })
+    }
+
+    /// `live`, an instance of this spec's session, ready to park.
+    fn parked(&self, live: Live) -> Box<Parked> {
+        let component = &self.component;
+        Box::new(Parked {
+            live,
+            limits: self.sandbox.limits,
+            clock: Arc::clone(&component.shared().clock),
+            stats: Arc::clone(component.stats()),
+        })
+    }
+
+    /// The answer to a call whose session could not be opened (counted as a failed call): a
+    /// guest fault or a full pool is the call's recoverable error, anything else the host's.
+    fn not_started(&self, error: PluginError) -> Result<Result<String, ToolError>> {
+        self.component.stats().called(Duration::ZERO, true);
+        match error {
+            PluginError::Guest(fault) => Ok(Err(ToolError::Fault(fault))),
+            e => Err(e),
+        }
+    }
+}
+
 /// One tool session of one task (see the module docs).
 pub struct ToolSession {
     spec: Spec,
-    /// The ticket of its instance parked in the pool; `None` after a fault (or once closed).
-    parked: Option<u64>,
+    /// Its place in the pool, where its instance waits between calls.
+    cell: Arc<Cell>,
 }
 
 impl ToolSession {
@@ -93,9 +152,10 @@ impl ToolSession {
         parameters: &str,
         task_id: &str,
     ) -> Result<ToolSession> {
-        let mut session = ToolSession::lazy(component, sandbox, settings, parameters, task_id)?;
+        let session = ToolSession::lazy(component, sandbox, settings, parameters, task_id)?;
         let live = start(&session.spec).await?;
-        session.park(live);
+        let parked = session.spec.parked(live);
+        session.park(parked);
         Ok(session)
     }
 
@@ -109,25 +169,11 @@ impl ToolSession {
         parameters: &str,
         task_id: &str,
     ) -> Result<ToolSession> {
-        if component.world() != World::Tool {
-            return Err(component.wrong_world(World::Tool));
-        }
-        if let Some(dir) = &sandbox.mount
-            && !dir.is_dir()
-        {
-            return Err(PluginError::Sandbox(format!(
-                "mount {} is not a directory",
-                dir.display()
-            )));
-        }
-        let spec = Spec {
-            component,
-            sandbox,
-            settings: settings.to_owned(),
-            parameters: parameters.to_owned(),
-            task: task_id.to_owned(),
-        };
-        Ok(ToolSession { spec, parked: None })
+        let spec = Spec::new(component, sandbox, settings, parameters, task_id)?;
+        Ok(ToolSession {
+            spec,
+            cell: Arc::default(),
+        })
     }
 
     /// The component this session runs (the version it was opened with).
@@ -151,50 +197,39 @@ impl ToolSession {
     /// When the session was evicted since its last call, it is opened anew first (Initialize);
     /// when no instance frees up in time, the answer is a recoverable [`Fault::Busy`].
     pub async fn invoke(&mut self, action: &str, input: &str) -> Result<Result<String, ToolError>> {
-        let mut took = Duration::ZERO;
-        let result = self.run(action, input, &mut took).await;
-        let stats = self.spec.component.stats();
-        stats.called(took, !matches!(result, Ok(Ok(_))));
-        result
-    }
-
-    /// [`ToolSession::invoke`], uncounted; sets `took` to the time the guest's call took (zero
-    /// when there was no instance to call).
-    async fn run(
-        &mut self,
-        action: &str,
-        input: &str,
-        took: &mut Duration,
-    ) -> Result<Result<String, ToolError>> {
-        let live = match self.unpark() {
-            Some(live) => live,
+        let mut instance = match self.unpark() {
+            Some(instance) => instance,
             None => match start(&self.spec).await {
-                Ok(live) => live,
-                Err(PluginError::Guest(fault)) => return Ok(Err(ToolError::Fault(fault))),
-                Err(e) => return Err(e),
+                Ok(live) => self.spec.parked(live),
+                Err(e) => return self.spec.not_started(e),
             },
         };
+        // The call is written out here rather than in a function of its own: its future is
+        // large, and awaiting another function's would copy it at every call.
         let Live {
-            mut store,
+            store,
             plugin,
             session,
-            slot,
-        } = live;
+            ..
+        } = &mut instance.live;
+        let component = &self.spec.component;
         let limits = self.spec.sandbox.limits;
-        let budget = begin_call(&mut store, &limits, &self.spec.component.shared().clock);
+        let deadline = begin_call(store, &limits, &component.shared().clock);
         let tool = plugin.agentmesh_plugin_tool().session();
-        let started = Instant::now();
+        // The bindings take `&String` (WIT's `json` is an alias of `string`).
+        let input = input.to_owned();
         let result = guarded!(
             store,
             &limits,
             Phase::Call,
-            budget,
-            tool.call_invoke(&mut store, session, action, &input.to_owned())
+            deadline,
+            tool.call_invoke(&mut *store, *session, action, &input)
         );
-        *took = started.elapsed();
+        let took = call_time(store);
+        component.stats().called(took, !matches!(result, Ok(Ok(_))));
         tracing::debug!(
-            component.name = self.spec.component.name(),
-            component.hash = self.spec.component.hash(),
+            component.name = component.name(),
+            component.hash = component.hash(),
             task.id = %self.spec.task,
             action,
             elapsed_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
@@ -202,28 +237,17 @@ impl ToolSession {
         );
         let result = match result {
             Ok(result) => result,
-            Err(failure) => {
-                // The instance is unusable after a fault: it is freed (its store, then its
-                // slot, for a waiter to take) and the next call starts a fresh one.
-                drop(store);
-                drop(slot);
-                return match failure {
-                    Failure::Fault(fault) => Ok(Err(ToolError::Fault(fault))),
-                    Failure::Host(e) => Err(e),
-                };
-            }
+            // The instance is unusable after a fault: dropped here (its store, then its slot,
+            // for a waiter to take), and the next call starts a fresh one.
+            Err(Failure::Fault(fault)) => return Ok(Err(ToolError::Fault(fault))),
+            Err(Failure::Host(e)) => return Err(e),
         };
-        let refused = denials(&store);
-        self.park(Live {
-            store,
-            plugin,
-            session,
-            slot,
-        });
+        let refused = denials(store);
+        self.park(instance);
         let max = limits.max_output;
         let too_large = |size| {
             ToolError::Fault(Fault::OutputTooLarge {
-                component: self.spec.component.name().to_owned(),
+                component: component.name().to_owned(),
                 size,
                 limit: max,
             })
@@ -243,13 +267,13 @@ impl ToolSession {
 
     /// Ends the session (Teardown): runs the guest's destructor, then frees the instance.
     /// Dropping a session without closing it frees the instance without the destructor.
-    pub async fn close(mut self) -> Result<()> {
-        let Some(live) = self.unpark() else {
+    pub async fn close(self) -> Result<()> {
+        let Some(instance) = self.unpark() else {
             return Ok(());
         };
         let component = &self.spec.component;
         destroy(
-            live,
+            instance.live,
             &self.spec.sandbox.limits,
             &component.shared().clock,
             component.stats(),
@@ -258,22 +282,14 @@ impl ToolSession {
     }
 
     /// Parks the instance in the pool until the next call.
-    fn park(&mut self, live: Live) {
-        let component = &self.spec.component;
-        let parked = Parked {
-            live,
-            limits: self.spec.sandbox.limits,
-            clock: Arc::clone(&component.shared().clock),
-            stats: Arc::clone(component.stats()),
-        };
-        self.parked = Some(component.shared().capacity.park(parked));
+    fn park(&self, instance: Box<Parked>) {
+        let capacity = &self.spec.component.shared().capacity;
+        capacity.park(&self.cell, instance);
     }
 
     /// Takes the parked instance back; `None` when there is none (a fault) or it was evicted.
-    fn unpark(&mut self) -> Option<Live> {
-        let ticket = self.parked.take()?;
-        let parked = self.spec.component.shared().capacity.unpark(ticket)?;
-        Some(parked.live)
+    fn unpark(&self) -> Option<Box<Parked>> {
+        self.spec.component.shared().capacity.unpark(&self.cell)
     }
 }
 
@@ -293,12 +309,12 @@ async fn destroy(live: Live, limits: &Limits, clock: &EpochClock, stats: &Stats)
         ..
     } = live;
     stats.torn_down();
-    let budget = begin_call(&mut store, limits, clock);
+    let deadline = begin_call(&mut store, limits, clock);
     let dropped = guarded!(
         store,
         limits,
         Phase::Call,
-        budget,
+        deadline,
         session.resource_drop_async(&mut store)
     );
     // The instance first, then its slot: whoever takes the slot finds the pool's room free.
@@ -328,12 +344,12 @@ async fn start(spec: &Spec) -> Result<Live> {
             kv_scope: Some(KvScope::new(spec.component.name(), spec.task.as_str())),
         },
     )?;
-    let budget = begin_call(&mut store, &limits, &spec.component.shared().clock);
+    let deadline = begin_call(&mut store, &limits, &spec.component.shared().clock);
     let plugin = guarded!(
         store,
         &limits,
         Phase::Instantiate,
-        budget,
+        deadline,
         pre.instantiate_async(&mut store)
     )?;
     let constructor = plugin.agentmesh_plugin_tool().session();
@@ -341,7 +357,7 @@ async fn start(spec: &Spec) -> Result<Live> {
         store,
         &limits,
         Phase::Call,
-        budget,
+        deadline,
         constructor.call_constructor(&mut store, &spec.settings, &spec.parameters)
     )?;
     component.stats().initialized();
@@ -392,7 +408,7 @@ impl std::fmt::Debug for ToolSession {
         f.debug_struct("ToolSession")
             .field("component", &self.spec.component.name())
             .field("task", &self.spec.task)
-            .field("parked", &self.parked.is_some())
+            .field("parked", &self.cell.is_parked())
             .finish_non_exhaustive()
     }
 }

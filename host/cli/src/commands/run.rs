@@ -65,12 +65,10 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         secrets: secrets.clone(),
         ..EngineOptions::default()
     };
+    let runtime = agentmesh_engine::async_runtime(&plan.host.policy)?;
     let engine = Engine::new(plan, store, options);
     let input = input(args)?;
     let no_input = input.is_none();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let record = runtime.block_on(async {
         let id = match &args.task {
             Some(id) => {

@@ -66,9 +66,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         ..EngineOptions::default()
     };
     bound_the_drain().context("cannot listen for SIGTERM")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = agentmesh_engine::async_runtime(&host.policy)?;
     runtime.block_on(async {
         // Bound before the engine starts, so that `runtime.api_root` is the server's own base
         // URL in every expression, those of tasks resumed at start included. Connections made

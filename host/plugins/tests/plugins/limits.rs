@@ -47,6 +47,51 @@ async fn an_infinite_loop_is_stopped_at_its_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looping_guests_leave_the_async_workers() {
+    // As many looping guests as the runtime has workers: before calls that run long left the
+    // workers, they held both for their whole timeout and nothing else on the runtime ran.
+    let timeout = Duration::from_secs(1);
+    let calls: Vec<_> = (0..2)
+        .map(|i| {
+            tokio::spawn(async move {
+                let sandbox = Sandbox::new(Limits {
+                    timeout,
+                    ..Limits::default()
+                });
+                let mut session =
+                    ToolSession::open(load("test-loop"), sandbox, "{}", "{}", &format!("t_{i}"))
+                        .await
+                        .unwrap();
+                session.invoke("spin", "{}").await.unwrap()
+            })
+        })
+        .collect();
+    // Meanwhile another task of the runtime wakes every 10 ms: ~100 times in the second.
+    let woken = tokio::spawn(async move {
+        let mut woken = 0;
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            woken += 1;
+        }
+        woken
+    })
+    .await
+    .unwrap();
+    for call in calls {
+        let answer = call.await.unwrap();
+        assert!(
+            matches!(answer, Err(ToolError::Fault(Fault::Timeout { .. }))),
+            "{answer:?}"
+        );
+    }
+    assert!(
+        woken >= 20,
+        "the runtime ran other work {woken} times in a second"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_fails_at_its_memory_limit() {
     let sandbox = Sandbox::new(Limits {
         memory: 32 * 1024 * 1024,
