@@ -3,19 +3,10 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::util::{agentmesh, config_dir, events, run_json};
+use crate::util::{agentmesh, config_dir, events, observations, run_json};
 use crate::wasm::{fake_github, guest};
-
-/// The observations of a task's log, in order.
-fn observations(events: &[Value]) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|e| e["kind"] == "ObservationEvent")
-        .map(|e| e["result"].clone())
-        .collect()
-}
 
 /// An agent `t/a` of tool `tool` on `scripted/script.yaml`.
 fn agent(tool: &str) -> String {

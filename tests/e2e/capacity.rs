@@ -87,7 +87,7 @@ fn task_events(server: &Server, id: &str) -> Vec<Value> {
 }
 
 /// The results of task `id`'s observations, in order.
-fn observations(server: &Server, id: &str) -> Vec<Value> {
+pub fn observations(server: &Server, id: &str) -> Vec<Value> {
     task_events(server, id)
         .into_iter()
         .filter(|e| e["kind"] == "ObservationEvent")
@@ -149,7 +149,8 @@ fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
     })
 }
 
-fn metric(metrics: &str, name: &str, labels: &str) -> f64 {
+/// [`sample`], which must be there.
+pub fn metric(metrics: &str, name: &str, labels: &str) -> f64 {
     sample(metrics, name, labels).unwrap_or_else(|| panic!("no {name}{{{labels}}} in\n{metrics}"))
 }
 

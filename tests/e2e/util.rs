@@ -106,6 +106,15 @@ pub fn first<'a>(events: &'a [Value], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} in {events:?}"))
 }
 
+/// The observations of a task's log, in order.
+pub fn observations(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .map(|e| e["result"].clone())
+        .collect()
+}
+
 /// A config dir holding `files` (name, text).
 pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

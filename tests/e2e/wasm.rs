@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::util::{Env, agentmesh, events, first, run_in, run_json};
+use serde_json::json;
+
+use crate::capacity::metric;
+use crate::server::{Server, wait_for};
+use crate::util::{Env, agentmesh, events, first, observations, run_in, run_json};
 
 pub fn guest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -348,6 +352,15 @@ capabilities:
     );
 }
 
+/// The `actions:` of a tool run by the `notes` guest: `put {key, value}` and `get {key}`.
+const NOTES_ACTIONS: &str = "  - name: put
+    description: Store a note.
+    parameters: {type: object, properties: {key: {type: string}, value: {type: string}}}
+  - name: get
+    description: Read a note.
+    parameters: {type: object, properties: {key: {type: string}}}
+";
+
 /// The tool `t/notes`, run by the `notes` guest: `put {key, value}` and `get {key}`.
 pub fn notes_tool() -> String {
     format!(
@@ -357,15 +370,132 @@ name: notes
 description: Notes.
 wasm: {{component: {}}}
 actions:
-  - name: put
-    description: Store a note.
-    parameters: {{type: object, properties: {{key: {{type: string}}, value: {{type: string}}}}}}
-  - name: get
-    description: Read a note.
-    parameters: {{type: object, properties: {{key: {{type: string}}}}}}
-",
+{NOTES_ACTIONS}",
         guest("notes").display()
     )
+}
+
+/// Tools `t/first` and `t/second`, both run by the one file `component`, each with the
+/// `actions:` `actions`, and an agent `t/a` using both on `scripted/script.yaml`.
+fn two_tools_one_component(component: &Path, actions: &str) -> String {
+    let tool = |name: &str| {
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: {name}
+description: One of two tools on one component.
+wasm: {{component: {}}}
+actions:
+{actions}---
+",
+            component.display()
+        )
+    };
+    format!(
+        "{}{}kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Uses both tools.
+prompt: Go.
+model: scripted/script.yaml
+capabilities:
+  first: \"*\"
+  second: \"*\"
+",
+        tool("first"),
+        tool("second")
+    )
+}
+
+/// Two tools on one component file are two tools: the second one's fault names it, not the
+/// first, and each has its own `/metrics` series and `/v1/status` entry.
+#[test]
+fn tools_sharing_a_component_file_are_each_named_in_their_faults_and_metrics() {
+    let component = guest("test_panic");
+    let dir = crate::util::config_dir(&[
+        (
+            "all.yaml",
+            &two_tools_one_component(
+                &component,
+                "  - name: ok\n    description: Answer.\n  - name: boom\n    description: Panic.\n",
+            ),
+        ),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: first_ok, arguments: {}}]
+  - tool_calls: [{name: second_boom, arguments: {}}]
+  - text: done
+",
+        ),
+    ]);
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, &[]);
+    let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    let turn = wait_for(Duration::from_secs(30), || {
+        let results = crate::capacity::observations(&server, &id);
+        (results.len() == 2).then_some(results)
+    })
+    .expect("two observations");
+    assert_eq!(turn[0], json!("still alive"));
+    let error = turn[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("component `t/second` panicked"),
+        "the fault names the tool that faulted: {error}"
+    );
+    assert!(!error.contains("t/first"), "{error}");
+
+    let metrics = server.request("GET", "/metrics").send().text();
+    // Each tool has its own series: one call each, the second's failed.
+    for (tool, errors) in [("t/first", 0.0), ("t/second", 1.0)] {
+        let label = format!("component=\"{tool}\"");
+        let counted = (
+            metric(&metrics, "agentmesh_component_calls_total", &label),
+            metric(&metrics, "agentmesh_component_errors_total", &label),
+        );
+        assert_eq!(counted, (1.0, errors), "{tool}\n{metrics}");
+    }
+
+    let status = server.request("GET", "/v1/status").send().json();
+    let names: Vec<&str> = status["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["t/first", "t/second"], "{status}");
+}
+
+/// Two tools on one component file keep key-value entries apart: what one stores in a task,
+/// the other does not see.
+#[test]
+fn tools_sharing_a_component_file_keep_their_key_value_apart() {
+    let dir = crate::util::config_dir(&[
+        (
+            "all.yaml",
+            &two_tools_one_component(&guest("notes"), NOTES_ACTIONS),
+        ),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: first_put, arguments: {key: plan, value: ship it}}]
+  - tool_calls: [{name: second_get, arguments: {key: plan}}]
+  - tool_calls: [{name: first_get, arguments: {key: plan}}]
+  - text: done
+",
+        ),
+    ]);
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
+    let results = observations(&events(&data, &task));
+    assert_eq!(
+        results[1..],
+        [
+            json!({"key": "plan", "value": null}),
+            json!({"key": "plan", "value": "ship it"})
+        ],
+        "{results:?}"
+    );
 }
 
 /// A component of the wrong world is refused where it is referenced, by `validate` and before

@@ -1,7 +1,7 @@
 //! The plan: a validated config compiled for running. Every expression and template is
 //! compiled here once; tasks only evaluate.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -529,14 +529,14 @@ impl Plan {
 }
 
 impl Plan {
-    /// Every component the plan runs, by path, with the name it is logged under: tool
-    /// actions, `wasm` middleware steps and event-filter components.
+    /// Every component the plan runs, as the name it runs under and its path, sorted, each
+    /// pair once: tool actions under their tool's id, `wasm` middleware steps and
+    /// event-filter components under their path. A file that two tools run is there once for
+    /// each tool (and loaded once, see `Plugins::preload`).
     pub fn components(&self) -> Vec<(String, PathBuf)> {
-        let mut out: Vec<(String, PathBuf)> = Vec::new();
+        let mut out = BTreeSet::new();
         let mut add = |name: String, path: &PathBuf| {
-            if !out.iter().any(|(_, p)| p == path) {
-                out.push((name, path.clone()));
-            }
+            out.insert((name, path.clone()));
         };
         for tool in self.tools.values() {
             for action in &tool.actions {
@@ -566,8 +566,7 @@ impl Plan {
                 }
             }
         }
-        out.sort();
-        out
+        out.into_iter().collect()
     }
 }
 

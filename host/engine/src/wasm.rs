@@ -130,10 +130,18 @@ fn session_of(tool: &str, runtime: &WasmRuntime) -> String {
     format!("{tool} {block}")
 }
 
+/// A component in force: the name it runs as (a tool's id, or a middleware step's or event
+/// filter's path) and its file.
+type ComponentKey = (String, PathBuf);
+
 /// The engine's plugin host, its loaded components and the open tool sessions.
+///
+/// A file several tools run is compiled once; each tool gets its own view of it
+/// ([`LoadedComponent::named`]), so its errors, logs, counters and key-value scopes carry its
+/// own name.
 pub(crate) struct Plugins {
     host: PluginHost,
-    components: Mutex<HashMap<PathBuf, Arc<LoadedComponent>>>,
+    components: Mutex<HashMap<ComponentKey, Arc<LoadedComponent>>>,
     sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<ToolSession>>>>,
 }
 
@@ -159,40 +167,60 @@ impl Plugins {
         })
     }
 
-    /// The component at `path` (loaded once per engine).
+    /// The component at `path` as `name`: the version in force, else a view of the version in
+    /// force of the same file under another name, else loaded now (each file once per
+    /// engine).
     pub(crate) fn component(
         &self,
         name: &str,
         path: &Path,
     ) -> Result<Arc<LoadedComponent>, PluginError> {
-        if let Some(c) = lock(&self.components).get(path) {
-            return Ok(Arc::clone(c));
+        let key = (name.to_owned(), path.to_path_buf());
+        {
+            let mut components = lock(&self.components);
+            if let Some(c) = components.get(&key) {
+                return Ok(Arc::clone(c));
+            }
+            if let Some(c) = components.values().find(|c| c.path() == path) {
+                let view = Arc::new(c.named(name));
+                components.insert(key, Arc::clone(&view));
+                return Ok(view);
+            }
         }
         let loaded = self.host.load_named(name, path)?;
-        lock(&self.components).insert(path.to_path_buf(), Arc::clone(&loaded));
+        lock(&self.components).insert(key, Arc::clone(&loaded));
         Ok(loaded)
     }
 
-    /// Loads (compiles, or reads from the compiled cache) every component of `paths`,
-    /// without installing any: the first failure names its component.
+    /// Loads (compiles, or reads from the compiled cache) each file of `components` once,
+    /// and makes a view of it for each name it runs as, without installing any: the first
+    /// failure names its component.
     pub(crate) fn preload(
         &self,
-        paths: &[(String, PathBuf)],
-    ) -> Result<HashMap<PathBuf, Arc<LoadedComponent>>, String> {
+        components: &[ComponentKey],
+    ) -> Result<HashMap<ComponentKey, Arc<LoadedComponent>>, String> {
+        let mut files: HashMap<&Path, Arc<LoadedComponent>> = HashMap::new();
         let mut loaded = HashMap::new();
-        for (name, path) in paths {
-            let component = self
-                .host
-                .load_named(name, path)
-                .map_err(|e| format!("component `{}`: {e}", path.display()))?;
-            loaded.insert(path.clone(), component);
+        for (name, path) in components {
+            let component = match files.get(path.as_path()) {
+                Some(file) => Arc::new(file.named(name)),
+                None => {
+                    let file = self
+                        .host
+                        .load_named(name, path)
+                        .map_err(|e| format!("component `{}`: {e}", path.display()))?;
+                    files.insert(path, Arc::clone(&file));
+                    file
+                }
+            };
+            loaded.insert((name.clone(), path.clone()), component);
         }
         Ok(loaded)
     }
 
     /// Makes `components` the versions in force. Calls in flight finish on the version they
     /// started with; a tool session on a replaced version is reopened at its next call.
-    pub(crate) fn install(&self, components: HashMap<PathBuf, Arc<LoadedComponent>>) {
+    pub(crate) fn install(&self, components: HashMap<ComponentKey, Arc<LoadedComponent>>) {
         *lock(&self.components) = components;
     }
 
@@ -205,7 +233,7 @@ impl Plugins {
     pub(crate) fn versions(&self) -> Vec<(String, PathBuf, String)> {
         let mut out: Vec<_> = lock(&self.components)
             .iter()
-            .map(|(path, c)| (c.name().to_owned(), path.clone(), c.hash().to_owned()))
+            .map(|((name, path), c)| (name.clone(), path.clone(), c.hash().to_owned()))
             .collect();
         out.sort();
         out

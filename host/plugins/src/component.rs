@@ -74,7 +74,8 @@ impl std::fmt::Display for World {
     }
 }
 
-/// The pre-linked component, typed by world.
+/// The pre-linked component, typed by world. Cloning it is cheap (it holds `Arc`s).
+#[derive(Clone)]
 pub(crate) enum Pre {
     Tool(bindings::tool::ToolPluginPre<PluginState>),
     Middleware(bindings::middleware::MiddlewarePluginPre<PluginState>),
@@ -135,7 +136,24 @@ impl LoadedComponent {
         })
     }
 
-    /// The name it was loaded as.
+    /// The same compiled, pre-linked component as `name`: another tool run by the same file.
+    /// Cheap (nothing is compiled or linked again). The view has its own name in logs and
+    /// errors, its own key-value scopes and its own counters in the instance pool; its path,
+    /// hash and world are this one's.
+    pub fn named(&self, name: &str) -> LoadedComponent {
+        LoadedComponent {
+            name: name.to_owned(),
+            path: self.path.clone(),
+            hash: self.hash.clone(),
+            world: self.world,
+            from_cache: self.from_cache,
+            pre: self.pre.clone(),
+            shared: Arc::clone(&self.shared),
+            stats: self.shared.capacity.stats(name),
+        }
+    }
+
+    /// Its name: the one it was loaded as, or given by [`LoadedComponent::named`].
     pub fn name(&self) -> &str {
         &self.name
     }

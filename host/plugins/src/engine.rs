@@ -156,7 +156,8 @@ impl PluginHost {
     ///
     /// `name` identifies the component in logs, errors and key-value scopes; give a new version
     /// of the same component the same name (e.g. `engineering/github-pr`) so tasks keep
-    /// their state across a hot swap.
+    /// their state across a hot swap. Another tool run by the same file takes a view of the
+    /// result under its own name ([`LoadedComponent::named`]) rather than loading it again.
     pub fn load_named(&self, name: &str, path: &Path) -> Result<Arc<LoadedComponent>> {
         let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
             path: path.to_owned(),

@@ -3,7 +3,8 @@
 //!
 //! - [`PluginHost`] owns the wasmtime engine (pooling allocator, epoch-based timeouts), one
 //!   linker per world and the compiled-component cache; [`PluginHost::load`] gives a
-//!   [`LoadedComponent`] whose [`World`] is detected from its exports.
+//!   [`LoadedComponent`] whose [`World`] is detected from its exports, and
+//!   [`LoadedComponent::named`] the same one under another name (one file, several tools).
 //! - Tools ([`tool`]): a [`ToolSession`] per (component, task) — Initialize on open, Teardown on
 //!   [`ToolSession::close`] — or [`LoadedComponent::call_tool`] for one call in a fresh instance.
 //! - Capacity: at most [`PluginConfig::max_instances`] instances live at once. An idle session

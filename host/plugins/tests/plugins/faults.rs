@@ -44,6 +44,29 @@ async fn a_panic_is_reported_with_its_message() {
     assert_eq!(next.as_deref(), Ok("\"still alive\""));
 }
 
+/// Another tool run by the same file has its own name in its faults, not the name the file
+/// was loaded as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_names_the_tool_that_ran_not_the_first_to_load_the_file() {
+    let second = Arc::new(load("test-panic").named("t/second"));
+    let answer = second
+        .call_tool(
+            &Sandbox::default(),
+            "{}",
+            "{}",
+            "t_panic_named",
+            "boom",
+            "{}",
+        )
+        .await
+        .unwrap();
+    let error = answer.unwrap_err().to_string();
+    assert!(
+        error.starts_with("component `t/second` panicked"),
+        "{error}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_outside_allowed_hosts_never_leave_the_host() {
     let github = FakeGithub::start().await;

@@ -1,4 +1,7 @@
 //! `notes` and the key-value store: private to (component, task), surviving between calls.
+//! Two tools run by one file are two components here, each with its own entries.
+
+use std::sync::Arc;
 
 use agentmesh_plugins::{KvScope, KvStore, Sandbox};
 use serde_json::{Value, json};
@@ -55,4 +58,38 @@ async fn notes_of_one_task_are_invisible_to_another() {
     assert_eq!(other, json!({"key": "secret", "value": null}));
     let listed = call("t_kv_c", "list", json!({})).await;
     assert_eq!(listed, json!({"keys": []}));
+}
+
+/// Another tool run by the same file keeps its notes under its own name, apart from the
+/// first's, and its calls are counted under its own name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tool_on_the_same_file_keeps_its_own_notes_and_counters() {
+    let notes = load("notes");
+    let journal = Arc::new(notes.named("journal"));
+    assert_eq!(
+        (journal.path(), journal.hash(), journal.world()),
+        (notes.path(), notes.hash(), notes.world())
+    );
+    let put = json!({"key": "plan", "value": "ship it"}).to_string();
+    let stored = journal
+        .call_tool(&Sandbox::default(), "{}", "{}", "t_kv_d", "put", &put)
+        .await
+        .unwrap();
+    assert_eq!(stored.as_deref(), Ok(r#"{"stored":"plan"}"#));
+
+    let got = call("t_kv_d", "get", json!({"key": "plan"})).await;
+    assert_eq!(got, json!({"key": "plan", "value": null}));
+    let kv = &shared().1;
+    assert_eq!(
+        kv.get(&KvScope::new("journal", "t_kv_d"), "note/plan")
+            .unwrap(),
+        Some(b"ship it".to_vec())
+    );
+    let metrics = shared().0.pool_metrics();
+    let calls = metrics
+        .components
+        .iter()
+        .find(|c| c.component == "journal")
+        .map(|c| c.calls);
+    assert_eq!(calls, Some(1));
 }
