@@ -4,14 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wasmtime::Engine;
+use wasmtime::{Engine, Store};
 use wasmtime::component::{Component, InstancePre};
 
 use crate::bindings;
-use crate::capacity::Stats;
+use crate::capacity::{Slot, Stats};
 use crate::engine::Shared;
 use crate::error::{PluginError, Result};
-use crate::state::PluginState;
+use crate::kv::KvScope;
+use crate::sandbox::Limits;
+use crate::state::{PluginState, StoreSpec, begin_call, new_store};
 
 /// The world a component implements, detected from its exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,6 +186,31 @@ impl LoadedComponent {
 
     pub(crate) fn stats(&self) -> &Arc<Stats> {
         &self.stats
+    }
+
+    /// A slot in the instance pool and a fresh store for one call of this component (a
+    /// middleware step, an event filter), with the call's deadline armed. Bind them in this
+    /// order, `let (_slot, mut store, deadline) = …`: locals drop in reverse, so the store
+    /// (the instance) is freed before its slot is given back.
+    pub(crate) async fn fresh_store(
+        &self,
+        limits: &Limits,
+        kv_scope: Option<KvScope>,
+    ) -> Result<(Slot, Store<PluginState>, tokio::time::Instant)> {
+        let slot = self
+            .shared
+            .capacity
+            .acquire(self.name(), self.stats())
+            .await?;
+        let spec = StoreSpec {
+            limits,
+            allowed_hosts: &[],
+            mount: None,
+            kv_scope,
+        };
+        let mut store = new_store(self, spec)?;
+        let deadline = begin_call(&mut store, limits, &self.shared.clock);
+        Ok((slot, store, deadline))
     }
 
     /// Counts one call of this component when dropped: failed unless marked `ok`, taking the

@@ -8,7 +8,7 @@ use crate::bindings::event_filter::exports::agentmesh::plugin::event_filter::All
 use crate::component::{LoadedComponent, Pre, World};
 use crate::error::Result;
 use crate::sandbox::Limits;
-use crate::state::{Phase, StoreSpec, begin_call, call_time, guarded, new_store};
+use crate::state::{Phase, call_time, guarded};
 
 /// The allow-list set of one tool parameter of a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,22 +32,7 @@ impl LoadedComponent {
         let Pre::EventFilter(pre) = self.pre() else {
             return Err(self.wrong_world(World::EventFilter));
         };
-        // Declared before the store: dropped after it.
-        let _slot = self
-            .shared()
-            .capacity
-            .acquire(self.name(), self.stats())
-            .await?;
-        let mut store = new_store(
-            self,
-            StoreSpec {
-                limits,
-                allowed_hosts: &[],
-                mount: None,
-                kv_scope: None,
-            },
-        )?;
-        let deadline = begin_call(&mut store, limits, &self.shared().clock);
+        let (_slot, mut store, deadline) = self.fresh_store(limits, None).await?;
         let plugin = guarded!(
             store,
             limits,

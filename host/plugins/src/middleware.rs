@@ -9,7 +9,7 @@ use crate::component::{LoadedComponent, Pre, World};
 use crate::error::{Fault, PluginError, Result};
 use crate::kv::KvScope;
 use crate::sandbox::Limits;
-use crate::state::{Phase, StoreSpec, begin_call, call_time, guarded, new_store};
+use crate::state::{Phase, call_time, guarded};
 
 /// What a middleware step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,22 +67,8 @@ impl LoadedComponent {
         let Pre::Middleware(pre) = self.pre() else {
             return Err(self.wrong_world(World::Middleware));
         };
-        // Declared before the store: dropped after it.
-        let _slot = self
-            .shared()
-            .capacity
-            .acquire(self.name(), self.stats())
-            .await?;
-        let mut store = new_store(
-            self,
-            StoreSpec {
-                limits,
-                allowed_hosts: &[],
-                mount: None,
-                kv_scope: Some(KvScope::new(self.name(), call.task_id)),
-            },
-        )?;
-        let deadline = begin_call(&mut store, limits, &self.shared().clock);
+        let scope = KvScope::new(self.name(), call.task_id);
+        let (_slot, mut store, deadline) = self.fresh_store(limits, Some(scope)).await?;
         let plugin = guarded!(
             store,
             limits,
