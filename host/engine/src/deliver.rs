@@ -146,7 +146,7 @@ impl Engine {
                 })
         })
         .await
-        .map_err(|e| EngineError::Config(format!("queueing did not finish: {e}")))?
+        .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))?
         .map_err(EngineError::from)?;
         match queued {
             (Delivery::Duplicate, _) => Ok(WebhookOutcome::Duplicate),

@@ -99,6 +99,10 @@ pub enum EngineError {
     /// The caller may not do this.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// The host failed (a worker thread ended, a component cannot be loaded for a reason
+    /// outside the config).
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 /// The engine's result.
@@ -292,7 +296,7 @@ impl Engine {
     /// Loads every component of `plan` aside and, when all load, makes `plan` and its
     /// components the versions in force (atomically for new work; calls in flight finish on
     /// the old versions). On error nothing changes and the error says which component failed.
-    pub async fn reload(&self, plan: Plan) -> std::result::Result<(), String> {
+    pub async fn reload(&self, plan: Plan) -> Result<()> {
         self.install_components(&plan).await?;
         self.inner.options.secrets.set(Arc::clone(&plan.secrets));
         *self
@@ -303,29 +307,30 @@ impl Engine {
         // Models are made anew from the new plan: changed scripts, endpoints and keys apply
         // to the next LLM call (a call in flight finishes on the provider it has).
         self.inner.providers.clear();
-        self.rebuild_routes().map_err(|e| e.to_string())?;
-        self.register_triggers().map_err(|e| e.to_string())?;
-        self.arm_schedules(false).map_err(|e| e.to_string())?;
+        self.rebuild_routes()?;
+        self.register_triggers()?;
+        self.arm_schedules(false)?;
         Ok(())
     }
 
     /// Loads every component of the plan in force (compiling it, or reading the compiled
     /// cache), so the first call does not pay for it and a broken one shows at start.
-    pub async fn load_components(&self) -> std::result::Result<(), String> {
+    pub async fn load_components(&self) -> Result<()> {
         let plan = self.plan();
         self.install_components(&plan).await
     }
 
-    async fn install_components(&self, plan: &Plan) -> std::result::Result<(), String> {
+    async fn install_components(&self, plan: &Plan) -> Result<()> {
         let paths = plan.components();
         if paths.is_empty() {
             return Ok(());
         }
-        let plugins = self.plugins()?;
+        let plugins = self.plugins().map_err(EngineError::Internal)?;
         let loader = Arc::clone(&plugins);
         let loaded = tokio::task::spawn_blocking(move || loader.preload(&paths))
             .await
-            .map_err(|e| format!("loading components: {e}"))??;
+            .map_err(|e| EngineError::Internal(format!("loading components: {e}")))?
+            .map_err(EngineError::Config)?;
         plugins.install(loaded);
         Ok(())
     }

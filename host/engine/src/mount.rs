@@ -2,7 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use agentmesh_expr::MountIo;
+use agentmesh_expr::{MountError, MountIo};
 use agentmesh_manifest::model::agent::MountScope;
 use agentmesh_manifest::model::host::MountConfig;
 use serde_json::{Value, json};
@@ -98,7 +98,17 @@ impl FileMount {
 }
 
 impl MountIo for FileMount {
-    fn read(&self, path: &str) -> Result<String, String> {
+    fn read(&self, path: &str) -> Result<String, MountError> {
+        self.read_file(path).map_err(MountError)
+    }
+
+    fn write(&self, path: &str, content: &str) -> Result<String, MountError> {
+        self.write_file(path, content).map_err(MountError)
+    }
+}
+
+impl FileMount {
+    fn read_file(&self, path: &str) -> Result<String, String> {
         let full = self.resolve(path)?;
         let meta = std::fs::symlink_metadata(&full).map_err(|e| format!("`{path}`: {e}"))?;
         if meta.len() > MAX_MOUNT_FILE {
@@ -107,7 +117,7 @@ impl MountIo for FileMount {
         std::fs::read_to_string(&full).map_err(|e| format!("`{path}`: {e}"))
     }
 
-    fn write(&self, path: &str, content: &str) -> Result<String, String> {
+    fn write_file(&self, path: &str, content: &str) -> Result<String, String> {
         if content.len() as u64 > MAX_MOUNT_FILE {
             return Err(format!("content is larger than {MAX_MOUNT_FILE} bytes"));
         }

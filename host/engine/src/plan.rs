@@ -377,7 +377,7 @@ impl ParamsSchema {
     }
 
     /// Checks `value`; `Err` says which `what` (argument, parameter) breaks which rule.
-    pub fn check(&self, value: &Value, what: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, value: &Value, what: &str) -> Result<(), String> {
         let Some(validator) = &self.validator else {
             return Ok(());
         };

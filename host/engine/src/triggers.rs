@@ -85,6 +85,11 @@ pub enum SourcePlan {
     Bearer(BearerTokens<String>),
 }
 
+/// Why a delivery to a source is refused: a bad or missing signature or bearer token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unauthenticated(pub String);
+
 impl SourcePlan {
     /// Authenticates a delivery: `Ok(auth_subject)` (a bearer token's subject; `None` for a
     /// signed delivery), or why it is refused.
@@ -92,7 +97,7 @@ impl SourcePlan {
         &self,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> std::result::Result<Option<String>, String> {
+    ) -> std::result::Result<Option<String>, Unauthenticated> {
         match self {
             SourcePlan::Signed { scheme, secret } => {
                 let checked = match scheme {
@@ -104,14 +109,18 @@ impl SourcePlan {
                         SystemTime::now(),
                     ),
                 };
-                checked.map(|()| None).map_err(|e| e.to_string())
+                checked
+                    .map(|()| None)
+                    .map_err(|e| Unauthenticated(e.to_string()))
             }
             SourcePlan::Bearer(tokens) => match tokens.find(headers) {
                 Ok(subject) => Ok(Some(subject.clone())),
-                Err(agentmesh_routing::Error::UnknownToken) => {
-                    Err("the bearer token is not valid for this source".to_owned())
-                }
-                Err(_) => Err("missing `Authorization: Bearer <token>`".to_owned()),
+                Err(agentmesh_routing::Error::UnknownToken) => Err(Unauthenticated(
+                    "the bearer token is not valid for this source".to_owned(),
+                )),
+                Err(_) => Err(Unauthenticated(
+                    "missing `Authorization: Bearer <token>`".to_owned(),
+                )),
             },
         }
     }
@@ -601,7 +610,7 @@ impl Engine {
         let engine = self.clone();
         tokio::task::spawn_blocking(move || work(&engine))
             .await
-            .map_err(|e| EngineError::Config(format!("a store write did not finish: {e}")))?
+            .map_err(|e| EngineError::Internal(format!("a store write did not finish: {e}")))?
     }
 
     /// Records a fire's outcome: a task created, a drop, or a failure.
@@ -773,7 +782,7 @@ impl Engine {
             .ok_or_else(|| WebhookError::UnknownSource(source.to_owned()))?;
         let auth_subject = src
             .authenticate(headers, body)
-            .map_err(WebhookError::Unauthorized)?;
+            .map_err(|e| WebhookError::Unauthorized(e.0))?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
@@ -908,7 +917,7 @@ impl Engine {
         let auth_subject = match plan.sources.get(&t.source).map(AsRef::as_ref) {
             Some(src @ SourcePlan::Bearer(_)) => src
                 .authenticate(headers, body)
-                .map_err(FireError::Unauthorized)?,
+                .map_err(|e| FireError::Unauthorized(e.0))?,
             _ => {
                 return Err(FireError::Unauthorized(format!(
                     "trigger `{id}` cannot be fired over the API: its source `{}` is not a `bearer` source",

@@ -49,12 +49,18 @@ pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
 });
 
 /// File access for `mount.read(path)` / `mount.write(path, content)` in `cel` tool expressions.
+/// Why a mount read or write failed, as the expression's error shows it (the path and the
+/// cause: a refused path, a missing file, a file too large, an I/O error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MountError(pub String);
+
 /// The engine implements it over the agent's mount prefix; paths are relative to the prefix.
 pub trait MountIo: Send + Sync {
     /// The content of `path`.
-    fn read(&self, path: &str) -> Result<String, String>;
+    fn read(&self, path: &str) -> Result<String, MountError>;
     /// Writes `content` to `path`; returns the content written.
-    fn write(&self, path: &str, content: &str) -> Result<String, String>;
+    fn write(&self, path: &str, content: &str) -> Result<String, MountError>;
 }
 
 /// What host functions need from the evaluation that calls them. Evaluation is synchronous and

@@ -230,6 +230,7 @@ fn review_args<'a>(expr: &'a cel::IdedExpr, out: &mut Vec<&'a cel::IdedExpr>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::env::MountError;
     use serde_json::json;
     use std::collections::BTreeMap;
 
@@ -306,15 +307,15 @@ mod tests {
     struct Files(std::sync::Mutex<BTreeMap<String, String>>);
 
     impl MountIo for Files {
-        fn read(&self, path: &str) -> Result<String, String> {
+        fn read(&self, path: &str) -> Result<String, MountError> {
             self.0
                 .lock()
                 .unwrap()
                 .get(path)
                 .cloned()
-                .ok_or_else(|| format!("{path}: not found"))
+                .ok_or_else(|| MountError(format!("{path}: not found")))
         }
-        fn write(&self, path: &str, content: &str) -> Result<String, String> {
+        fn write(&self, path: &str, content: &str) -> Result<String, MountError> {
             self.0
                 .lock()
                 .unwrap()

@@ -42,7 +42,7 @@ mod needs;
 mod scope;
 mod template;
 
-pub use env::MountIo;
+pub use env::{MountError, MountIo};
 pub use eval::{Activation, Bound, EvalError};
 pub use expression::{
     CompileError, Expression, MAX_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef,

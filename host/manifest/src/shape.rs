@@ -303,8 +303,8 @@ impl<'a> Walker<'a> {
             return;
         };
         let result = match format {
-            "duration" => Duration::parse(text).map(|_| ()),
-            "byte-size" => ByteSize::parse(text).map(|_| ()),
+            "duration" => Duration::parse(text).map(|_| ()).map_err(|e| e.0),
+            "byte-size" => ByteSize::parse(text).map(|_| ()).map_err(|e| e.0),
             _ => Ok(()),
         };
         if let Err(e) = result {

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wasmtime::{Engine, Store};
 use wasmtime::component::{Component, InstancePre};
+use wasmtime::{Engine, Store};
 
 use crate::bindings;
 use crate::capacity::{Slot, Stats};

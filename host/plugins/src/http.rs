@@ -102,11 +102,20 @@ pub struct Origin {
     pub port: u16,
 }
 
+/// Text that is not an origin; the message says which part is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OriginError(String);
+
 impl Origin {
     /// Parses `http(s)://host[:port]` (a trailing `/` is accepted; a path, query, user info or
     /// wildcard is not: an origin is all-or-nothing).
-    pub fn parse(text: &str) -> Result<Origin, String> {
-        let bad = |why: &str| format!("`{text}` is not an origin (scheme://host[:port]): {why}");
+    pub fn parse(text: &str) -> Result<Origin, OriginError> {
+        let bad = |why: &str| {
+            OriginError(format!(
+                "`{text}` is not an origin (scheme://host[:port]): {why}"
+            ))
+        };
         let (scheme, rest) = if let Some(rest) = text.strip_prefix("https://") {
             (Scheme::Https, rest)
         } else if let Some(rest) = text.strip_prefix("http://") {

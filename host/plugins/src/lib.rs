@@ -70,7 +70,7 @@ pub use component::{LoadedComponent, World};
 pub use engine::{CacheStats, PluginConfig, PluginHost};
 pub use error::{Fault, PluginError, Result, ToolError};
 pub use event_filter::AllowList;
-pub use http::Origin;
+pub use http::{Origin, OriginError};
 pub use kv::{KvError, KvScope, KvStore, MemoryKv};
 pub use middleware::{MiddlewareCall, Verdict};
 pub use registry::ComponentRegistry;

@@ -129,20 +129,25 @@ impl Auth {
     }
 }
 
+/// An API token whose variable is not set: the message names the token and the variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MissingToken(String);
+
 /// The tokens of `host`'s `api_tokens`, each read from its variable through `env`. `Err` names
 /// the token and the variable that is not set.
 pub fn tokens_of(
     host: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<Token>, String> {
+) -> Result<Vec<Token>, MissingToken> {
     host.api_tokens
         .iter()
         .map(|t| {
             let secret = env(&t.env).ok_or_else(|| {
-                format!(
+                MissingToken(format!(
                     "api token `{}`: environment variable `{}` is not set",
                     t.subject, t.env
-                )
+                ))
             })?;
             let role = match t.role {
                 ConfigRole::Admin => Role::Admin,

@@ -90,6 +90,7 @@ impl From<EngineError> for ApiError {
             EngineError::Config(m) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "configuration", m)
             }
+            EngineError::Internal(m) => ApiError::internal(m),
             EngineError::Store(e) if e.is_io() => ApiError::store_unavailable(e),
             EngineError::Store(e) => ApiError::internal(e),
         }

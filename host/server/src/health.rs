@@ -59,15 +59,20 @@ struct Probed {
     failing: Option<(Instant, String)>,
 }
 
+/// Why the store cannot write now (a failed or stuck probe).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unhealthy(String);
+
 impl Health {
     /// `Err(why)` while the store cannot write (a failed or stuck probe).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Unhealthy> {
         if !self.failing.load(Ordering::Acquire) {
             return Ok(());
         }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match &state.failing {
-            Some((_, why)) => Err(why.clone()),
+            Some((_, why)) => Err(Unhealthy(why.clone())),
             None => Ok(()),
         }
     }

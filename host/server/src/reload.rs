@@ -193,7 +193,7 @@ pub async fn watch(state: Arc<AppState>, interval: Duration) {
 
 /// Loads, validates and compiles the config dir aside and swaps it in; on failure keeps the
 /// version in force and records why.
-pub async fn reload(state: &AppState) -> Result<(), String> {
+async fn reload(state: &AppState) -> Result<(), String> {
     let dir = state.config_dir.clone();
     let cache = state.engine().component_cache().map(Path::to_path_buf);
     let outcome = async {
@@ -210,7 +210,7 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
         }
         let env = |n: &str| std::env::var(n).ok();
         let plan = Plan::build(&report.config, &env).map_err(|e| e.to_string())?;
-        let auth = Auth::new(tokens_of(&plan.host, &env)?);
+        let auth = Auth::new(tokens_of(&plan.host, &env).map_err(|e| e.to_string())?);
         if auth.is_open() && !state.bound.ip().is_loopback() {
             return Err(format!(
                 "the config has no `api_tokens`, but the host listens on {}: a non-loopback \
@@ -220,7 +220,11 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
         }
         let max_body = max_body_of(&plan.host);
         let restart = state.at_start.changed_in(&StartOnly::of(&plan.host));
-        state.engine().reload(plan).await?;
+        state
+            .engine()
+            .reload(plan)
+            .await
+            .map_err(|e| e.to_string())?;
         state.apply(auth, max_body);
         Ok(restart)
     }

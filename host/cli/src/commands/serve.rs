@@ -47,7 +47,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     let addr: SocketAddr = listen
         .parse()
         .with_context(|| format!("`{listen}` is not an address like 127.0.0.1:8080"))?;
-    let tokens = tokens_of(&host, &|n| std::env::var(n).ok()).map_err(anyhow::Error::msg)?;
+    let tokens = tokens_of(&host, &|n| std::env::var(n).ok())?;
     if !addr.ip().is_loopback() && tokens.is_empty() {
         bail!(
             "refusing to listen on {addr} without `api_tokens`: anyone who can reach it could \

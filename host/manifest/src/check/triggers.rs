@@ -9,6 +9,7 @@ use super::steps::{self, Around, Layer};
 use super::{Checker, K, key_pos, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::agent::Agent;
+use crate::model::common::ParseError;
 use crate::model::{Schedule, Trigger};
 use crate::suggest::did_you_mean;
 
@@ -138,14 +139,14 @@ pub(crate) fn check_schedule(c: &mut Checker, doc: &Loaded<Schedule>) {
 }
 
 /// Parses a five-field cron expression.
-pub fn parse_cron(text: &str) -> Result<croner::Cron, String> {
+pub fn parse_cron(text: &str) -> Result<croner::Cron, ParseError> {
     let fields = text.split_whitespace().count();
     if fields != 5 {
-        return Err(format!(
+        return Err(ParseError(format!(
             "expected 5 fields (minute hour day-of-month month day-of-week), found {fields}"
-        ));
+        )));
     }
-    croner::Cron::from_str(text).map_err(|e| e.to_string())
+    croner::Cron::from_str(text).map_err(|e| ParseError(e.to_string()))
 }
 
 fn find_agent<'a>(

@@ -9,6 +9,12 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+/// A value that does not parse as the scalar it should be: the message says what it should
+/// look like (e.g. "`5x` is not a duration (write e.g. 30s, …)").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
 /// A duration written as whole numbers with units, e.g. `30s`, `15m`, `2h`, `1h30m`, `7d`,
 /// `500ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -17,8 +23,12 @@ pub struct Duration(pub std::time::Duration);
 
 impl Duration {
     /// Parses `30s`, `2h`, `1h30m`, `500ms`, `7d`.
-    pub fn parse(text: &str) -> Result<Duration, String> {
-        let bad = || format!("`{text}` is not a duration (write e.g. 30s, 15m, 2h, 1h30m, 7d)");
+    pub fn parse(text: &str) -> Result<Duration, ParseError> {
+        let bad = || {
+            ParseError(format!(
+                "`{text}` is not a duration (write e.g. 30s, 15m, 2h, 1h30m, 7d)"
+            ))
+        };
         let mut total: u64 = 0;
         let mut rest = text.trim();
         if rest.is_empty() {
@@ -104,12 +114,11 @@ impl From<ByteSize> for u64 {
 
 impl ByteSize {
     /// Parses `64MiB`, `512KiB`, `1GiB`, `1000`, `10MB`.
-    pub fn parse(text: &str) -> Result<ByteSize, String> {
+    pub fn parse(text: &str) -> Result<ByteSize, ParseError> {
+        let bad = || ParseError(format!("`{text}` is not a size (write e.g. 64MiB)"));
         let t = text.trim();
         let digits = t.chars().take_while(char::is_ascii_digit).count();
-        let n: u64 = t[..digits]
-            .parse()
-            .map_err(|_| format!("`{text}` is not a size (write e.g. 64MiB)"))?;
+        let n: u64 = t[..digits].parse().map_err(|_| bad())?;
         let mult: u64 = match t[digits..].trim() {
             "" | "B" => 1,
             "KiB" => 1 << 10,
@@ -118,11 +127,11 @@ impl ByteSize {
             "KB" | "kB" => 1_000,
             "MB" => 1_000_000,
             "GB" => 1_000_000_000,
-            _ => return Err(format!("`{text}` is not a size (write e.g. 64MiB)")),
+            _ => return Err(bad()),
         };
         n.checked_mul(mult)
             .map(ByteSize)
-            .ok_or_else(|| format!("`{text}` is too large"))
+            .ok_or_else(|| ParseError(format!("`{text}` is too large")))
     }
 }
 
