@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Expression, Needs, Template};
-use agentmesh_manifest::Config;
 use agentmesh_manifest::model::agent::{CapabilityDecl, Limits, MountScope};
 use agentmesh_manifest::model::common::{
     EnvValue, MiddlewareStep, OnFail, ParameterSchema, Property,
@@ -15,6 +14,7 @@ use agentmesh_manifest::model::common::{
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
 use agentmesh_manifest::model::tool::{Execute, HttpMethod, HttpRequest, Tool, WasmRuntime};
+use agentmesh_manifest::{Config, function_name, sanitize};
 use agentmesh_routing::Filter;
 use agentmesh_store::event::ToolSchema;
 use indexmap::IndexMap;
@@ -23,19 +23,6 @@ use serde_json::{Map, Value, json};
 use crate::EngineError;
 use crate::triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 use crate::wakeups::HostTool;
-
-/// `github-pr` → `github_pr`.
-pub fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
 
 /// Everything the engine runs, compiled.
 pub struct Plan {
@@ -811,11 +798,7 @@ fn agent_plan(
                     if !plan.includes(&action.name) {
                         continue;
                     }
-                    let fname = if single {
-                        sanitize(key)
-                    } else {
-                        format!("{}_{}", sanitize(key), sanitize(&action.name))
-                    };
+                    let fname = function_name(key, &action.name, single);
                     let bound: Vec<&str> = plan.bound().collect();
                     names.push(fname.clone());
                     functions.push(Function {
@@ -969,11 +952,8 @@ fn step(
             format!("{ns}/{name}") == id
         });
         let key = capability.map_or(tool_ref, |(k, _)| k.as_str());
-        let function = if tool.actions.len() == 1 {
-            sanitize(key)
-        } else {
-            format!("{}_{}", sanitize(key), sanitize(&tool.actions[action].name))
-        };
+        let single = tool.actions.len() == 1;
+        let function = function_name(key, &tool.actions[action].name, single);
         let capability_bindings = match capability {
             Some((_, CapabilityDecl::Config(c))) => compile_bindings(c.bindings.as_ref())?,
             _ => Vec::new(),

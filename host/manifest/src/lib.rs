@@ -27,7 +27,7 @@ pub mod yaml;
 
 use std::path::Path;
 
-pub use check::{ComponentUse, ComponentWorld, Summary};
+pub use check::{ComponentUse, ComponentWorld, Summary, function_name, sanitize};
 pub use diag::{Diagnostic, Severity};
 pub use load::{Config, Loaded, Source};
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::steps::{self, Around, Layer};
-use super::{Checker, I, K, Seg, key_pos, pos_at, sanitize, scopes};
+use super::{Checker, I, K, Seg, function_name, key_pos, pos_at, sanitize, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
 use crate::model::agent::{Agent, CapabilityDecl, MountScope};
@@ -54,19 +54,13 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
                 check_include(c, src, key, tool, include);
                 check_bindings_tool(c, src, key, tool, bindings, include);
                 let active = |name: &str| include.is_none_or(|inc| inc.iter().any(|i| i == name));
-                let names: Vec<String> = if tool.actions.len() == 1 {
-                    tool.actions
-                        .iter()
-                        .filter(|a| active(&a.name))
-                        .map(|_| sanitize(key))
-                        .collect()
-                } else {
-                    tool.actions
-                        .iter()
-                        .filter(|a| active(&a.name))
-                        .map(|a| format!("{}_{}", sanitize(key), sanitize(&a.name)))
-                        .collect()
-                };
+                let single = tool.actions.len() == 1;
+                let names: Vec<String> = tool
+                    .actions
+                    .iter()
+                    .filter(|a| active(&a.name))
+                    .map(|a| function_name(key, &a.name, single))
+                    .collect();
                 for name in names {
                     claim(c, src, &mut functions, name, key);
                 }
