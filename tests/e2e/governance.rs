@@ -594,6 +594,25 @@ fn only_the_named_reviewer_or_an_admin_decides_a_review() {
     assert_eq!(listed("ops-token"), 0, "no review is pending any more");
 }
 
+#[test]
+fn a_decision_is_in_the_log_when_it_is_acknowledged() {
+    // The decision used to be handed to the waiting turn, which wrote it after the 200: a
+    // client reading the log right after its decision often found nothing (and a crash in
+    // between lost it).
+    let (_root, server) = reviewed_server();
+    for _ in 0..30 {
+        let (id, review) = alices_task_in_review(&server);
+        let path = format!(
+            "/v1/tasks/{id}/reviews/{}",
+            review["review_id"].as_str().unwrap()
+        );
+        let approve = Some(json!({"approve": true}));
+        let r = as_user(&server, "ops-token", ("POST", &path), approve);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(decisions(&server, &id), [(json!(true), json!("user:ops"))]);
+    }
+}
+
 /// The results of task `id`'s calls once it is idle, read as the admin.
 fn results_as_admin(server: &Server, id: &str) -> Vec<Value> {
     let path = format!("/v1/tasks/{id}");

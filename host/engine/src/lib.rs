@@ -1077,7 +1077,8 @@ impl Engine {
     /// names, or an admin, decides; the decision is recorded as `decider`'s subject. A review
     /// pending when the host restarted (see [`Engine::recover`]) is answered too: the decision
     /// is recorded and the task's runner resumes the turn, running the call that waited from
-    /// its start (its reviews answered by the decisions recorded for it). `NotFound`: the task
+    /// its start (its reviews answered by the decisions recorded for it). Either way it answers
+    /// once the decision is in the task's log and on disk. `NotFound`: the task
     /// does not wait for this review (unknown, decided already, or the task went on);
     /// `Forbidden`: `decider` may not decide it; `Conflict`: the turn that waited is gone.
     pub async fn decide_review(
@@ -1108,9 +1109,20 @@ impl Engine {
         let user = decider.subject();
         let waiter = lock(&self.inner.reviews).remove(review_id);
         match waiter {
-            Some(Waiter::Turn(s)) => s.send((approve, user.to_owned())).map_err(|_| {
-                EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
-            }),
+            Some(Waiter::Turn(s)) => {
+                let gone = || {
+                    EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
+                };
+                let (recorded, written) = tokio::sync::oneshot::channel();
+                let decision = steps::Decision {
+                    approve,
+                    user: user.to_owned(),
+                    recorded,
+                };
+                s.send(decision).map_err(|_| gone())?;
+                // Answered once the turn has the decision in the log and on disk.
+                written.await.unwrap_or_else(|_| Err(gone()))
+            }
             Some(Waiter::Stored) => {
                 let decided = self
                     .decide_after_restart(task_id, review_id, (approve, user))

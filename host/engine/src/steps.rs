@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::plan::{AgentPlan, Step, StepKind, Steps};
 use crate::task::{Outcome, PendingReview, Status, TaskRecord};
-use crate::{Engine, Result, lock, runtime};
+use crate::{Engine, EngineError, Result, lock, runtime};
 
 /// What a list of steps decided.
 pub(crate) enum Verdict {
@@ -530,10 +530,40 @@ async fn review(
         None => rx.await.ok(),
     };
     lock(&engine.inner.reviews).remove(&review_id);
-    let (approve, decided_by) = decision.unwrap_or((false, "timeout".into()));
+    let (approve, decided_by, recorded) = match decision {
+        Some(Decision {
+            approve,
+            user,
+            recorded,
+        }) => (approve, user, Some(recorded)),
+        None => (false, "timeout".into(), None),
+    };
     let events = decision_events(record, review_id, approve, decided_by);
-    engine.save(record, events)?;
+    // Durable before the decider is answered: what it was told is what the log says.
+    let saved = engine
+        .save(record, events)
+        .and_then(|()| Ok(engine.flush()?));
+    if let Some(recorded) = recorded {
+        let answer = match &saved {
+            Ok(()) => Ok(()),
+            Err(EngineError::Store(e)) if e.is_io() => Err(EngineError::Store(
+                agentmesh_store::StoreError::Io(e.to_string()),
+            )),
+            Err(e) => Err(EngineError::Internal(e.to_string())),
+        };
+        // The decider may have gone (its connection closed): the decision stands.
+        let _ = recorded.send(answer);
+    }
+    saved?;
     Ok(approve)
+}
+
+/// A decision sent to a turn waiting in [`review`]; the turn answers on `recorded` once the
+/// decision is in the log and on disk (or why it could not be written).
+pub(crate) struct Decision {
+    pub(crate) approve: bool,
+    pub(crate) user: String,
+    pub(crate) recorded: oneshot::Sender<Result<()>>,
 }
 
 /// Ends the wait on a review: the task `running` again, and the events recording the decision.
@@ -561,7 +591,7 @@ pub(crate) fn decision_events(
 /// Who waits for a review's decision.
 pub(crate) enum Waiter {
     /// A turn of this process, suspended in [`review`].
-    Turn(oneshot::Sender<(bool, String)>),
+    Turn(oneshot::Sender<Decision>),
     /// Nobody: the review was pending when the host restarted, and is kept in the task record
     /// (the decision resumes the turn, see [`Engine::decide_review`]).
     Stored,
