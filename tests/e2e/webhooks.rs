@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentmesh_routing::signature::sign_github;
 use serde_json::{Value, json};
 
-use crate::server::{Response, Server, wait_for};
+use crate::server::{Request, Response, Server, wait_for};
 
 const SECRET: &str = "e2e webhook secret";
 
@@ -33,7 +33,7 @@ pub fn with_login(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
 
 /// Posts `body` to the github-pr tool's webhook as GitHub would, signed with the secret.
 fn deliver(server: &Server, event: &str, delivery: &str, body: &[u8]) -> Response {
-    deliver_signed(
+    signed_delivery(
         server,
         "engineering/github-pr",
         event,
@@ -41,17 +41,18 @@ fn deliver(server: &Server, event: &str, delivery: &str, body: &[u8]) -> Respons
         body,
         SECRET,
     )
+    .send()
 }
 
-/// Posts `body` to `tool`'s webhook as GitHub would, signed with `secret`.
-fn deliver_signed(
+/// The request that posts `body` to `tool`'s webhook as GitHub would, signed with `secret`.
+fn signed_delivery(
     server: &Server,
     tool: &str,
     event: &str,
     delivery: &str,
     body: &[u8],
     secret: &str,
-) -> Response {
+) -> Request {
     server
         .request("POST", &format!("/v1/webhooks/tools/{tool}"))
         .header("Content-Type", "application/json")
@@ -59,7 +60,6 @@ fn deliver_signed(
         .header("X-GitHub-Delivery", delivery)
         .header("X-Hub-Signature-256", &sign_github(secret, body))
         .body(body.to_vec())
-        .send()
 }
 
 /// The config: the github-pr tool (a `cel` backend: this scenario is about routing) and
@@ -146,6 +146,17 @@ fn events(server: &Server, id: &str) -> Vec<Value> {
         .send();
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["events"].as_array().unwrap().clone()
+}
+
+/// A new task of `agent` (`namespace/name`) told `message`, once its first turn is done and it
+/// waits for events; its id.
+fn watching(server: &Server, agent: &str, message: &str) -> String {
+    let id = create_task(server, agent, message)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settle(server, &id);
+    id
 }
 
 /// Waits until task `id` is idle with an empty queue, and returns it.
@@ -328,14 +339,15 @@ fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
     );
     assert_eq!(webhook_messages(&server, &wide).len(), 1);
     // Bad signature: 401, nothing queued.
-    let r = deliver_signed(
+    let r = signed_delivery(
         &server,
         "engineering/github-pr",
         "pull_request",
         "d-bad",
         &merged,
         "wrong secret",
-    );
+    )
+    .send();
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "unauthorized");
     let r = server
@@ -376,24 +388,26 @@ fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
         );
     }
     // Not JSON (but signed): 400.
-    let r = deliver_signed(
+    let r = signed_delivery(
         &server,
         "engineering/github-pr",
         "issue_comment",
         "d-nojson",
         b"not json",
         SECRET,
-    );
+    )
+    .send();
     assert_eq!(r.status, 400, "{}", r.text());
     // Unknown tool: 404.
-    let r = deliver_signed(
+    let r = signed_delivery(
         &server,
         "engineering/nope",
         "issue_comment",
         "d-x",
         &comment,
         SECRET,
-    );
+    )
+    .send();
     assert_eq!(r.status, 404, "{}", r.text());
     let metrics = server.request("GET", "/metrics").send().text();
     assert!(
@@ -426,11 +440,7 @@ fn before_drops_bot_comments_and_after_transforms_the_message() {
     )
     .unwrap();
     let server = start(&dir, &data);
-    let id = create_task(&server, "engineering/triage", "watch the repo")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    settle(&server, &id);
+    let id = watching(&server, "engineering/triage", "watch the repo");
     let human = fixture("issue_comment.created.json");
     // The same comment written by a bot: only the comment's author changes (the repository
     // owner has the same login), so edit that object's login in the raw text.
@@ -597,11 +607,7 @@ capabilities:
     .unwrap();
     std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
     let server = Server::start(&dir, &data, &[]);
-    let id = create_task(&server, "lab/bugs", "hello")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    settle(&server, &id);
+    let id = watching(&server, "lab/bugs", "hello");
     let send = |delivery: &str, body: Value| {
         server
             .request("POST", "/v1/webhooks/tools/lab/tracker")
@@ -645,11 +651,7 @@ fn a_review_in_event_middleware_denies_at_once() {
     )
     .unwrap();
     let server = start(&dir, &data);
-    let id = create_task(&server, "engineering/gated", "watch")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    settle(&server, &id);
+    let id = watching(&server, "engineering/gated", "watch");
     let r = deliver(
         &server,
         "issue_comment",
@@ -672,4 +674,87 @@ fn a_review_in_event_middleware_denies_at_once() {
             .iter()
             .any(|e| e["kind"] == "ReviewRequestEvent")
     );
+}
+
+#[test]
+fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
+    // Two copies of one delivery arrive at once. The event's middleware `invoke`s a tool that
+    // calls a slow REST API: the copy must wait for the original and be a duplicate, not run
+    // the middleware (and its call) a second time.
+    let (port, received) = agentmesh_testkit::serve(2, |_| {
+        std::thread::sleep(Duration::from_millis(400));
+        ("200 OK", "{}".into())
+    });
+    let (_root, dir, data) = dirs();
+    config(&dir, &[("audited", "responses: []\n")]);
+    std::fs::write(
+        dir.join("audit.yaml"),
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: engineering
+name: audit
+description: Records what was routed.
+stateless_http:
+  method: POST
+  url: \"http://127.0.0.1:{port}/audit\"
+actions:
+  - name: record
+    description: Record a note.
+    parameters: {{type: object}}
+    execute: {{stateless_http: {{}}}}
+"
+        ),
+    )
+    .unwrap();
+    let capability = "    before:
+      - invoke: \"audit:record\"
+  audit: \"*\"
+";
+    std::fs::write(
+        dir.join("audited.yaml"),
+        agent("audited", "Codertocat", "Hello-World", capability),
+    )
+    .unwrap();
+    let server = start(&dir, &data);
+    let id = watching(&server, "engineering/audited", "watch");
+    let comment = fixture("issue_comment.created.json");
+    let copies: Vec<_> = (0..2)
+        .map(|_| {
+            let copy = signed_delivery(
+                &server,
+                "engineering/github-pr",
+                "issue_comment",
+                "d-race",
+                &comment,
+                SECRET,
+            );
+            std::thread::spawn(move || copy.send())
+        })
+        .collect();
+    let answers: Vec<Value> = copies
+        .into_iter()
+        .map(|c| {
+            let r = c.join().unwrap();
+            assert!(r.status == 200 || r.status == 202, "{}", r.text());
+            r.json()
+        })
+        .collect();
+    let mut statuses: Vec<&str> = answers
+        .iter()
+        .map(|a| a["status"].as_str().unwrap())
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, ["accepted", "duplicate"], "{answers:?}");
+    // Both answers are in: every call the middleware made has been answered and counted.
+    let calls: Vec<_> = received.try_iter().collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "the middleware ran once, for the original: {calls:?}"
+    );
+    assert_eq!(calls[0].request_line, "POST /audit HTTP/1.1");
+    settle(&server, &id);
+    let messages = webhook_messages(&server, &id);
+    assert_eq!(messages.len(), 1, "one message queued: {messages:?}");
+    assert_eq!(messages[0].0, "d-race");
 }

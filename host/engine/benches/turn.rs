@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, UserRef};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Plan, Run, UserRef};
 use agentmesh_expr::{Activation, Expression};
 use agentmesh_store::Store;
 use serde_json::json;
@@ -165,14 +165,17 @@ fn cpu_time() -> Option<(Duration, std::thread::ThreadId)> {
 /// Runs `turns` turns on a new task; one sample per turn.
 async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
     let task = engine
-        .create_task(NewTask {
-            agent: "b/a".into(),
-            input: None,
-            user: UserRef {
-                id: "user:bench".into(),
-                email: None,
+        .create_task(
+            NewTask {
+                agent: "b/a".into(),
+                input: None,
+                user: UserRef {
+                    id: "user:bench".into(),
+                    email: None,
+                },
             },
-        })
+            Run::Caller,
+        )
         .await
         .unwrap();
     let mut samples = Vec::new();
@@ -182,8 +185,10 @@ async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
             .submit(
                 &task.id,
                 &json!({"message": format!("What is {i} + 2?")}),
-                None,
+                Origin::User,
+                Run::Caller,
             )
+            .await
             .unwrap();
         let cpu_start = cpu_time();
         let submitted = Instant::now();

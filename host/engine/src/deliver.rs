@@ -4,23 +4,20 @@
 //! durable queue entry per matching task with the trigger envelope.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use agentmesh_plugins::{AllowList, Limits};
 use agentmesh_routing::{Event as RoutedEvent, safe_headers, signature};
-use agentmesh_store::event::{ContentPart, TriggerEnvelope};
-use agentmesh_store::{Delivery, now_ms, now_rfc3339};
+use agentmesh_store::event::ContentPart;
+use agentmesh_store::now_rfc3339;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
+use crate::door::{Accepted, Input, Origin, Run};
 use crate::plan::{AgentPlan, EventPlan, Secret, Target, ToolPlan};
 use crate::steps::{self, Phase, Replay, StepVars, Verdict};
 use crate::task::Status;
-use crate::{Engine, EngineError, QueuedInput};
-
-/// How long delivery ids are remembered when the host config says nothing (30 days).
-pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+use crate::{Engine, EngineError};
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,15 +69,13 @@ impl Engine {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        if let Some(id) = &delivery_id
-            && self.store().seen_delivery(id).map_err(EngineError::from)?
-        {
-            return Ok(WebhookOutcome::Duplicate);
-        }
-        let received_at = now_rfc3339();
         let headers_json = Value::Object(safe_headers(headers));
-        let fired_at = now_ms();
-        let mut inputs: Vec<(String, QueuedInput)> = Vec::new();
+        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+            return Ok(WebhookOutcome::Duplicate);
+        };
+        let received_at = now_rfc3339();
+        let fired_at = arrival.fired_at();
+        let mut inputs: Vec<Input> = Vec::new();
         for event in events {
             let event_json = json!({
                 "name": event.name,
@@ -104,58 +99,23 @@ impl Engine {
                 else {
                     continue;
                 };
-                let input = QueuedInput {
+                inputs.push(Input {
+                    task,
                     io: json!({"message": [ContentPart::text(text)]}),
-                    queued_at: fired_at,
-                    trigger: Some(TriggerEnvelope {
-                        source: "webhook".into(),
-                        fired_at,
-                        schedule_id: None,
-                        delivery_id: delivery_id.clone(),
-                        headers: Some(headers_json.clone()),
+                    origin: Origin::Webhook {
+                        headers: headers_json.clone(),
                         auth_subject: None,
-                    }),
-                };
-                inputs.push((task, input));
+                    },
+                });
             }
         }
         if inputs.is_empty() {
             tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id, "webhook matched no subscription");
             return Ok(WebhookOutcome::Unmatched);
         }
-        let window = plan
-            .host
-            .policy
-            .dedupe_window
-            .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
-        let until = fired_at.saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
-        let store = Arc::clone(&self.inner.store);
-        let delivery = delivery_id.clone();
-        let queued = tokio::task::spawn_blocking(move || {
-            let entries: Vec<(&str, i64, &QueuedInput)> = inputs
-                .iter()
-                .map(|(task, input)| (task.as_str(), input.queued_at, input))
-                .collect();
-            store
-                .deliver(delivery.as_deref().map(|id| (id, until)), &entries)
-                .map(|outcome| {
-                    (
-                        outcome,
-                        inputs.into_iter().map(|(t, _)| t).collect::<Vec<_>>(),
-                    )
-                })
-        })
-        .await
-        .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))?
-        .map_err(EngineError::from)?;
-        match queued {
-            (Delivery::Duplicate, _) => Ok(WebhookOutcome::Duplicate),
-            (Delivery::Queued(_), tasks) => {
-                for task in &tasks {
-                    self.kick(task);
-                }
-                Ok(WebhookOutcome::Accepted(tasks))
-            }
+        match arrival.accept(self, inputs, Run::Background).await? {
+            Accepted::Duplicate => Ok(WebhookOutcome::Duplicate),
+            Accepted::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
         }
     }
 

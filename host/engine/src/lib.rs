@@ -19,7 +19,10 @@
 //!   status; `schedules`: schedules and the one scheduler; `wakeups`: the self-scheduling host
 //!   tools `request_wakeup` / `cancel_wakeup`.
 //!
-//! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably
+//! - `door`: the one door every arrival enters by: dedupe, the trigger envelope, one durable
+//!   write of its queue entries, waking the runners ([`Origin`], [`Run`]).
+//!
+//! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably through the door
 //! ([`Engine::submit`]) and processed in `queued_at` order, never two turns of one task at
 //! once ([`Engine::run_until_idle`]). Operational errors go back to the LLM as call results;
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
@@ -27,6 +30,7 @@
 mod call;
 mod condense;
 mod deliver;
+mod door;
 pub mod mount;
 pub mod plan;
 mod providers;
@@ -57,7 +61,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
-pub use deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError, WebhookOutcome};
+pub use deliver::{WebhookError, WebhookOutcome};
+pub use door::{DEFAULT_DEDUPE_WINDOW, Origin, Run};
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef};
 pub use triggers::{FireError, SourceDelivery};
@@ -187,6 +192,8 @@ struct Inner {
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
     /// Triggers, schedules and wakeups: the timer, throttles, quota.
     triggers: triggers::Runtime,
+    /// The locks of delivery ids, for arrivals (see [`door`]).
+    door: door::Door,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
     triggered: Mutex<HashSet<String>>,
     /// Records of tasks between turns.
@@ -240,6 +247,7 @@ impl Engine {
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
                 triggers: triggers::Runtime::default(),
+                door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
                 marked_running: AtomicBool::new(false),
                 records: records::RecordCache::default(),
@@ -403,13 +411,19 @@ impl Engine {
         self.peek(id, |record| record.object(self.inner.store.queue_depth(id)))
     }
 
-    /// Creates a task and queues its first input (when given). Bound parameters' allow lists
-    /// are sealed now, to the bindings' values.
-    pub async fn create_task(&self, new: NewTask) -> Result<TaskRecord> {
-        self.create(new, None, 0).await
+    /// Creates a task and queues its first input (when given), as a user's, run as `run` says.
+    /// Bound parameters' allow lists are sealed now, to the bindings' values.
+    pub async fn create_task(&self, new: NewTask, run: Run) -> Result<TaskRecord> {
+        self.create(new, None, 0, run).await
     }
 
-    async fn create(&self, new: NewTask, parent: Option<&str>, depth: u32) -> Result<TaskRecord> {
+    async fn create(
+        &self,
+        new: NewTask,
+        parent: Option<&str>,
+        depth: u32,
+        run: Run,
+    ) -> Result<TaskRecord> {
         let agent = self.agent(&new.agent)?;
         let io = match &new.input {
             Some(input) => Some(normalize_input(&agent, input)?),
@@ -457,7 +471,7 @@ impl Engine {
         // Its first turn starts from memory.
         let record = self.checkin(record);
         if let Some(io) = io {
-            self.enqueue(&id, io, None)?;
+            self.queue(&id, io, Origin::User, run).await?;
         }
         Ok(TaskRecord::clone(&record))
     }
@@ -494,26 +508,32 @@ impl Engine {
         }
     }
 
-    /// Queues input for task `id`, durably (flushed) before returning; returns `queued_at`.
-    pub fn submit(&self, id: &str, input: &Value, trigger: Option<TriggerEnvelope>) -> Result<i64> {
+    /// Queues `input` (`{"message": …, …params}`) for task `id` through the door every
+    /// arrival takes, on disk before it returns, run as `run` says; returns `queued_at`.
+    pub async fn submit(&self, id: &str, input: &Value, origin: Origin, run: Run) -> Result<i64> {
         let (status, agent) = self.peek(id, |r| (r.status(), r.agent.clone()))?;
         if status == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
         let agent = self.agent(&agent)?;
         let io = normalize_input(&agent, input)?;
-        self.enqueue(id, io, trigger)
+        self.queue(id, io, origin, run).await
     }
 
-    fn enqueue(&self, id: &str, io: Value, trigger: Option<TriggerEnvelope>) -> Result<i64> {
-        let queued_at = now_ms();
-        let input = QueuedInput {
+    /// Queues `io`, normalized, for task `id` through the door.
+    async fn queue(&self, id: &str, io: Value, origin: Origin, run: Run) -> Result<i64> {
+        let input = door::Input {
+            task: id.to_owned(),
             io,
-            queued_at,
-            trigger,
+            origin,
         };
-        self.inner.store.enqueue(id, queued_at, &input)?;
-        Ok(queued_at)
+        match door::Arrival::new().accept(self, vec![input], run).await? {
+            door::Accepted::Queued { queued_at, .. } => Ok(queued_at),
+            // Only an arrival with a delivery id can be a repeat.
+            door::Accepted::Duplicate => Err(EngineError::Internal(format!(
+                "input for task `{id}` was taken for a repeated delivery"
+            ))),
+        }
     }
 
     /// Processes task `id`'s queued inputs, in order, until none is left or the task
@@ -592,8 +612,10 @@ impl Engine {
     }
 
     /// Runs task `id`'s queued input in the background (on the current tokio runtime), unless
-    /// a runner for it is already going; that runner then picks the new input up.
-    pub fn kick(&self, id: &str) {
+    /// a runner for it is already going; that runner then picks the new input up. Input is
+    /// queued, and its runner woken, only by the door ([`door`]); the engine itself wakes a
+    /// runner to go on with input already queued (after an interrupt, a restart, a review).
+    fn kick(&self, id: &str) {
         {
             let mut runners = lock(&self.inner.runners);
             if let Some(more) = runners.get_mut(id) {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::mount::FileMount;
 use crate::plan::{AgentPlan, BodyTemplate, HttpPlan, Runtime, ToolPlan};
 use crate::task::{Status, TaskRecord};
-use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask};
+use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask, Run};
 
 /// Largest response body a `stateless_http` call reads: it becomes part of the LLM's context
 /// and the event log, so an endpoint that streams gigabytes cannot exhaust memory.
@@ -316,7 +316,8 @@ pub(crate) async fn delegate(
         input: Some(input),
         user: record.user.clone(),
     };
-    let created = Box::pin(engine.create(new, Some(&record.id), record.depth + 1)).await;
+    let created =
+        Box::pin(engine.create(new, Some(&record.id), record.depth + 1, Run::Caller)).await;
     let child_record = match created {
         Ok(r) => r,
         Err(e) => {

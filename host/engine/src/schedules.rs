@@ -20,18 +20,18 @@ use std::hash::Hash;
 
 use std::sync::Arc;
 
-use agentmesh_store::event::TriggerEnvelope;
 use agentmesh_store::now_ms;
 use agentmesh_triggers::clock::rfc3339;
 use agentmesh_triggers::ttl::expires_at;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+use crate::door::{Arrival, Input, Origin, Run};
 use crate::plan::Plan;
 use crate::triggers::{
     FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, TimerId, fire_recorded,
 };
-use crate::{Engine, EngineError, QueuedInput, lock, normalize_input};
+use crate::{Engine, EngineError, lock, normalize_input};
 
 /// How many schedule ticks may be firing at once, in one batch or several. A fire mostly waits
 /// for the store, which performs writes one at a time (a flush holds back every transaction),
@@ -281,7 +281,8 @@ impl Engine {
     /// last. Three fsyncs in all, however many ticks.
     pub(crate) async fn fire_schedules(&self, ticks: Vec<(String, i64)>) {
         let plan = self.plan();
-        let now = now_ms();
+        let arrival = Arrival::new();
+        let now = arrival.fired_at();
         let recorded = {
             let plan = Arc::clone(&plan);
             self.off_workers(move |engine| engine.record_ticks(&plan, &ticks, now))
@@ -295,13 +296,22 @@ impl Engine {
             }
         };
         let mut outcomes = Vec::new();
+        // The ticks that created a task (schedule, task), and their tasks' inputs.
         let mut queued = Vec::new();
+        let mut inputs = Vec::new();
         for Recorded { schedule: s, .. } in &fired {
             // Creating a task is synchronous store work: yield between two, so that a large
             // batch does not hold an async worker for long.
             tokio::task::yield_now().await;
             match self.schedule_task(s, now).await {
-                Ok(Some((task, input))) => queued.push((s.id(), task, input)),
+                Ok(Some((task, io))) => {
+                    inputs.push(Input {
+                        task: task.clone(),
+                        io,
+                        origin: Origin::Schedule { id: s.id() },
+                    });
+                    queued.push((s.id(), task));
+                }
                 Ok(None) => outcomes.push((s.id(), fire_recorded(Err(FireOutcome::Dropped)))),
                 Err(e) => {
                     tracing::warn!(schedule.id = %s.id(), "schedule fire failed: {e}");
@@ -310,22 +320,9 @@ impl Engine {
                 }
             }
         }
-        // Queued now, after the whole batch was created: `queued_at` says so.
-        let queued_at = now_ms();
-        let entries = queued
-            .iter()
-            .map(|(_, task, input)| {
-                let input = QueuedInput {
-                    queued_at,
-                    ..input.clone()
-                };
-                (task.clone(), input)
-            })
-            .collect();
-        match self.queue_durably(None, entries).await {
+        match arrival.accept(self, inputs, Run::Background).await {
             Ok(_) => {
-                for (id, task, _) in &queued {
-                    self.kick(task);
+                for (id, task) in &queued {
                     outcomes.push((id.clone(), fire_recorded(Ok(task))));
                 }
             }
@@ -335,7 +332,7 @@ impl Engine {
                     queued.len()
                 );
                 let why = e.to_string();
-                for (id, _, _) in &queued {
+                for (id, _) in &queued {
                     outcomes.push((id.clone(), fire_recorded(Err(FireOutcome::Failed(&why)))));
                 }
             }
@@ -402,7 +399,7 @@ impl Engine {
         &self,
         s: &SchedulePlan,
         now: i64,
-    ) -> crate::Result<Option<(String, QueuedInput)>> {
+    ) -> crate::Result<Option<(String, Value)>> {
         let agent = self.agent(&s.agent)?;
         let io = normalize_input(&agent, &Value::Object(s.inputs.clone()))?;
         if let Some(why) = self.bound_fire(
@@ -414,15 +411,7 @@ impl Engine {
             tracing::info!(schedule.id = %s.id(), "{why}");
             return Ok(None);
         }
-        let envelope = TriggerEnvelope {
-            source: "schedule".into(),
-            fired_at: now,
-            schedule_id: Some(s.id()),
-            ..TriggerEnvelope::default()
-        };
-        Ok(Some(
-            self.cold_start(&s.agent, &s.owner, io, envelope).await?,
-        ))
+        Ok(Some((self.cold_start(&s.agent, &s.owner).await?, io)))
     }
 
     /// The schedules (optionally only those `owner` owns) and, unless `task` names one task,

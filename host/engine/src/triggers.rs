@@ -24,16 +24,16 @@ use agentmesh_expr::{Activation, Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
 use agentmesh_routing::{BearerTokens, safe_headers, signature};
-use agentmesh_store::event::TriggerEnvelope;
-use agentmesh_store::{Delivery, now_ms, now_rfc3339};
+use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle, Timing};
 use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::deliver::{DEFAULT_DEDUPE_WINDOW, WebhookError};
+use crate::deliver::WebhookError;
+use crate::door::{Accepted, Input, Origin, Run};
 use crate::plan::{compile, resolve_env, template};
-use crate::{Engine, EngineError, NewTask, QueuedInput, UserRef, lock, normalize_trigger_input};
+use crate::{Engine, EngineError, NewTask, UserRef, lock, normalize_trigger_input};
 
 /// Lifetime of self-schedules (and of anything else given no `ttl`) by default: 7 days, the
 /// triggers page's recommendation.
@@ -413,9 +413,6 @@ pub(crate) struct Runtime {
     /// The per-user daily quota, with the limit it was made for (its counts kept in the store
     /// too).
     quota: Mutex<Option<(u32, DailyQuota)>>,
-    /// Source deliveries one at a time: dedupe of a cold start spans creating its tasks, so a
-    /// redelivery racing its original must wait for it to be recorded.
-    pub(crate) deliveries: tokio::sync::Mutex<()>,
     /// Read-modify-writes of statuses and wakeups, one at a time.
     pub(crate) state: Mutex<()>,
 }
@@ -625,35 +622,18 @@ impl Engine {
         }
     }
 
-    /// Creates the task of a cold start (its input, already normalized, is queued by the
-    /// caller, so that it can share a transaction with the delivery id).
-    pub(crate) async fn cold_start(
-        &self,
-        agent: &str,
-        owner: &str,
-        io: Value,
-        envelope: TriggerEnvelope,
-    ) -> crate::Result<(String, QueuedInput)> {
-        let record = self
-            .create(
-                NewTask {
-                    agent: agent.to_owned(),
-                    input: None,
-                    user: UserRef {
-                        id: owner.to_owned(),
-                        email: None,
-                    },
-                },
-                None,
-                0,
-            )
-            .await?;
-        let input = QueuedInput {
-            io,
-            queued_at: envelope.fired_at,
-            trigger: Some(envelope),
+    /// Creates the task of a cold start, without input: the caller queues its input through
+    /// the door, with the arrival's other inputs.
+    pub(crate) async fn cold_start(&self, agent: &str, owner: &str) -> crate::Result<String> {
+        let new = NewTask {
+            agent: agent.to_owned(),
+            input: None,
+            user: UserRef {
+                id: owner.to_owned(),
+                email: None,
+            },
         };
-        Ok((record.id, input))
+        Ok(self.create(new, None, 0, Run::Background).await?.id)
     }
 
     /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
@@ -786,13 +766,14 @@ impl Engine {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        let _serial = self.inner.triggers.deliveries.lock().await;
-        if let Some(id) = &delivery_id
-            && self.store().seen_delivery(id).map_err(EngineError::from)?
-        {
-            return Ok(SourceDelivery::Duplicate);
-        }
         let safe = Value::Object(safe_headers(headers));
+        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+            return Ok(SourceDelivery::Duplicate);
+        };
+        let origin = Origin::Webhook {
+            headers: safe.clone(),
+            auth_subject,
+        };
         let name = headers
             .get("x-github-event")
             .and_then(|v| v.to_str().ok())
@@ -804,22 +785,16 @@ impl Engine {
             "delivery_id": delivery_id,
             "received_at": now_rfc3339(),
         });
-        let fired_at = now_ms();
-        let envelope = TriggerEnvelope {
-            source: "webhook".into(),
-            fired_at,
-            schedule_id: None,
-            delivery_id: delivery_id.clone(),
-            headers: Some(safe),
-            auth_subject,
-        };
+        let fired_at = arrival.fired_at();
         let mut triggers: Vec<&Arc<TriggerPlan>> = plan
             .triggers
             .values()
             .filter(|t| t.source == source)
             .collect();
         triggers.sort_by_key(|t| t.id());
-        let mut queued: Vec<(String, String, QueuedInput)> = Vec::new();
+        // The fires that created a task (trigger, task), and their tasks' inputs.
+        let mut fired: Vec<(String, String)> = Vec::new();
+        let mut inputs: Vec<Input> = Vec::new();
         let mut dropped = 0;
         for t in triggers {
             let id = t.id();
@@ -827,11 +802,15 @@ impl Engine {
             match self.admit_trigger(t, &status, &event, None, &Map::new(), fired_at) {
                 Admit::Ready(io) => {
                     self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
-                    match self
-                        .cold_start(&t.agent, &t.owner, io, envelope.clone())
-                        .await
-                    {
-                        Ok((task, input)) => queued.push((id, task, input)),
+                    match self.cold_start(&t.agent, &t.owner).await {
+                        Ok(task) => {
+                            inputs.push(Input {
+                                task: task.clone(),
+                                io,
+                                origin: origin.clone(),
+                            });
+                            fired.push((id, task));
+                        }
                         Err(e) => self.record_fire(
                             TRIGGER_STATE,
                             &id,
@@ -853,48 +832,15 @@ impl Engine {
                 }
             }
         }
-        let entries: Vec<(String, QueuedInput)> = queued
-            .iter()
-            .map(|(_, task, input)| (task.clone(), input.clone()))
-            .collect();
-        match self.queue_durably(delivery_id.as_deref(), entries).await? {
-            Delivery::Duplicate => return Ok(SourceDelivery::Duplicate),
-            Delivery::Queued(_) => {}
+        if let Accepted::Duplicate = arrival.accept(self, inputs, Run::Background).await? {
+            return Ok(SourceDelivery::Duplicate);
         }
         let mut tasks = Vec::new();
-        for (id, task, _) in queued {
+        for (id, task) in fired {
             self.record_fire(TRIGGER_STATE, &id, Ok(&task));
-            self.kick(&task);
             tasks.push(task);
         }
         Ok(SourceDelivery::Accepted { tasks, dropped })
-    }
-
-    /// Queues `entries` (task, input) and remembers `delivery_id` for the dedupe window, in
-    /// one flushed transaction, off the async workers.
-    pub(crate) async fn queue_durably(
-        &self,
-        delivery_id: Option<&str>,
-        entries: Vec<(String, QueuedInput)>,
-    ) -> crate::Result<Delivery> {
-        let window = self
-            .plan()
-            .host
-            .policy
-            .dedupe_window
-            .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
-        let until = now_ms().saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
-        let delivery = delivery_id.map(str::to_owned);
-        self.off_workers(move |engine| {
-            let refs: Vec<(&str, i64, &QueuedInput)> = entries
-                .iter()
-                .map(|(task, input)| (task.as_str(), input.queued_at, input))
-                .collect();
-            Ok(engine
-                .store()
-                .deliver(delivery.as_deref().map(|id| (id, until)), &refs)?)
-        })
-        .await
     }
 
     /// `POST /v1/triggers/{ns}/{name}/fire`: authenticated with a token of the trigger's
@@ -943,13 +889,14 @@ impl Engine {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        let _serial = self.inner.triggers.deliveries.lock().await;
-        if let Some(d) = &delivery_id
-            && self.store().seen_delivery(d).map_err(EngineError::from)?
-        {
-            return Err(FireError::Duplicate);
-        }
         let safe = Value::Object(safe_headers(headers));
+        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+            return Err(FireError::Duplicate);
+        };
+        let origin = Origin::Api {
+            headers: safe.clone(),
+            auth_subject,
+        };
         let event = json!({
             "name": "api",
             "payload": payload,
@@ -957,7 +904,7 @@ impl Engine {
             "delivery_id": delivery_id,
             "received_at": now_rfc3339(),
         });
-        let fired_at = now_ms();
+        let fired_at = arrival.fired_at();
         let status = self.fire_status(TRIGGER_STATE, id)?;
         let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {
             Admit::Ready(io) => io,
@@ -972,23 +919,17 @@ impl Engine {
             }
         };
         self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
-        let envelope = TriggerEnvelope {
-            source: "api".into(),
-            fired_at,
-            schedule_id: None,
-            delivery_id: delivery_id.clone(),
-            headers: Some(safe),
-            auth_subject,
+        let task = self.cold_start(&t.agent, &t.owner).await?;
+        let input = Input {
+            task: task.clone(),
+            io,
+            origin,
         };
-        let (task, input) = self.cold_start(&t.agent, &t.owner, io, envelope).await?;
-        if let Delivery::Duplicate = self
-            .queue_durably(delivery_id.as_deref(), vec![(task.clone(), input)])
-            .await?
-        {
+        let accepted = arrival.accept(self, vec![input], Run::Background).await?;
+        if let Accepted::Duplicate = accepted {
             return Err(FireError::Duplicate);
         }
         self.record_fire(TRIGGER_STATE, id, Ok(&task));
-        self.kick(&task);
         Ok(task)
     }
 

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use agentmesh_store::event::{ContentPart, ToolSchema, TriggerEnvelope};
+use agentmesh_store::event::{ContentPart, ToolSchema};
 use agentmesh_store::now_ms;
 use agentmesh_triggers::clock::rfc3339;
 use agentmesh_triggers::{Cron, Wakeup, When};
@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::call::CallEnd;
+use crate::door::{Arrival, Input, Origin, Run};
 use crate::task::{Status, TaskRecord};
 use crate::triggers::{
     DEFAULT_MAX_WAKEUP_HORIZON, DEFAULT_MAX_WAKEUPS_PER_TASK, DEFAULT_TRIGGER_MAX_PER_HOUR,
@@ -338,22 +339,44 @@ impl Engine {
         Ok(())
     }
 
-    /// Fires wakeup `id`: a user message with the self-schedule envelope in its task, then its
-    /// next fire (a cron wakeup before its TTL) or its deletion. On the blocking pool: queueing
-    /// the message and storing the wakeup each wait for an fsync.
+    /// Fires wakeup `id`: a user message with the self-schedule envelope in its task, through
+    /// the door, then its next fire (a cron wakeup before its TTL) or its deletion. The store
+    /// work runs on the blocking pool: queueing the message and storing the wakeup each wait
+    /// for an fsync.
     pub(crate) async fn fire_wakeup(&self, id: &str) {
-        let owned = id.to_owned();
-        if let Err(e) = self
-            .off_workers(move |engine| engine.try_fire_wakeup(&owned))
-            .await
-        {
+        if let Err(e) = self.try_fire_wakeup(id).await {
             tracing::warn!(schedule.id = %id, "wakeup fire failed: {e}");
         }
     }
 
-    fn try_fire_wakeup(&self, id: &str) -> crate::Result<()> {
-        let Some(mut w) = self.wakeup(id)? else {
+    async fn try_fire_wakeup(&self, id: &str) -> crate::Result<()> {
+        let owned = id.to_owned();
+        let Some((w, message, now)) = self
+            .off_workers(move |engine| engine.wakeup_due(&owned))
+            .await?
+        else {
             return Ok(());
+        };
+        if let Some(io) = message {
+            let input = Input {
+                task: w.task_id.clone(),
+                io,
+                origin: Origin::Wakeup { id: id.to_owned() },
+            };
+            Arrival::new()
+                .accept(self, vec![input], Run::Background)
+                .await?;
+        }
+        let owned = id.to_owned();
+        self.off_workers(move |engine| engine.after_wakeup(&owned, w, now))
+            .await
+    }
+
+    /// Wakeup `id` when it is due and its task alive (a wakeup of a task that ended is
+    /// deleted), with the message to queue unless a bound drops this fire, and the time.
+    fn wakeup_due(&self, id: &str) -> crate::Result<Option<(WakeupRecord, Option<Value>, i64)>> {
+        let Some(w) = self.wakeup(id)? else {
+            return Ok(None);
         };
         let now = now_ms();
         let alive = self
@@ -361,7 +384,7 @@ impl Engine {
             .is_ok_and(|t| t.status() != Status::Terminated);
         if !alive {
             self.delete_wakeup(id)?;
-            return Ok(());
+            return Ok(None);
         }
         let max_per_hour = self
             .plan()
@@ -369,20 +392,18 @@ impl Engine {
             .policy
             .trigger_max_per_hour
             .unwrap_or(DEFAULT_TRIGGER_MAX_PER_HOUR);
-        match self.bound_fire(&throttle_key(id), max_per_hour, &w.owner, now) {
-            Some(why) => tracing::info!(task.id = %w.task_id, schedule.id = %id, "{why}"),
-            None => {
-                let envelope = TriggerEnvelope {
-                    source: "self-schedule".into(),
-                    fired_at: now,
-                    schedule_id: Some(id.to_owned()),
-                    ..TriggerEnvelope::default()
-                };
-                let io = json!({"message": [ContentPart::text(w.prompt.clone())]});
-                self.enqueue(&w.task_id, io, Some(envelope))?;
-                self.kick(&w.task_id);
+        let message = match self.bound_fire(&throttle_key(id), max_per_hour, &w.owner, now) {
+            Some(why) => {
+                tracing::info!(task.id = %w.task_id, schedule.id = %id, "{why}");
+                None
             }
-        }
+            None => Some(json!({"message": [ContentPart::text(w.prompt.clone())]})),
+        };
+        Ok(Some((w, message, now)))
+    }
+
+    /// After wakeup `id` fired at `now`: its next fire armed, or it is deleted.
+    fn after_wakeup(&self, id: &str, mut w: WakeupRecord, now: i64) -> crate::Result<()> {
         let last = now >= w.expires_ms;
         let next = w
             .cron

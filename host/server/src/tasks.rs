@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{NewTask, Status, UserRef};
+use agentmesh_engine::{NewTask, Origin, Run, Status, UserRef};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -111,14 +111,16 @@ pub async fn create(
     };
     let engine = state.engine();
     let record = engine
-        .create_task(NewTask {
-            agent: body.agent,
-            input: body.input,
-            user,
-        })
+        .create_task(
+            NewTask {
+                agent: body.agent,
+                input: body.input,
+                user,
+            },
+            Run::Background,
+        )
         .await?;
     Metrics::inc(&state.metrics.tasks_created);
-    engine.kick(&record.id);
     Ok((StatusCode::CREATED, Json(engine.task_object(&record.id)?)).into_response())
 }
 
@@ -234,16 +236,10 @@ pub async fn input(
     writer(&state, &headers, &id)?;
     let input: Value = parse_body(&body)?;
     let engine = state.engine();
-    let submitted = {
-        let engine = engine.clone();
-        let id = id.clone();
-        // Queueing flushes to disk: keep the fsync off the async workers.
-        tokio::task::spawn_blocking(move || engine.submit(&id, &input, None))
-            .await
-            .map_err(ApiError::internal)??
-    };
+    let submitted = engine
+        .submit(&id, &input, Origin::User, Run::Background)
+        .await?;
     Metrics::inc(&state.metrics.inputs_queued);
-    engine.kick(&id);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "queued_at": submitted })),

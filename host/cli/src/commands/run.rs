@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Status, TaskRecord, UserRef};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Run, Status, TaskRecord, UserRef};
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::Store;
 use agentmesh_store::event::EventKind;
@@ -81,7 +81,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                     );
                 }
                 if let Some(input) = &input {
-                    engine.submit(id, input, None)?;
+                    engine.submit(id, input, Origin::User, Run::Caller).await?;
                 }
                 id.clone()
             }
@@ -98,7 +98,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                             .map(str::to_owned),
                     },
                 };
-                engine.create_task(new).await?.id
+                engine.create_task(new, Run::Caller).await?.id
             }
         };
         let record = engine.run_until_idle(&id).await;

@@ -1,7 +1,7 @@
 //! Condensation: past the host's event budget the older conversation is replaced, in the
 //! LLM's view only, by a summary the LLM writes; the log keeps every event.
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{Origin, Run, Status};
 use agentmesh_llm::{ChatMessage, SUMMARY_PREFIX, to_messages};
 use agentmesh_store::event::EventKind;
 
@@ -123,7 +123,13 @@ async fn a_task_condensed_many_times_shows_its_last_summary_and_reads_only_its_v
     let id = task.id.clone();
     for i in 1..12 {
         h.engine
-            .submit(&id, &json!({"message": format!("q{i}")}), None)
+            .submit(
+                &id,
+                &json!({"message": format!("q{i}")}),
+                Origin::User,
+                Run::Caller,
+            )
+            .await
             .unwrap();
         let task = h.engine.run_until_idle(&id).await.unwrap();
         assert_eq!(task.status(), Status::Idle);
@@ -175,7 +181,8 @@ async fn a_task_condensed_many_times_shows_its_last_summary_and_reads_only_its_v
     let engine = engine_at(dir.path());
     assert_eq!(engine.conversation(&id).unwrap(), view);
     engine
-        .submit(&id, &json!({"message": "q12"}), None)
+        .submit(&id, &json!({"message": "q12"}), Origin::User, Run::Caller)
+        .await
         .unwrap();
     let task = engine.run_until_idle(&id).await.unwrap();
     assert_eq!(task.status(), Status::Idle);

@@ -1,6 +1,6 @@
 //! Inputs, queues, the event log and re-opening a task from the same data dir.
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{Origin, Run, Status};
 use agentmesh_llm::ChatMessage;
 use agentmesh_store::event::EventKind;
 use serde_json::json;
@@ -84,11 +84,14 @@ async fn parameters_get_defaults_and_required_ones_are_enforced() {
     );
     let missing = h
         .engine
-        .create_task(agentmesh_engine::NewTask {
-            agent: "t/a".into(),
-            input: Some(json!({"message": "go"})),
-            user: agentmesh_engine::UserRef::default(),
-        })
+        .create_task(
+            agentmesh_engine::NewTask {
+                agent: "t/a".into(),
+                input: Some(json!({"message": "go"})),
+                user: agentmesh_engine::UserRef::default(),
+            },
+            Run::Caller,
+        )
         .await;
     assert!(missing.unwrap_err().to_string().contains("ticket"));
 }
@@ -99,18 +102,33 @@ async fn queued_inputs_are_processed_in_order() {
     let h = harness(&agent(), script);
     let task = h
         .engine
-        .create_task(agentmesh_engine::NewTask {
-            agent: "t/a".into(),
-            input: Some(json!({"message": "1", "ticket": "T"})),
-            user: agentmesh_engine::UserRef::default(),
-        })
+        .create_task(
+            agentmesh_engine::NewTask {
+                agent: "t/a".into(),
+                input: Some(json!({"message": "1", "ticket": "T"})),
+                user: agentmesh_engine::UserRef::default(),
+            },
+            Run::Caller,
+        )
         .await
         .unwrap();
     h.engine
-        .submit(&task.id, &json!({"message": "2", "ticket": "T"}), None)
+        .submit(
+            &task.id,
+            &json!({"message": "2", "ticket": "T"}),
+            Origin::User,
+            Run::Caller,
+        )
+        .await
         .unwrap();
     h.engine
-        .submit(&task.id, &json!({"message": "3", "ticket": "T"}), None)
+        .submit(
+            &task.id,
+            &json!({"message": "3", "ticket": "T"}),
+            Origin::User,
+            Run::Caller,
+        )
+        .await
         .unwrap();
     let done = h.engine.run_until_idle(&task.id).await.unwrap();
     let texts: Vec<String> = done
@@ -140,7 +158,13 @@ async fn a_task_reopened_from_the_same_data_dir_continues_its_conversation() {
     // A new engine on the same config and data dir, as a restarted process would be.
     let engine = engine_at(dir.path());
     engine
-        .submit(&id, &json!({"message": "again", "ticket": "T"}), None)
+        .submit(
+            &id,
+            &json!({"message": "again", "ticket": "T"}),
+            Origin::User,
+            Run::Caller,
+        )
+        .await
         .unwrap();
     let task = engine.run_until_idle(&id).await.unwrap();
     assert_eq!(task.status(), Status::Idle);
@@ -198,7 +222,8 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     );
     let id = h.run("t/a", "1").await.id.clone();
     h.engine
-        .submit(&id, &json!({"message": "2"}), None)
+        .submit(&id, &json!({"message": "2"}), Origin::User, Run::Caller)
+        .await
         .unwrap();
     let before = growing(&h.engine.run_until_idle(&id).await.unwrap());
     assert_eq!(before["capabilities"]["echo_shout"]["count_restricted"], 1);
@@ -221,7 +246,10 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     let engine = engine_at(dir.path());
     assert_eq!(growing(&engine.task(&id).unwrap()), before);
     // And the task goes on from there.
-    engine.submit(&id, &json!({"message": "3"}), None).unwrap();
+    engine
+        .submit(&id, &json!({"message": "3"}), Origin::User, Run::Caller)
+        .await
+        .unwrap();
     let after = engine.run_until_idle(&id).await.unwrap();
     let say = &after.capabilities["echo_say"];
     assert_eq!(say.count_successful, 2);
@@ -271,7 +299,10 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     drop(store);
     let engine = engine_at(dir.path());
     assert_eq!(growing(&engine.task(&id).unwrap()), after);
-    engine.submit(&id, &json!({"message": "4"}), None).unwrap();
+    engine
+        .submit(&id, &json!({"message": "4"}), Origin::User, Run::Caller)
+        .await
+        .unwrap();
     let last = growing(&engine.run_until_idle(&id).await.unwrap());
     drop(engine);
     let store = agentmesh_store::Store::open(&dir.path().join("data")).unwrap();

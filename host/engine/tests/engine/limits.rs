@@ -1,6 +1,6 @@
 //! Each of the five limits terminates the task with `limit_exceeded` and an event naming it.
 
-use agentmesh_engine::{Reason, Status};
+use agentmesh_engine::{Reason, Run, Status};
 
 use crate::util::{echo_agent, harness, limit};
 
@@ -68,11 +68,14 @@ async fn max_age() {
     let h = harness(&agent("{max_age: 1ms}"), LOOPING);
     let task = h
         .engine
-        .create_task(agentmesh_engine::NewTask {
-            agent: "t/a".into(),
-            input: Some(serde_json::json!({"message": "go"})),
-            user: agentmesh_engine::UserRef::default(),
-        })
+        .create_task(
+            agentmesh_engine::NewTask {
+                agent: "t/a".into(),
+                input: Some(serde_json::json!({"message": "go"})),
+                user: agentmesh_engine::UserRef::default(),
+            },
+            Run::Caller,
+        )
         .await
         .unwrap();
     // The task is older than 1 ms by the time its first LLM call is due.

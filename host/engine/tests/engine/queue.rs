@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use agentmesh_store::event::{EventKind, EventSource, TriggerEnvelope};
+use agentmesh_engine::Run;
+use agentmesh_store::event::{EventKind, EventSource};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -25,22 +26,26 @@ fn origin() -> impl Strategy<Value = Origin> {
     ]
 }
 
-fn envelope(origin: Origin, n: usize) -> Option<TriggerEnvelope> {
-    let now = agentmesh_store::now_ms();
+/// How input `n` from `origin` arrives at the engine.
+fn arrival(origin: Origin, n: usize) -> agentmesh_engine::Origin {
+    match origin {
+        Origin::Human => agentmesh_engine::Origin::User,
+        Origin::Webhook => agentmesh_engine::Origin::Webhook {
+            headers: json!({"x-github-delivery": format!("d-{n}")}),
+            auth_subject: None,
+        },
+        Origin::Wakeup => agentmesh_engine::Origin::Wakeup {
+            id: format!("wk_{n}"),
+        },
+    }
+}
+
+/// The trigger source its envelope names (none for a human's input).
+fn source(origin: Origin) -> Option<&'static str> {
     match origin {
         Origin::Human => None,
-        Origin::Webhook => Some(TriggerEnvelope {
-            source: "webhook".into(),
-            fired_at: now,
-            delivery_id: Some(format!("d-{n}")),
-            ..TriggerEnvelope::default()
-        }),
-        Origin::Wakeup => Some(TriggerEnvelope {
-            source: "self-schedule".into(),
-            fired_at: now,
-            schedule_id: Some(format!("wk_{n}")),
-            ..TriggerEnvelope::default()
-        }),
+        Origin::Webhook => Some("webhook"),
+        Origin::Wakeup => Some("self-schedule"),
     }
 }
 
@@ -64,15 +69,15 @@ proptest! {
                     agent: "t/a".into(),
                     input: None,
                     user: agentmesh_engine::UserRef { id: "user:alice".into(), email: None },
-                })
+                }, Run::Caller)
                 .await
                 .unwrap();
             // Inputs arrive while earlier ones run: each is queued and the runner kicked.
             for (n, (origin, pause_ms)) in inputs.iter().enumerate() {
                 h.engine
-                    .submit(&task.id, &json!({"message": format!("m{n}")}), envelope(*origin, n))
+                    .submit(&task.id, &json!({"message": format!("m{n}")}), arrival(*origin, n), Run::Background)
+                    .await
                     .unwrap();
-                h.engine.kick(&task.id);
                 tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
             }
             for _ in 0..400 {
@@ -97,7 +102,7 @@ proptest! {
                         queued.push(meta.queued_at.unwrap());
                         assert_eq!(
                             meta.trigger.as_ref().map(|t| t.source.as_str()),
-                            envelope(inputs[n].0, n).map(|t| t.source).as_deref(),
+                            source(inputs[n].0),
                         );
                     }
                     EventKind::ConversationStateUpdateEvent { key, value } if key == "status" => {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Decider, Engine, EngineError, Reason, Status, TaskRecord};
+use agentmesh_engine::{Decider, Engine, EngineError, Origin, Reason, Run, Status, TaskRecord};
 use agentmesh_store::event::{Event, EventKind, EventSource};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -43,14 +43,17 @@ const SAY_EVIL: &str = "responses:
 async fn until_review(h: &Harness) -> (String, JoinHandle<Arc<TaskRecord>>, String) {
     let task = h
         .engine
-        .create_task(agentmesh_engine::NewTask {
-            agent: "t/a".into(),
-            input: Some(json!({"message": "go"})),
-            user: agentmesh_engine::UserRef {
-                id: "alice".into(),
-                email: None,
+        .create_task(
+            agentmesh_engine::NewTask {
+                agent: "t/a".into(),
+                input: Some(json!({"message": "go"})),
+                user: agentmesh_engine::UserRef {
+                    id: "alice".into(),
+                    email: None,
+                },
             },
-        })
+            Run::Caller,
+        )
         .await
         .unwrap();
     let engine = h.engine.clone();
@@ -452,9 +455,14 @@ async fn input_sent_while_a_review_waits_across_a_restart_runs_after_the_turn() 
     let (id, runner, review_id) = until_review(&h).await;
     let (_dir, engine) = restart(h, runner, Some(Duration::from_secs(5))).await;
     engine
-        .submit(&id, &json!({"message": "and then"}), None)
+        .submit(
+            &id,
+            &json!({"message": "and then"}),
+            Origin::User,
+            Run::Background,
+        )
+        .await
         .unwrap();
-    engine.kick(&id);
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(engine.task(&id).unwrap().status(), Status::Waiting);
     decide(&engine, &id, &review_id, true).await;
@@ -510,7 +518,8 @@ async fn interrupting_a_task_waiting_across_a_restart_ends_its_review() {
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
     // The task takes new input; the LLM sees the call answered.
     engine
-        .submit(&id, &json!({"message": "go on"}), None)
+        .submit(&id, &json!({"message": "go on"}), Origin::User, Run::Caller)
+        .await
         .unwrap();
     let done = engine.run_until_idle(&id).await.unwrap();
     assert_eq!(

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use agentmesh_engine::{Engine, NewTask, UserRef};
+use agentmesh_engine::{Engine, NewTask, Run, UserRef};
 use agentmesh_store::event::{EventKind, EventSource};
 use agentmesh_triggers::clock::{now_ms, rfc3339};
 use serde_json::Value;
@@ -100,14 +100,17 @@ async fn wakeups_of_one_task_due_together_reach_its_queue_in_due_order() {
     let running = scheduler(&h.engine).await;
     let task = h
         .engine
-        .create_task(NewTask {
-            agent: "t/a".into(),
-            input: Some(serde_json::json!({"message": "Sleep."})),
-            user: UserRef {
-                id: "user:alice".into(),
-                email: None,
+        .create_task(
+            NewTask {
+                agent: "t/a".into(),
+                input: Some(serde_json::json!({"message": "Sleep."})),
+                user: UserRef {
+                    id: "user:alice".into(),
+                    email: None,
+                },
             },
-        })
+            Run::Caller,
+        )
         .await
         .unwrap();
     h.engine.run_until_idle(&task.id).await.unwrap();

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, TaskRecord, UserRef};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, Run, TaskRecord, UserRef};
 use agentmesh_store::Store;
 use agentmesh_store::event::{Event, EventKind};
 use serde_json::{Value, json};
@@ -65,14 +65,17 @@ impl Harness {
     pub async fn run_input(&self, agent: &str, input: Value) -> Arc<TaskRecord> {
         let task = self
             .engine
-            .create_task(NewTask {
-                agent: agent.into(),
-                input: Some(input),
-                user: UserRef {
-                    id: "user:alice@example.com".into(),
-                    email: Some("alice@example.com".into()),
+            .create_task(
+                NewTask {
+                    agent: agent.into(),
+                    input: Some(input),
+                    user: UserRef {
+                        id: "user:alice@example.com".into(),
+                        email: Some("alice@example.com".into()),
+                    },
                 },
-            })
+                Run::Caller,
+            )
             .await
             .unwrap();
         self.engine.run_until_idle(&task.id).await.unwrap()

@@ -1,0 +1,253 @@
+//! The one door for arrivals: every input a task takes (a user's, a tool webhook's event, a
+//! source webhook's or an API fire's new task, a schedule tick's, a wakeup's) enters here.
+//!
+//! An arrival is opened with [`Engine::arrive`], which checks its delivery id against the
+//! dedupe window and holds the id's lock until the arrival is accepted or dropped, so that a
+//! redelivery racing its original waits for it (whatever admission does in between: run
+//! middleware, create tasks). [`Arrival::accept`] then builds each input's trigger envelope
+//! from its [`Origin`], writes every queue entry and the delivery id in one transaction,
+//! flushed (a group commit) before it returns, and wakes the tasks' runners. Nothing else
+//! queues input or starts a runner for it.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_store::event::TriggerEnvelope;
+use agentmesh_store::{Delivery, now_ms};
+use serde_json::Value;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::{Engine, EngineError, QueuedInput, Result};
+
+/// How long delivery ids are remembered when the host config says nothing (30 days).
+pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How many locks delivery ids share: a redelivery always waits for its original, two
+/// different ids seldom wait for each other.
+const DELIVERY_LOCKS: usize = 64;
+
+/// Where an arrival came from: what its inputs' trigger envelope says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Origin {
+    /// Typed by a user (`POST /v1/tasks`, `POST /v1/tasks/{id}/input`, `agentmesh run`): no
+    /// envelope.
+    User,
+    /// A webhook delivery, of a tool's event or to a trigger source.
+    Webhook {
+        /// The delivery's headers, secrets left out ([`agentmesh_routing::safe_headers`]).
+        headers: Value,
+        /// Who the source authenticated, if it says.
+        auth_subject: Option<String>,
+    },
+    /// `POST /v1/triggers/{id}/fire`.
+    Api {
+        /// The request's headers, secrets left out.
+        headers: Value,
+        /// Who the bearer token belongs to.
+        auth_subject: Option<String>,
+    },
+    /// A tick of schedule `id`.
+    Schedule {
+        /// `namespace/name`.
+        id: String,
+    },
+    /// Wakeup `id`, requested by the task itself.
+    Wakeup {
+        /// The wakeup's id.
+        id: String,
+    },
+}
+
+impl Origin {
+    /// The envelope of an input of this origin fired at `fired_at`; `None` for a user's.
+    fn envelope(&self, fired_at: i64, delivery_id: Option<&str>) -> Option<TriggerEnvelope> {
+        let (source, schedule_id, headers, auth_subject) = match self {
+            Origin::User => return None,
+            Origin::Webhook {
+                headers,
+                auth_subject,
+            } => ("webhook", None, Some(headers), auth_subject),
+            Origin::Api {
+                headers,
+                auth_subject,
+            } => ("api", None, Some(headers), auth_subject),
+            Origin::Schedule { id } => ("schedule", Some(id), None, &None),
+            Origin::Wakeup { id } => ("self-schedule", Some(id), None, &None),
+        };
+        Some(TriggerEnvelope {
+            source: source.into(),
+            fired_at,
+            schedule_id: schedule_id.cloned(),
+            delivery_id: delivery_id.map(str::to_owned),
+            headers: headers.cloned(),
+            auth_subject: auth_subject.clone(),
+        })
+    }
+}
+
+/// Who runs the input an arrival queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// The task's runner, woken now, in the background (the server, triggers, schedules).
+    Background,
+    /// The caller, with [`Engine::run_until_idle`] (`agentmesh run`, a delegating task).
+    Caller,
+}
+
+/// What an accepted arrival became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Accepted {
+    /// On disk in these tasks' queues (in the order given), at `queued_at` (epoch ms).
+    Queued { tasks: Vec<String>, queued_at: i64 },
+    /// A repeat of a delivery id seen within the dedupe window: nothing was queued.
+    Duplicate,
+}
+
+/// The locks delivery ids are serialized by.
+pub(crate) struct Door {
+    locks: Vec<Arc<Mutex<()>>>,
+}
+
+impl Default for Door {
+    fn default() -> Self {
+        Door {
+            locks: (0..DELIVERY_LOCKS)
+                .map(|_| Arc::new(Mutex::new(())))
+                .collect(),
+        }
+    }
+}
+
+impl Door {
+    /// The lock of delivery id `id`.
+    fn lock_of(&self, id: &str) -> Arc<Mutex<()>> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        let stripe = (hasher.finish() % DELIVERY_LOCKS as u64) as usize;
+        Arc::clone(&self.locks[stripe])
+    }
+}
+
+/// An input for a task, as it arrived.
+pub(crate) struct Input {
+    /// The task's id.
+    pub(crate) task: String,
+    /// The TaskIO: `message` (content parts) and parameter values, normalized.
+    pub(crate) io: Value,
+    /// Where it came from.
+    pub(crate) origin: Origin,
+}
+
+/// An arrival through the door, not yet accepted: while it lives, a repeat of its delivery id
+/// waits.
+pub(crate) struct Arrival {
+    delivery_id: Option<String>,
+    fired_at: i64,
+    serial: Option<OwnedMutexGuard<()>>,
+}
+
+impl Arrival {
+    /// An arrival without delivery id (never a repeat), e.g. a user's input.
+    pub(crate) fn new() -> Arrival {
+        Arrival {
+            delivery_id: None,
+            fired_at: now_ms(),
+            serial: None,
+        }
+    }
+
+    /// When it arrived (epoch ms).
+    pub(crate) fn fired_at(&self) -> i64 {
+        self.fired_at
+    }
+
+    /// Queues `inputs`, each with its origin's envelope, and remembers the arrival's
+    /// delivery id for the dedupe window, in one transaction flushed before it returns (off
+    /// the async workers); then, for [`Run::Background`], wakes each task's runner. With no
+    /// input, only the delivery id is remembered (a delivery that created no task is still
+    /// not taken twice).
+    pub(crate) async fn accept(
+        self,
+        engine: &Engine,
+        inputs: Vec<Input>,
+        run: Run,
+    ) -> Result<Accepted> {
+        let queued_at = now_ms();
+        if inputs.is_empty() && self.delivery_id.is_none() {
+            return Ok(Accepted::Queued {
+                tasks: Vec::new(),
+                queued_at,
+            });
+        }
+        let window = engine
+            .plan()
+            .host
+            .policy
+            .dedupe_window
+            .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
+        let until = queued_at.saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        let (tasks, entries): (Vec<String>, Vec<QueuedInput>) = inputs
+            .into_iter()
+            .map(|Input { task, io, origin }| {
+                let trigger = origin.envelope(self.fired_at, self.delivery_id.as_deref());
+                let input = QueuedInput {
+                    io,
+                    queued_at,
+                    trigger,
+                };
+                (task, input)
+            })
+            .unzip();
+        let store = Arc::clone(&engine.inner.store);
+        let delivery = self.delivery_id.clone();
+        let (outcome, tasks) = tokio::task::spawn_blocking(move || {
+            let refs: Vec<(&str, i64, &QueuedInput)> = tasks
+                .iter()
+                .zip(&entries)
+                .map(|(task, input)| (task.as_str(), input.queued_at, input))
+                .collect();
+            store
+                .deliver(delivery.as_deref().map(|id| (id, until)), &refs)
+                .map(|outcome| (outcome, tasks))
+        })
+        .await
+        .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))??;
+        // What waited for this delivery id may now find it recorded.
+        drop(self.serial);
+        match outcome {
+            Delivery::Duplicate => Ok(Accepted::Duplicate),
+            Delivery::Queued(_) => {
+                if run == Run::Background {
+                    for task in &tasks {
+                        engine.kick(task);
+                    }
+                }
+                Ok(Accepted::Queued { tasks, queued_at })
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Opens the door for an arrival: `None` when `delivery_id` was seen within the dedupe
+    /// window. Otherwise, until the [`Arrival`] is accepted or dropped, another arrival with
+    /// the same delivery id waits here.
+    pub(crate) async fn arrive(&self, delivery_id: Option<String>) -> Result<Option<Arrival>> {
+        let serial = match &delivery_id {
+            Some(id) => {
+                let guard = self.inner.door.lock_of(id).lock_owned().await;
+                if self.store().seen_delivery(id)? {
+                    return Ok(None);
+                }
+                Some(guard)
+            }
+            None => None,
+        };
+        Ok(Some(Arrival {
+            delivery_id,
+            fired_at: now_ms(),
+            serial,
+        }))
+    }
+}
