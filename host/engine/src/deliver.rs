@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use agentmesh_plugins::{AllowList, Limits};
-use agentmesh_routing::{Event as RoutedEvent, safe_headers, signature};
+use agentmesh_routing::{Event as RoutedEvent, Headers, Inbound, safe_headers, signature};
 use agentmesh_store::event::ContentPart;
 use agentmesh_store::now_rfc3339;
-use http::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::door::{Accepted, Input, Origin, Run};
@@ -56,9 +55,9 @@ impl Engine {
     pub async fn deliver_tool_webhook(
         &self,
         tool_id: &str,
-        headers: &HeaderMap,
-        body: &[u8],
+        delivery: Inbound<'_>,
     ) -> Result<WebhookOutcome, WebhookError> {
+        let Inbound { headers, body } = delivery;
         let plan = self.plan();
         let tool = plan
             .tools
@@ -245,7 +244,7 @@ impl Engine {
 /// failure says why.
 fn verified_events<'t>(
     tool: &'t ToolPlan,
-    headers: &HeaderMap,
+    headers: &Headers,
     body: &[u8],
 ) -> Result<Vec<&'t EventPlan>, WebhookError> {
     let now = SystemTime::now();

@@ -23,10 +23,9 @@ use std::time::{Duration, SystemTime};
 use agentmesh_expr::{Activation, Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
-use agentmesh_routing::{BearerTokens, safe_headers, signature};
+use agentmesh_routing::{BearerTokens, Inbound, safe_headers, signature};
 use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle, Timing};
-use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -95,9 +94,9 @@ impl SourcePlan {
     /// signed delivery), or why it is refused.
     pub fn authenticate(
         &self,
-        headers: &HeaderMap,
-        body: &[u8],
+        delivery: Inbound<'_>,
     ) -> std::result::Result<Option<String>, Unauthenticated> {
+        let Inbound { headers, body } = delivery;
         match self {
             SourcePlan::Signed { scheme, secret } => {
                 let checked = match scheme {
@@ -752,16 +751,16 @@ impl Engine {
     pub async fn deliver_source_webhook(
         &self,
         source: &str,
-        headers: &HeaderMap,
-        body: &[u8],
+        delivery: Inbound<'_>,
     ) -> std::result::Result<SourceDelivery, WebhookError> {
+        let Inbound { headers, body } = delivery;
         let plan = self.plan();
         let src = plan
             .sources
             .get(source)
             .ok_or_else(|| WebhookError::UnknownSource(source.to_owned()))?;
         let auth_subject = src
-            .authenticate(headers, body)
+            .authenticate(delivery)
             .map_err(|e| WebhookError::Unauthorized(e.0))?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
@@ -775,8 +774,8 @@ impl Engine {
             auth_subject,
         };
         let name = headers
-            .get("x-github-event")
-            .and_then(|v| v.to_str().ok())
+            .text("x-github-event")
+            .and_then(Result::ok)
             .unwrap_or(source);
         let event = json!({
             "name": name,
@@ -852,9 +851,9 @@ impl Engine {
     pub async fn fire_trigger(
         &self,
         id: &str,
-        headers: &HeaderMap,
-        body: &[u8],
+        delivery: Inbound<'_>,
     ) -> std::result::Result<String, FireError> {
+        let Inbound { headers, body } = delivery;
         let plan = self.plan();
         let t = plan
             .triggers
@@ -862,7 +861,7 @@ impl Engine {
             .ok_or_else(|| FireError::NotFound(id.to_owned()))?;
         let auth_subject = match plan.sources.get(&t.source).map(AsRef::as_ref) {
             Some(src @ SourcePlan::Bearer(_)) => src
-                .authenticate(headers, body)
+                .authenticate(delivery)
                 .map_err(|e| FireError::Unauthorized(e.0))?,
             _ => {
                 return Err(FireError::Unauthorized(format!(
@@ -1028,6 +1027,8 @@ pub(crate) fn fire_recorded(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use agentmesh_routing::Headers;
+
     use super::*;
 
     fn bearer_source(tokens: &[(&str, &str)]) -> SourcePlan {
@@ -1038,17 +1039,25 @@ mod tests {
         ))
     }
 
-    fn auth(value: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(http::header::AUTHORIZATION, value.parse().unwrap());
-        h
+    fn auth(value: &str) -> Headers {
+        [("Authorization", value)].into_iter().collect()
+    }
+
+    fn authenticate(
+        src: &SourcePlan,
+        headers: &Headers,
+    ) -> Result<Option<String>, Unauthenticated> {
+        src.authenticate(Inbound {
+            headers,
+            body: b"{}",
+        })
     }
 
     #[test]
     fn bearer_source_names_the_subject_of_the_matching_token() {
         let src = bearer_source(&[("svc:a", "token-a"), ("svc:b", "token-b")]);
         assert_eq!(
-            src.authenticate(&auth("Bearer token-b"), b"{}").unwrap(),
+            authenticate(&src, &auth("Bearer token-b")).unwrap(),
             Some("svc:b".to_owned())
         );
     }
@@ -1056,8 +1065,8 @@ mod tests {
     #[test]
     fn bearer_source_refuses_a_wrong_or_missing_token() {
         let src = bearer_source(&[("svc:a", "token-a")]);
-        assert!(src.authenticate(&auth("Bearer token-"), b"{}").is_err());
-        assert!(src.authenticate(&auth("Basic token-a"), b"{}").is_err());
-        assert!(src.authenticate(&HeaderMap::new(), b"{}").is_err());
+        assert!(authenticate(&src, &auth("Bearer token-")).is_err());
+        assert!(authenticate(&src, &auth("Basic token-a")).is_err());
+        assert!(authenticate(&src, &Headers::default()).is_err());
     }
 }

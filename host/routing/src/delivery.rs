@@ -1,8 +1,84 @@
-//! What the host takes from an inbound request's headers besides its signature: the
-//! delivery id that makes redelivery idempotent, and the headers an agent may see.
+//! A delivery as it arrived, without HTTP ([`Inbound`]: its raw body and its [`Headers`]),
+//! and what the host takes from its headers besides its signature: the delivery id that
+//! makes redelivery idempotent, and the headers an agent may see.
 
-use http::HeaderMap;
 use serde_json::{Map, Value as Json};
+
+/// A request's headers: names in lower case, values as sent (bytes), in order; a name sent
+/// several times has several entries. Built by whoever received the request (the server from
+/// its HTTP headers, a test from pairs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(String, Vec<u8>)>);
+
+impl Headers {
+    /// The first value of header `name` (any case).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.all(name).next()
+    }
+
+    /// Every value of header `name` (any case), in order.
+    pub fn all<'h, 'n>(&'h self, name: &'n str) -> impl Iterator<Item = &'h [u8]> + use<'h, 'n> {
+        self.0
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// The first value of header `name` as text: `None` when absent, `Some(Err(()))` when it
+    /// is not visible ASCII (HTTP's rule for a value read as text).
+    pub fn text(&self, name: &str) -> Option<Result<&str, ()>> {
+        self.get(name).map(visible_ascii)
+    }
+
+    /// Whether header `name` (any case) was sent.
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The distinct names, lower case, in the order first sent.
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in &self.0 {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        names
+    }
+}
+
+/// A header value as text, if it is visible ASCII (tabs allowed), as HTTP reads one.
+pub(crate) fn visible_ascii(value: &[u8]) -> Result<&str, ()> {
+    if value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        std::str::from_utf8(value).map_err(|_| ())
+    } else {
+        Err(())
+    }
+}
+
+impl<N: AsRef<str>, V: AsRef<[u8]>> FromIterator<(N, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(pairs: I) -> Self {
+        Headers(
+            pairs
+                .into_iter()
+                .map(|(n, v)| (n.as_ref().to_ascii_lowercase(), v.as_ref().to_vec()))
+                .collect(),
+        )
+    }
+}
+
+/// A delivery to a webhook endpoint (a tool's events, a trigger source, an API fire) as it
+/// arrived: checks read its headers, signatures are computed over its raw body.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    /// The request's headers.
+    pub headers: &'a Headers,
+    /// The body, byte for byte as received.
+    pub body: &'a [u8],
+}
 
 /// The headers that carry a delivery id, in the order they are consulted (CONTRACT §5,
 /// "Idempotency"): GitHub's, Standard Webhooks', then the generic one.
@@ -21,11 +97,11 @@ const SECRET_HEADERS: [&str; 4] = [
 const SECRET_FRAGMENTS: [&str; 5] = ["secret", "token", "key", "auth", "signature"];
 
 /// The delivery id of a request: the first non-empty of [`DELIVERY_ID_HEADERS`].
-pub fn delivery_id(headers: &HeaderMap) -> Option<&str> {
+pub fn delivery_id(headers: &Headers) -> Option<&str> {
     DELIVERY_ID_HEADERS.iter().find_map(|name| {
         headers
-            .get(*name)
-            .and_then(|v| v.to_str().ok())
+            .text(name)
+            .and_then(Result::ok)
             .map(str::trim)
             .filter(|id| !id.is_empty())
     })
@@ -46,18 +122,17 @@ pub fn is_safe_header(name: &str) -> bool {
 /// The headers an agent may see, as a JSON object with lower-case names. A header sent
 /// several times has its values joined with `, ` (as HTTP allows); bytes that are not UTF-8
 /// are replaced.
-pub fn safe_headers(headers: &HeaderMap) -> Map<String, Json> {
+pub fn safe_headers(headers: &Headers) -> Map<String, Json> {
     let mut out = Map::new();
-    for name in headers.keys() {
-        if !is_safe_header(name.as_str()) {
+    for name in headers.names() {
+        if !is_safe_header(name) {
             continue;
         }
         let values: Vec<String> = headers
-            .get_all(name)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .all(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
             .collect();
-        out.insert(name.as_str().to_owned(), Json::String(values.join(", ")));
+        out.insert(name.to_owned(), Json::String(values.join(", ")));
     }
     out
 }
@@ -65,20 +140,12 @@ pub fn safe_headers(headers: &HeaderMap) -> Map<String, Json> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests unwrap what they just built.
 mod tests {
-    use http::{HeaderName, HeaderValue};
     use serde_json::json;
 
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
+    fn headers(pairs: &[(&str, &str)]) -> Headers {
+        pairs.iter().copied().collect()
     }
 
     #[test]
@@ -95,9 +162,21 @@ mod tests {
     }
 
     #[test]
+    fn a_value_that_is_not_visible_ascii_is_not_text() {
+        let h: Headers = [("X-GitHub-Delivery", b"caf\xc3\xa9".as_slice())]
+            .into_iter()
+            .collect();
+        assert_eq!(h.text("x-github-delivery"), Some(Err(())));
+        assert_eq!(delivery_id(&h), None);
+        assert_eq!(h.text("webhook-id"), None);
+        let h = headers(&[("X-GitHub-Delivery", "d\t1")]);
+        assert_eq!(h.text("X-GITHUB-DELIVERY"), Some(Ok("d\t1")));
+    }
+
+    #[test]
     fn empty_delivery_id_is_no_delivery_id() {
         assert_eq!(delivery_id(&headers(&[("X-GitHub-Delivery", " ")])), None);
-        assert_eq!(delivery_id(&HeaderMap::new()), None);
+        assert_eq!(delivery_id(&Headers::default()), None);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! - [`signature`]: is the request from who it claims? GitHub's `X-Hub-Signature-256`,
 //!   Standard Webhooks and bearer tokens, checked on the raw body in constant time.
-//! - [`delivery`]: the delivery id that makes redelivery idempotent ([`delivery_id`]), and the
+//! - [`delivery`]: a delivery as it arrived ([`Inbound`]: raw body and [`Headers`], no HTTP
+//!   types), the delivery id that makes redelivery idempotent ([`delivery_id`]), and the
 //!   headers an agent may see ([`safe_headers`]).
 //! - [`filter`]: a tool event's `receive.filter` against one task's allow lists
 //!   ([`Filter::matches`]): `parameters.X` is the task's set for X, some choice of one value
@@ -51,7 +52,7 @@ pub mod signature;
 
 pub use allow_list::{AllowLists, allow_value};
 pub use analysis::Pin;
-pub use delivery::{delivery_id, safe_headers};
+pub use delivery::{Headers, Inbound, delivery_id, safe_headers};
 pub use error::{Error, Result};
 pub use filter::{Event, Filter, MAX_COMBINATIONS};
 pub use index::SubscriptionIndex;

@@ -3,8 +3,8 @@
 //! tokens.
 //!
 //! Signatures are checked on the raw body, before it is parsed, and every comparison that
-//! involves secret material runs in constant time. Headers are an [`http::HeaderMap`] (what
-//! axum hands a handler); its lookups ignore case.
+//! involves secret material runs in constant time. Headers are [`Headers`] (built by whoever
+//! received the request); their lookups ignore case.
 //!
 //! Secrets: a GitHub secret is used as its UTF-8 bytes. A Standard Webhooks secret is
 //! `whsec_<base64 key>`; like the reference libraries (which strip an optional `whsec_`), a
@@ -15,10 +15,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::delivery::{Headers, visible_ascii};
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
-use http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
@@ -64,10 +64,10 @@ pub enum Scheme {
 impl Scheme {
     /// The scheme whose signature header `headers` carries (GitHub's when both are present),
     /// or `None` for an unsigned request.
-    pub fn detect(headers: &HeaderMap) -> Option<Scheme> {
-        if headers.contains_key(GITHUB_SIGNATURE) {
+    pub fn detect(headers: &Headers) -> Option<Scheme> {
+        if headers.contains(GITHUB_SIGNATURE) {
             Some(Scheme::GitHub)
-        } else if headers.contains_key(WEBHOOK_SIGNATURE) {
+        } else if headers.contains(WEBHOOK_SIGNATURE) {
             Some(Scheme::StandardWebhooks)
         } else {
             None
@@ -79,7 +79,7 @@ impl Scheme {
     pub fn verify(
         self,
         secret: &str,
-        headers: &HeaderMap,
+        headers: &Headers,
         body: &[u8],
         now: SystemTime,
     ) -> Result<()> {
@@ -92,7 +92,7 @@ impl Scheme {
 
 /// Checks a signed webhook whatever its scheme, and says which scheme it was. A request with
 /// no signature header is refused: call this only where a secret is configured.
-pub fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Scheme> {
+pub fn verify(secret: &str, headers: &Headers, body: &[u8], now: SystemTime) -> Result<Scheme> {
     let scheme = Scheme::detect(headers).ok_or(Error::MissingHeader(
         "X-Hub-Signature-256 or webhook-signature",
     ))?;
@@ -101,7 +101,7 @@ pub fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now: SystemTime) -
 }
 
 /// Checks GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of body>`.
-pub fn verify_github(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<()> {
+pub fn verify_github(secret: &str, headers: &Headers, body: &[u8]) -> Result<()> {
     let value = header(headers, GITHUB_SIGNATURE)?;
     let hex_digest = value
         .strip_prefix("sha256=")
@@ -135,7 +135,7 @@ pub fn sign_github(secret: &str, body: &[u8]) -> String {
 /// versions (`v1a`, asymmetric) are skipped.
 pub fn verify_standard_webhooks(
     secret: &str,
-    headers: &HeaderMap,
+    headers: &Headers,
     body: &[u8],
     now: SystemTime,
 ) -> Result<()> {
@@ -223,8 +223,17 @@ impl<T> BearerTokens<T> {
     /// What the token in `Authorization: Bearer <token>` stands for. Every entry is compared,
     /// in constant time over the digests, so neither which entry matched nor how long a token
     /// is leaks through timing.
-    pub fn find(&self, headers: &HeaderMap) -> Result<&T> {
-        let value = header(headers, AUTHORIZATION)?;
+    pub fn find(&self, headers: &Headers) -> Result<&T> {
+        self.find_authorization(headers.get(AUTHORIZATION))
+    }
+
+    /// [`BearerTokens::find`] given the `Authorization` header's value (`None`: not sent).
+    pub fn find_authorization(&self, authorization: Option<&[u8]>) -> Result<&T> {
+        let value = visible_ascii(authorization.ok_or(Error::MissingHeader(AUTHORIZATION))?)
+            .map_err(|()| Error::MalformedHeader {
+                header: AUTHORIZATION,
+                reason: "not visible ASCII",
+            })?;
         let presented = value
             .split_once(' ')
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
@@ -256,7 +265,7 @@ impl<T> BearerTokens<T> {
 /// `tokens` (`(subject, token)` pairs), as [`BearerTokens::find`] does.
 pub fn bearer_subject<'a, S: AsRef<str>>(
     tokens: &'a [(S, S)],
-    headers: &HeaderMap,
+    headers: &Headers,
 ) -> Result<&'a str> {
     BearerTokens::new(
         tokens
@@ -289,12 +298,11 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 }
 
 /// The value of header `name` as text.
-fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str> {
+fn header<'h>(headers: &'h Headers, name: &'static str) -> Result<&'h str> {
     headers
-        .get(name)
+        .text(name)
         .ok_or(Error::MissingHeader(name))?
-        .to_str()
-        .map_err(|_| Error::MalformedHeader {
+        .map_err(|()| Error::MalformedHeader {
             header: name,
             reason: "not visible ASCII",
         })
@@ -313,20 +321,10 @@ fn unix_seconds(now: SystemTime) -> i64 {
 mod tests {
     use std::time::Duration;
 
-    use http::{HeaderName, HeaderValue};
-
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(name, value)| {
-                (
-                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                    HeaderValue::from_str(value).unwrap(),
-                )
-            })
-            .collect()
+    fn headers(pairs: &[(&str, &str)]) -> Headers {
+        pairs.iter().copied().collect()
     }
 
     fn at(secs: u64) -> SystemTime {
@@ -369,7 +367,7 @@ mod tests {
 
     #[test]
     fn github_missing_or_malformed_header_is_refused() {
-        let err = verify_github(GITHUB_SECRET, &HeaderMap::new(), GITHUB_BODY).unwrap_err();
+        let err = verify_github(GITHUB_SECRET, &Headers::default(), GITHUB_BODY).unwrap_err();
         assert_eq!(err.to_string(), "missing X-Hub-Signature-256 header");
         for value in ["757107ea", "sha1=757107ea", "sha256=not-hex"] {
             let h = headers(&[("X-Hub-Signature-256", value)]);
@@ -398,7 +396,7 @@ mod tests {
     const SW_BODY: &[u8] = br#"{"test": 2432232314}"#;
     const SW_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
-    fn sw_headers(signature: &str) -> HeaderMap {
+    fn sw_headers(signature: &str) -> Headers {
         headers(&[
             ("webhook-id", SW_ID),
             ("webhook-timestamp", &SW_TIMESTAMP.to_string()),
@@ -479,14 +477,22 @@ mod tests {
 
     #[test]
     fn standard_webhooks_missing_headers_are_named() {
+        let timestamp = SW_TIMESTAMP.to_string();
+        let all = [
+            ("webhook-id", SW_ID),
+            ("webhook-timestamp", timestamp.as_str()),
+            ("webhook-signature", SW_SIGNATURE),
+        ];
         for missing in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
-            let mut h = sw_headers(SW_SIGNATURE);
-            h.remove(missing);
+            let h: Headers = all.iter().copied().filter(|(n, _)| *n != missing).collect();
             let err = verify_standard_webhooks(SW_SECRET, &h, SW_BODY, at(SW_TIMESTAMP));
             assert_eq!(err, Err(Error::MissingHeader(missing)));
         }
-        let mut h = sw_headers(SW_SIGNATURE);
-        h.insert("webhook-timestamp", HeaderValue::from_static("hello"));
+        let h = headers(&[
+            ("webhook-id", SW_ID),
+            ("webhook-timestamp", "hello"),
+            ("webhook-signature", SW_SIGNATURE),
+        ]);
         assert!(matches!(
             verify_standard_webhooks(SW_SECRET, &h, SW_BODY, at(SW_TIMESTAMP)),
             Err(Error::MalformedHeader { .. })
@@ -531,7 +537,7 @@ mod tests {
 
     #[test]
     fn unsigned_request_is_refused_by_verify() {
-        let err = verify("s", &HeaderMap::new(), b"{}", at(0)).unwrap_err();
+        let err = verify("s", &Headers::default(), b"{}", at(0)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "missing X-Hub-Signature-256 or webhook-signature header"
@@ -560,7 +566,7 @@ mod tests {
             Err(Error::MalformedHeader { .. })
         ));
         assert_eq!(
-            bearer_subject(&tokens, &HeaderMap::new()),
+            bearer_subject(&tokens, &Headers::default()),
             Err(Error::MissingHeader("Authorization"))
         );
         let none: [(String, String); 0] = [];

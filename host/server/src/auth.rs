@@ -117,7 +117,10 @@ impl Auth {
                 role: Role::Admin,
             });
         }
-        match self.tokens.find(headers) {
+        let authorization = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        match self.tokens.find_authorization(authorization) {
             Ok(caller) => Ok(caller.clone()),
             Err(RoutingError::UnknownToken) => {
                 Err(ApiError::unauthorized("the bearer token is not valid"))

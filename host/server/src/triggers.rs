@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use agentmesh_engine::{FireError, SourceDelivery};
+use agentmesh_routing::Inbound;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -28,6 +29,7 @@ use crate::AppState;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
+use crate::webhooks::headers_of;
 
 /// `POST /v1/webhooks/sources/{source}`.
 pub async fn source(
@@ -38,9 +40,14 @@ pub async fn source(
 ) -> ApiResult<Response> {
     let metrics = &state.metrics;
     let Body(body) = body.inspect_err(|_| Metrics::inc(&metrics.webhooks_rejected))?;
+    let headers = headers_of(&headers);
+    let delivery = Inbound {
+        headers: &headers,
+        body: &body,
+    };
     match state
         .engine()
-        .deliver_source_webhook(&source, &headers, &body)
+        .deliver_source_webhook(&source, delivery)
         .await
     {
         Ok(SourceDelivery::Accepted { tasks, dropped }) => {
@@ -77,7 +84,12 @@ pub async fn fire(
 ) -> ApiResult<Response> {
     let id = format!("{namespace}/{name}");
     let metrics = &state.metrics;
-    match state.engine().fire_trigger(&id, &headers, &body).await {
+    let headers = headers_of(&headers);
+    let delivery = Inbound {
+        headers: &headers,
+        body: &body,
+    };
+    match state.engine().fire_trigger(&id, delivery).await {
         Ok(task_id) => {
             Metrics::inc(&metrics.trigger_fires);
             Ok((StatusCode::ACCEPTED, Json(json!({"task_id": task_id}))).into_response())

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use agentmesh_engine::{WebhookError, WebhookOutcome};
+use agentmesh_routing::{Headers, Inbound};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -14,6 +15,14 @@ use serde_json::json;
 use crate::AppState;
 use crate::error::{ApiError, ApiPath, ApiResult, Body};
 use crate::metrics::Metrics;
+
+/// A request's headers as the checks below the server take them (they know no HTTP types).
+pub(crate) fn headers_of(headers: &HeaderMap) -> Headers {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .collect()
+}
 
 /// `POST /v1/webhooks/tools/{namespace}/{tool}`.
 pub async fn tool(
@@ -25,9 +34,14 @@ pub async fn tool(
     let metrics = &state.metrics;
     let Body(body) = body.inspect_err(|_| Metrics::inc(&metrics.webhooks_rejected))?;
     let tool_id = format!("{namespace}/{tool}");
+    let headers = headers_of(&headers);
+    let delivery = Inbound {
+        headers: &headers,
+        body: &body,
+    };
     let outcome = state
         .engine()
-        .deliver_tool_webhook(&tool_id, &headers, &body)
+        .deliver_tool_webhook(&tool_id, delivery)
         .await;
     match outcome {
         Ok(WebhookOutcome::Accepted(tasks)) => {
