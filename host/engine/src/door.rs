@@ -91,7 +91,8 @@ impl Origin {
 pub enum Run {
     /// The task's runner, woken now, in the background (the server, triggers, schedules).
     Background,
-    /// The caller, with [`Engine::run_until_idle`] (`agentmesh run`, a delegating task).
+    /// The caller, with [`Engine::run_until_idle`] (`agentmesh run`, a delegating task); the
+    /// input is written on the caller's thread, which is about to run the task anyway.
     Caller,
 }
 
@@ -201,18 +202,23 @@ impl Arrival {
             .unzip();
         let store = Arc::clone(&engine.inner.store);
         let delivery = self.delivery_id.clone();
-        let (outcome, tasks) = tokio::task::spawn_blocking(move || {
+        let write = move || {
             let refs: Vec<(&str, i64, &QueuedInput)> = tasks
                 .iter()
                 .zip(&entries)
                 .map(|(task, input)| (task.as_str(), input.queued_at, input))
                 .collect();
-            store
-                .deliver(delivery.as_deref().map(|id| (id, until)), &refs)
-                .map(|outcome| (outcome, tasks))
-        })
-        .await
-        .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))??;
+            let written = store.deliver(delivery.as_deref().map(|id| (id, until)), &refs);
+            written.map(|outcome| (outcome, tasks))
+        };
+        // The write waits for an fsync (shared with concurrent writes: a group commit): off
+        // the async workers, unless the caller runs the task on its own thread anyway.
+        let (outcome, tasks) = match run {
+            Run::Background => tokio::task::spawn_blocking(write)
+                .await
+                .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))??,
+            Run::Caller => write()?,
+        };
         // What waited for this delivery id may now find it recorded.
         drop(self.serial);
         match outcome {

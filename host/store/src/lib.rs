@@ -520,10 +520,7 @@ impl Store {
         input: &I,
     ) -> Result<QueueKey> {
         let key = self.queue_key(task_id, queued_at)?;
-        self.queue
-            .insert(key.0.as_slice(), serde_json::to_vec(input)?)?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.flush()?;
+        self.queue_all(vec![(key.clone(), serde_json::to_vec(input)?)])?;
         Ok(key)
     }
 
@@ -543,16 +540,19 @@ impl Store {
                 serde_json::to_vec(input)?,
             ));
         }
+        let Some((id, until)) = delivery else {
+            let keys = entries.iter().map(|(k, _)| k.clone()).collect();
+            self.queue_all(entries)?;
+            return Ok(Delivery::Queued(keys));
+        };
         let now = now_ms();
         let outcome = (&self.queue, &self.dedupe)
             .transaction(|(queue, dedupe)| {
-                if let Some((id, until)) = delivery {
-                    let seen = dedupe.get(id.as_bytes())?;
-                    if seen.is_some_and(|v| decode_u64(&v) as i64 > now) {
-                        return Ok(Delivery::Duplicate);
-                    }
-                    dedupe.insert(id.as_bytes(), &(until as u64).to_be_bytes())?;
+                let seen = dedupe.get(id.as_bytes())?;
+                if seen.is_some_and(|v| decode_u64(&v) as i64 > now) {
+                    return Ok(Delivery::Duplicate);
                 }
+                dedupe.insert(id.as_bytes(), &(until as u64).to_be_bytes())?;
                 for (key, bytes) in &entries {
                     queue.insert(key.0.as_slice(), bytes.as_slice())?;
                 }
@@ -566,6 +566,25 @@ impl Store {
             self.flush()?;
         }
         Ok(outcome)
+    }
+
+    /// Queues encoded `entries` atomically, flushed before returning. One entry is one insert
+    /// (a batch or a transaction costs several times more in sled), several are one batch.
+    fn queue_all(&self, entries: Vec<(QueueKey, Vec<u8>)>) -> Result<()> {
+        match entries.as_slice() {
+            [(key, bytes)] => {
+                self.queue.insert(key.0.as_slice(), bytes.as_slice())?;
+            }
+            _ => {
+                let mut batch = sled::Batch::default();
+                for (key, bytes) in entries {
+                    batch.insert(key.0, bytes);
+                }
+                self.queue.apply_batch(batch)?;
+            }
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.flush()
     }
 
     /// Whether delivery id `id` was seen and is still remembered.

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentmesh_store::event::{ContentPart, EventKind, EventSource};
-use agentmesh_store::{RecordWrite, Store, StoreError};
+use agentmesh_store::{Delivery, RecordWrite, Store, StoreError};
 use serde_json::{Value, json};
 
 fn message(text: &str) -> (EventSource, EventKind) {
@@ -212,4 +212,46 @@ fn tasks_whose_ids_share_a_prefix_keep_their_logs_and_queues_apart() {
     );
     assert_eq!(store.last_seq("t2").unwrap(), 0);
     assert!(store.next_queued::<Value>("t2").unwrap().is_none());
+}
+
+#[test]
+fn a_delivery_is_queued_once_and_inputs_without_one_are_queued_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let until = agentmesh_store::now_ms() + 60_000;
+    let inputs = [("a", 10, &json!("for a")), ("b", 10, &json!("for b"))];
+    let first = store.deliver(Some(("d-1", until)), &inputs).unwrap();
+    assert!(matches!(&first, Delivery::Queued(keys) if keys.len() == 2));
+    assert!(store.seen_delivery("d-1").unwrap());
+    // The repeat queues nothing, on any task.
+    let again = store.deliver(Some(("d-1", until)), &[("c", 11, &json!("for c"))]);
+    assert_eq!(again.unwrap(), Delivery::Duplicate);
+    assert_eq!(
+        (
+            store.queue_depth("a"),
+            store.queue_depth("b"),
+            store.queue_depth("c")
+        ),
+        (1, 1, 0)
+    );
+    // Without a delivery id: one input, then several at once, taken in `queued_at` order.
+    store.deliver(None, &[("a", 30, &json!("third"))]).unwrap();
+    let two = [("a", 20, &json!("second")), ("b", 20, &json!("b, second"))];
+    assert!(matches!(store.deliver(None, &two).unwrap(), Delivery::Queued(k) if k.len() == 2));
+    let mut taken = Vec::new();
+    while let Some((key, input)) = store.next_queued::<Value>("a").unwrap() {
+        let next = store.last_seq("a").unwrap() + 1;
+        let events = store.stamp(next, vec![message("turn")]);
+        store
+            .write("a", RecordWrite::whole(&json!({})), &events, Some(&key))
+            .unwrap();
+        taken.push(input);
+    }
+    assert_eq!(taken, [json!("for a"), json!("second"), json!("third")]);
+    assert_eq!(store.queue_depth("b"), 2);
+    // All of it is on disk.
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.queue_depth("b"), 2);
+    assert!(store.seen_delivery("d-1").unwrap());
 }
