@@ -29,7 +29,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Connection, Server, load_average, machine, percentile};
+use agentmesh_testkit::client::Connection;
+use agentmesh_testkit::fixtures::{self, scripted_agent};
+use agentmesh_testkit::server::Server;
+use common::{AGENTMESH, QUIET, load_average, machine, percentile};
 
 const INTERVALS: u64 = 9_000;
 const BURST: u64 = 1_000;
@@ -48,24 +51,20 @@ const WINDOW: Duration = Duration::from_secs(60);
 const DRAIN: Duration = Duration::from_secs(10);
 const AGENT: &str = "bench/ticker";
 
+/// The agent the schedules start tasks of, answering at once, and a host policy that lets
+/// every tick be a trigger-fired turn of one owner (far more than the default 1,000 a day).
 fn base_config(dir: &Path) {
-    std::fs::write(
-        dir.join("agent.yaml"),
-        "kind: commonagents.info/v1beta2/agent
-namespace: bench
-name: ticker
-description: Answers at once.
-prompt: Answer.
-model: scripted/script.yaml
----
-kind: agentmesh/v1/host
-policy:
-  # Every tick is a trigger-fired turn of one owner: far more than the default 1,000 a day.
-  triggered_turns_per_user_per_day: 1000000000
-",
-    )
-    .unwrap();
-    std::fs::write(dir.join("script.yaml"), "responses:\n  - text: Done.\n").unwrap();
+    fixtures::write(
+        dir,
+        &[
+            ("agent.yaml", &scripted_agent(AGENT, "")),
+            (
+                "host.yaml",
+                "kind: agentmesh/v1/host\npolicy: {triggered_turns_per_user_per_day: 1000000000}\n",
+            ),
+            ("script.yaml", "responses:\n  - text: Done.\n"),
+        ],
+    );
 }
 
 /// When a schedule is due.
@@ -250,22 +249,20 @@ fn main() {
     let root = tempfile::tempdir().unwrap();
 
     let empty = root.path().join("empty");
-    std::fs::create_dir_all(&empty).unwrap();
     base_config(&empty);
-    let server = Server::start(&empty, &root.path().join("empty-data"), &[]);
+    let server = Server::start(AGENTMESH, &empty, &root.path().join("empty-data"), &[QUIET]);
     std::thread::sleep(Duration::from_secs(3));
     let rss_empty = server.rss_kib();
     drop(server);
 
     let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
     base_config(&dir);
     let lead = START_BUDGET + WARM_UP + WINDOW / 2;
     let burst_at = (now_ms() + millis(lead)).div_euclid(1_000) * 1_000;
     let window = (burst_at - millis(WINDOW / 2), burst_at + millis(WINDOW / 2));
     let timings = schedules(&dir, burst_at);
     let spawned = Instant::now();
-    let server = Server::start(&dir, &root.path().join("data"), &[]);
+    let server = Server::start(AGENTMESH, &dir, &root.path().join("data"), &[QUIET]);
     let start_up = spawned.elapsed();
     let rss_armed = server.rss_kib();
     let warm_up_left = window.0 - now_ms();

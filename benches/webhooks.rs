@@ -14,12 +14,16 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentmesh_routing::signature::sign_github;
-use common::{Connection, Server, load_average, machine, percentile};
+use agentmesh_testkit::client::Connection;
+use agentmesh_testkit::fixtures::{PAGER_HOST, dirs, pager_tool, scripted_agent};
+use agentmesh_testkit::server::Server;
+use common::{AGENTMESH, QUIET, load_average, machine, percentile};
 use serde_json::{Value, json};
 
 const CONNECTIONS: usize = 16;
@@ -27,63 +31,36 @@ const WARM_UP: Duration = Duration::from_secs(2);
 const SECONDS: u64 = 10;
 const SECRET: &str = "bench secret";
 
-fn config(dir: &std::path::Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        "kind: commonagents.info/v1beta2/tool
-namespace: ops
-name: pager
-description: Pages.
-settings:
-  type: object
-  properties:
-    secret: {type: string}
-actions:
-  - name: ack
-    description: Acknowledge.
-    execute:
-      cel: {expression: \"{'ok': true}\"}
-events:
-  - name: alert
-    message: \"alert {event.payload.n} from {event.payload.service}\"
-    receive:
-      webhook:
-        secret: \"{settings.secret}\"
-        filter: \"event.payload.service != 'ignored'\"
----
-kind: commonagents.info/v1beta2/agent
-namespace: ops
-name: oncall
-description: Hears alerts.
-prompt: You are on call.
-model: scripted/script.yaml
-capabilities:
+/// The config: `ops/oncall` waits in a review nobody answers for anything but an event, and
+/// every alert whose service is not `ignored` is queued for it.
+fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let oncall = scripted_agent(
+        "ops/oncall",
+        "capabilities:
   pager:
     before:
       - condition: \"!has(event)\"
         assert: \"review('user:ops')\"
----
-kind: agentmesh/v1/host
-settings:
-  ops:
-    pager:
-      secret: {env: BENCH_SECRET}
 ",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("script.yaml"),
-        "responses:\n  - tool_calls: [{name: pager, arguments: {}}]\n",
-    )
-    .unwrap();
+    );
+    let pager = pager_tool(
+        "alert {event.payload.n} from {event.payload.service}",
+        Some("event.payload.service != 'ignored'"),
+    );
+    dirs(&[
+        ("pager.yaml", &pager),
+        ("oncall.yaml", &oncall),
+        ("host.yaml", PAGER_HOST),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: pager, arguments: {}}]\n",
+        ),
+    ])
 }
 
 fn main() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    config(&dir);
-    let server = Server::start(&dir, &root.path().join("data"), &[("BENCH_SECRET", SECRET)]);
+    let (_root, dir, data) = config();
+    let server = Server::start(AGENTMESH, &dir, &data, &[QUIET, ("PAGER_SECRET", SECRET)]);
     let addr = server.addr;
     let mut admin = Connection::open(addr);
     let (status, body) = admin.send(

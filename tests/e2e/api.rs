@@ -2,82 +2,44 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use agentmesh_testkit::client::Response;
+use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, echo_tool, scripted_agent};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
+use tempfile::TempDir;
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 use crate::util::agentmesh;
 
-fn config(dir: &Path, host: &str) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        format!(
-            "kind: commonagents.info/v1beta2/tool
-namespace: lab
-name: echo
-description: Echoes.
-actions:
-  - name: say
-    description: Say it.
-    parameters: {{type: object, properties: {{text: {{type: string}}}}}}
-    execute:
-      cel: {{expression: \"{{'said': input.text}}\"}}
----
-kind: commonagents.info/v1beta2/agent
-namespace: lab
-name: careful
-description: Asks before echoing.
-prompt: Echo.
-model: scripted/script.yaml
-capabilities:
+/// The config dir (and a data dir beside it): `lab/careful` calls `lab/echo` once, which
+/// waits for `user:ops` to approve, then answers; `host` ends the manifests.
+fn dirs(host: &str) -> (TempDir, PathBuf, PathBuf) {
+    let careful = scripted_agent(
+        "lab/careful",
+        "capabilities:
   echo:
     before:
       - assert: \"review('user:ops')\"
         error_message: Not approved.
----
-{host}"
+",
+    );
+    let manifests = format!("{}---\n{careful}---\n{host}", echo_tool("lab"));
+    fixtures::dirs(&[
+        ("manifests.yaml", &manifests),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n  - text: Echoed.\n",
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("script.yaml"),
-        "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n  - text: Echoed.\n",
-    )
-    .unwrap();
-}
-
-const TOKENS: &str = "kind: agentmesh/v1/host
-api_tokens:
-  - {subject: \"user:admin\", role: admin, env: T_ADMIN}
-  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}
-  - {subject: \"user:bob\", role: agent_user, env: T_BOB}
-  - {subject: \"svc:audit\", role: read_only, env: T_AUDIT}
-";
-
-fn env() -> [(&'static str, &'static str); 4] {
-    [
-        ("T_ADMIN", "admin-token"),
-        ("T_ALICE", "alice-token"),
-        ("T_BOB", "bob-token"),
-        ("T_AUDIT", "audit-token"),
-    ]
-}
-
-fn dirs(host: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    config(&dir, host);
-    let data = root.path().join("data");
-    (root, dir, data)
+    ])
 }
 
 #[test]
 fn tokens_and_roles_decide_who_sees_and_changes_what() {
-    let (_root, dir, data) = dirs(TOKENS);
-    let server = Server::start(&dir, &data, &env());
+    let (_root, dir, data) = dirs(API_TOKENS);
+    let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
     let bearer = |t: &str| format!("Bearer {t}");
     let body = json!({"agent": "lab/careful"});
 
@@ -177,7 +139,7 @@ fn a_non_loopback_address_needs_api_tokens() {
 #[test]
 fn a_review_over_http_resumes_the_task_and_events_stream_live() {
     let (_root, dir, data) = dirs("");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
 
     // A live stream from the start.
     let r = server
@@ -222,7 +184,7 @@ fn a_review_over_http_resumes_the_task_and_events_stream_live() {
 #[test]
 fn a_review_pending_across_a_restart_is_decided_after_it() {
     let (_root, dir, data) = dirs("");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let id = server.create_task(&json!({"agent": "lab/careful", "input": {"message": "echo hi"}}));
     let review_id = server.wait_for_event(&id, "ReviewRequestEvent")["review_id"]
         .as_str()
@@ -233,7 +195,7 @@ fn a_review_pending_across_a_restart_is_decided_after_it() {
     // and ask anew).
     assert_eq!(server.terminate(), Some(0));
 
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let t = server
         .request("GET", &format!("/v1/tasks/{id}"))
         .send()
@@ -285,7 +247,7 @@ fn read_until_kind(sse: &mut BufReader<TcpStream>, kind: &str) -> Value {
 #[test]
 fn a_body_over_max_body_bytes_is_413() {
     let (_root, dir, data) = dirs("kind: agentmesh/v1/host\npolicy: {max_body_bytes: 1KiB}\n");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let big = json!({"message": "x".repeat(4096)});
     let r = server
         .request("POST", "/v1/webhooks/tools/lab/echo")
@@ -303,7 +265,7 @@ fn a_body_over_max_body_bytes_is_413() {
 #[test]
 fn every_error_has_the_json_shape() {
     let (_root, dir, data) = dirs("");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     for (method, path, status, code) in [
         ("GET", "/v1/tasks?limt=5", 400, "bad_request"),
         ("GET", "/v1/tasks/t_x/events?after=soon", 400, "bad_request"),
@@ -328,13 +290,13 @@ fn every_error_has_the_json_shape() {
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let (_root, dir, data) = dirs("");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     assert_eq!(server.request("GET", "/healthz").send().status, 200);
     assert_eq!(server.terminate(), Some(0));
 }
 
 /// Approves review `review_id` of task `id` as the anonymous admin (no `api_tokens`).
-fn decide(server: &Server, id: &str, review_id: &str) -> crate::server::Response {
+fn decide(server: &Server, id: &str, review_id: &str) -> Response {
     server
         .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
         .json(&json!({"approve": true}))
@@ -352,7 +314,7 @@ fn approve_review(server: &Server, id: &str, review_id: &str) {
 #[test]
 fn the_task_list_pages_newest_first_with_a_cursor() {
     let (_root, dir, data) = dirs("");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let created: Vec<String> = (0..5)
         .map(|_| server.create_task(&json!({"agent": "lab/careful"})))
         .collect();

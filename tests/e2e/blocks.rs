@@ -3,23 +3,15 @@
 
 use std::time::Duration;
 
+use agentmesh_testkit::fixtures::{config_dir, scripted_agent};
 use serde_json::json;
 
-use crate::util::{agentmesh, config_dir, events, observations, run_json};
+use crate::util::{agentmesh, events, observations, run_json};
 use crate::wasm::{fake_github, guest};
 
-/// An agent `t/a` of tool `tool` on `scripted/script.yaml`.
+/// An agent `t/a` of tool `tool` (see [`scripted_agent`]).
 fn agent(tool: &str) -> String {
-    format!(
-        "kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Uses {tool}.
-prompt: Go.
-model: scripted/script.yaml
-capabilities: {{{tool}: \"*\"}}
-"
-    )
+    scripted_agent("t/a", &format!("capabilities: {{{tool}: \"*\"}}\n"))
 }
 
 #[test]

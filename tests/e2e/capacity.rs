@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use agentmesh_testkit::fixtures::config_dir;
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 use crate::wasm::{guest, notes_tool};
 
 /// The label of the `t/probe` tool's series.
@@ -46,7 +48,7 @@ capabilities:
         probe = guest("test_probe").display(),
         notes = notes_tool(),
     );
-    crate::util::config_dir(&[
+    config_dir(&[
         ("host.yaml", host),
         ("all.yaml", &tools),
         ("script.yaml", script),
@@ -190,7 +192,7 @@ fn recall_found(result: &Value) -> bool {
 fn a_thousand_tasks_keep_sessions_and_the_first_is_served_again() {
     let dir = probe_and_notes("kind: agentmesh/v1/host\n", REMEMBER_THEN_RECALL);
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &[]);
+    let server = Server::start(AGENTMESH, dir.path(), &data, &[]);
     const TASKS: usize = 1000;
     let ids: Vec<String> = (0..TASKS).map(|_| create(&server)).collect();
 
@@ -282,7 +284,7 @@ fn the_least_recently_used_idle_session_is_evicted_and_reopened_at_its_next_call
         script,
     );
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &[]);
+    let server = Server::start(AGENTMESH, dir.path(), &data, &[]);
     let limit = Duration::from_secs(30);
     let ids: Vec<String> = (0..3)
         .map(|_| {
@@ -344,7 +346,7 @@ fn a_call_that_finds_every_instance_busy_is_an_error_the_llm_sees() {
         "kind: agentmesh/v1/host\npolicy: {max_instances: 1, instance_wait: 200ms}\n",
     );
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &[]);
+    let server = Server::start(AGENTMESH, dir.path(), &data, &[]);
     let first = create(&server);
     server.wait_for_event(&first, "ActionEvent");
     let second = create(&server);

@@ -5,8 +5,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::server::{Server, wait_for};
-use crate::util::config_dir;
+use agentmesh_testkit::fixtures::config_dir;
+use agentmesh_testkit::server::{Server, wait_for};
+
+use crate::AGENTMESH;
 
 /// A config dir holding only a host config with `policy`.
 fn host_with(policy: &str) -> tempfile::TempDir {
@@ -20,7 +22,7 @@ fn host_with(policy: &str) -> tempfile::TempDir {
 fn serve(policy: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
     let dir = host_with(policy);
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), data.path(), &[]);
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
     (server, dir, data)
 }
 
@@ -126,7 +128,7 @@ fn idle_connection_is_closed_after_the_idle_timeout() {
 fn idle_connections_beyond_the_descriptor_limit_do_not_take_the_server_offline() {
     let dir = host_with("idle_timeout: 3s, header_timeout: 3s");
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start_with_nofile(dir.path(), data.path(), 128, 128);
+    let server = Server::start_with_nofile(AGENTMESH, dir.path(), data.path(), 128, 128);
     let mut kept = connect(&server, Duration::from_secs(20));
     assert!(healthz_on(&mut kept).is_some_and(|s| s.contains(" 200 ")));
     // More idle connections than the server has descriptors; they send nothing. The first
@@ -173,7 +175,7 @@ fn idle_connections_beyond_the_descriptor_limit_do_not_take_the_server_offline()
 fn start_raises_the_descriptor_soft_limit_to_the_hard_limit() {
     let dir = host_with("");
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start_with_nofile(dir.path(), data.path(), 200, 300);
+    let server = Server::start_with_nofile(AGENTMESH, dir.path(), data.path(), 200, 300);
     let startup = server.startup.join("\n");
     assert!(
         startup.contains("descriptor limit 300"),

@@ -3,15 +3,17 @@
 //! instead of answering errors for ever; once there is room again, the restarted host has
 //! every task it acknowledged.
 
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use agentmesh_testkit::client::Request;
+use agentmesh_testkit::fixtures::{self, scripted_agent};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 
 /// A tmpfs mounted on a directory for the test's lifetime.
 struct Tmpfs(PathBuf);
@@ -55,17 +57,13 @@ impl Drop for Tmpfs {
 /// Sends `method path` with `body` over a fresh connection: the status and header names, or
 /// `None` when nothing answers within 2 s (the host is stuck or exited).
 fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<String>)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).ok()?;
-    stream.write_all(body).ok()?;
-    let (status_line, headers) = agentmesh_testkit::read_head(&mut BufReader::new(stream)).ok()?;
-    let status = status_line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, headers.into_iter().map(|(k, _)| k).collect()))
+    let head = Request::new(addr, method, path)
+        .body(body.to_vec())
+        .send_head(Duration::from_secs(2))?;
+    Some((
+        head.status,
+        head.headers.into_iter().map(|(k, _)| k).collect(),
+    ))
 }
 
 /// The status of `GET path`, or `None` when nothing answers.
@@ -73,22 +71,16 @@ fn status_of(addr: SocketAddr, path: &str) -> Option<u16> {
     send(addr, "GET", path, b"").map(|(status, _)| status)
 }
 
-/// The config dir of the tests: `t/a` answers from its script.
+/// The config dir of the tests, in `root`: `t/a` answers from its script.
 fn config(root: &Path) -> PathBuf {
     let dir = root.join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("agent.yaml"),
-        "kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Answers.
-prompt: Answer.
-model: scripted/script.yaml
-",
-    )
-    .unwrap();
-    std::fs::write(dir.join("script.yaml"), "responses:\n  - text: ok\n").unwrap();
+    fixtures::write(
+        &dir,
+        &[
+            ("agent.yaml", &scripted_agent("t/a", "")),
+            ("script.yaml", "responses:\n  - text: ok\n"),
+        ],
+    );
     dir
 }
 
@@ -139,7 +131,7 @@ fn a_data_dir_that_turns_read_only_is_a_503_then_an_exit_never_a_hang() {
         "--clear-groups",
     ];
 
-    let mut server = Server::start_under(&nobody, &dir, &data, &[]);
+    let mut server = Server::start_under(&nobody, AGENTMESH, &dir, &data, &[]);
     let addr = server.addr;
     let first = server.create_task(&json!({"agent": "t/a", "input": {"message": "hi"}}));
     set_writable(&data, false);
@@ -165,7 +157,7 @@ fn a_data_dir_that_turns_read_only_is_a_503_then_an_exit_never_a_hang() {
     assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(75));
 
     set_writable(&data, true);
-    let server = Server::start_under(&nobody, &dir, &data, &[]);
+    let server = Server::start_under(&nobody, AGENTMESH, &dir, &data, &[]);
     let r = server.request("GET", &format!("/v1/tasks/{first}")).send();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(server.request("GET", "/healthz").send().status, 200);
@@ -178,7 +170,7 @@ fn a_full_disk_is_a_503_then_an_exit_and_a_restart_with_room_loses_nothing() {
     let disk = Tmpfs::mount(&root.path().join("disk"), "4m");
     let data = root.path().join("disk/data");
 
-    let mut server = Server::start(&dir, &data, &[]);
+    let mut server = Server::start(AGENTMESH, &dir, &data, &[]);
     let message = "x".repeat(3000);
     let body = json!({"agent": "t/a", "input": {"message": message}});
     let mut acknowledged = Vec::new();
@@ -212,7 +204,7 @@ fn a_full_disk_is_a_503_then_an_exit_and_a_restart_with_room_loses_nothing() {
 
     // With room again, the restarted host has every task it acknowledged, and serves.
     disk.resize("64m");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     for id in &acknowledged {
         let r = server.request("GET", &format!("/v1/tasks/{id}")).send();
         assert_eq!(

@@ -4,70 +4,51 @@
 //! that was not sent is.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentmesh_routing::signature::sign_github;
+use agentmesh_testkit::client::Request;
+use agentmesh_testkit::fixtures::{PAGER_HOST, dirs, pager_tool, scripted_agent};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 
 const SECRET: &str = "crash test secret";
 
-fn config(dir: &Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        "kind: commonagents.info/v1beta2/tool
-namespace: ops
-name: pager
-description: Pages.
-settings:
-  type: object
-  properties:
-    secret: {type: string}
-actions:
-  - name: ack
-    description: Acknowledge.
-    execute:
-      cel: {expression: \"{'ok': true}\"}
-events:
-  - name: alert
-    message: \"alert {event.payload.n}\"
-    receive:
-      webhook:
-        secret: \"{settings.secret}\"
----
-kind: commonagents.info/v1beta2/agent
-namespace: ops
-name: oncall
-description: Hears alerts.
-prompt: You are on call.
-model: scripted/script.yaml
-capabilities:
-  pager: \"*\"
----
-kind: agentmesh/v1/host
-settings:
-  ops:
-    pager:
-      secret: {env: CRASH_SECRET}
-",
-    )
-    .unwrap();
-    std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
+/// The config: `ops/oncall` takes every `ops/pager` alert as input, answering nothing.
+fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let oncall = scripted_agent("ops/oncall", "capabilities:\n  pager: \"*\"\n");
+    dirs(&[
+        ("pager.yaml", &pager_tool("alert {event.payload.n}", None)),
+        ("oncall.yaml", &oncall),
+        ("host.yaml", PAGER_HOST),
+        ("script.yaml", "responses: []\n"),
+    ])
+}
+
+/// Posts the alert `{"n": id}` with delivery id `id`, signed: the status, or `None` when the
+/// server does not answer (it is down or died mid-request).
+fn deliver(addr: SocketAddr, id: &str) -> Option<u16> {
+    let body = json!({"n": id}).to_string().into_bytes();
+    Request::new(addr, "POST", "/v1/webhooks/tools/ops/pager")
+        .header("Content-Type", "application/json")
+        .header("X-GitHub-Delivery", id)
+        .header("X-Hub-Signature-256", &sign_github(SECRET, &body))
+        .body(body)
+        .send_head(Duration::from_secs(20))
+        .map(|r| r.status)
 }
 
 #[test]
 fn acknowledged_webhooks_survive_sigkill_exactly_once() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    let data = root.path().join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    config(&dir);
-    let env = [("CRASH_SECRET", SECRET)];
-    let server = Server::start(&dir, &data, &env);
+    let (_root, dir, data) = config();
+    let env = [("PAGER_SECRET", SECRET)];
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
     let r = server
         .request("POST", "/v1/tasks")
         .json(&json!({"agent": "ops/oncall"}))
@@ -89,17 +70,8 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
                     return;
                 }
                 let id = format!("d-{t}-{n}");
-                let body = json!({"n": id}).to_string().into_bytes();
                 sent.lock().unwrap().insert(id.clone());
-                let Some(status) = crate::server::post_raw(
-                    addr,
-                    "/v1/webhooks/tools/ops/pager",
-                    &[
-                        ("X-GitHub-Delivery", &id),
-                        ("X-Hub-Signature-256", &sign_github(SECRET, &body)),
-                    ],
-                    &body,
-                ) else {
+                let Some(status) = deliver(addr, &id) else {
                     // The server is gone: this delivery's fate is unknown, and it stops here.
                     return;
                 };
@@ -122,7 +94,7 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     let acked = acked.lock().unwrap().clone();
     let sent = sent.lock().unwrap().clone();
 
-    let server = Server::start(&dir, &data, &env);
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
     let settled = wait_for(Duration::from_secs(120), || {
         let t = server
             .request("GET", &format!("/v1/tasks/{task}"))
@@ -163,29 +135,9 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     );
     // A redelivery of an acknowledged id after the restart is still a duplicate.
     let first = acked.iter().next().unwrap();
-    let body = json!({"n": first}).to_string().into_bytes();
-    let status = crate::server::post_raw(
-        server.addr,
-        "/v1/webhooks/tools/ops/pager",
-        &[
-            ("X-GitHub-Delivery", first),
-            ("X-Hub-Signature-256", &sign_github(SECRET, &body)),
-        ],
-        &body,
-    );
-    assert_eq!(status, Some(200));
+    assert_eq!(deliver(server.addr, first), Some(200));
     // The subscription came back with the task: a new delivery routes to it.
-    let body = json!({"n": "after-restart"}).to_string().into_bytes();
-    let status = crate::server::post_raw(
-        server.addr,
-        "/v1/webhooks/tools/ops/pager",
-        &[
-            ("X-GitHub-Delivery", "after-restart"),
-            ("X-Hub-Signature-256", &sign_github(SECRET, &body)),
-        ],
-        &body,
-    );
-    assert_eq!(status, Some(202));
+    assert_eq!(deliver(server.addr, "after-restart"), Some(202));
     let t = server
         .request("GET", &format!("/v1/tasks/{task}"))
         .send()
@@ -241,9 +193,6 @@ fn wait_for_call_in_flight(server: &Server, id: &str) {
 #[test]
 fn a_task_whose_turn_runs_when_the_host_goes_down_twice_is_ended_and_the_host_serves_on() {
     let port = silent_port(120);
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
     let manifests = format!(
         "kind: commonagents.info/v1beta2/tool
 namespace: lab
@@ -272,13 +221,14 @@ prompt: Answer.
 model: scripted/fine.yaml
 "
     );
-    std::fs::write(dir.join("manifests.yaml"), manifests).unwrap();
     let call = "  - tool_calls: [{name: stuck, arguments: {}}]\n";
-    std::fs::write(dir.join("stuck.yaml"), format!("responses:\n{call}{call}")).unwrap();
-    std::fs::write(dir.join("fine.yaml"), "responses:\n  - text: Fine.\n").unwrap();
-    let data = root.path().join("data");
+    let (_root, dir, data) = dirs(&[
+        ("manifests.yaml", &manifests),
+        ("stuck.yaml", &format!("responses:\n{call}{call}")),
+        ("fine.yaml", "responses:\n  - text: Fine.\n"),
+    ]);
 
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let fine = server.create_task(&json!({"agent": "lab/fine", "input": {"message": "hi"}}));
     server.wait_for_event(&fine, "MessageEvent");
     let stuck = server.create_task(&json!({"agent": "lab/stuck", "input": {"message": "go"}}));
@@ -287,7 +237,7 @@ model: scripted/fine.yaml
 
     // The first time, the turn runs again (its input was not consumed durably yet) or the task
     // only loses it (the call is reported as interrupted) and takes new input.
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let task = |server: &Server, id: &str| {
         server
             .request("GET", &format!("/v1/tasks/{id}"))
@@ -305,7 +255,7 @@ model: scripted/fine.yaml
     server.kill();
 
     // The second time the host goes down during a turn of the task, the task is ended.
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let ended = task(&server, &stuck);
     assert_eq!(ended["status"], "terminated", "{ended}");
     assert_eq!(ended["reason"], "error", "{ended}");
@@ -331,6 +281,6 @@ model: scripted/fine.yaml
     server.wait_for_event(&more, "MessageEvent");
     // A clean stop leaves no task marked: the next start ends nothing.
     assert_eq!(server.terminate(), Some(0));
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     assert_eq!(task(&server, &fine)["status"], "idle");
 }

@@ -3,54 +3,17 @@
 //! `review()` wherever `validate` accepts it, failing endpoints are observations, prompts see
 //! the first input, `invoke` steps as the spec says, arguments checked against their schema.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use agentmesh_testkit::client::Response;
+use agentmesh_testkit::fixtures::{API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, scripted_agent};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 use crate::util::{Env, agentmesh, agentmesh_in, completion, events, run_in, run_json, run_task};
-
-/// A config dir holding `files` (name, text) and an empty data dir beside it.
-fn config(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-    let data = root.path().join("data");
-    (root, dir, data)
-}
-
-/// `echo.say(text)`: answers `{'said': text}`.
-const ECHO: &str = r#"kind: commonagents.info/v1beta2/tool
-namespace: t
-name: echo
-description: Echoes.
-actions:
-  - name: say
-    description: Say it.
-    parameters:
-      type: object
-      properties:
-        text: {type: string}
-    execute:
-      cel: {expression: "{'said': input.text}"}
-"#;
-
-/// An agent `t/a` with `body` appended (capabilities, guardrails, …).
-fn agent(body: &str) -> String {
-    format!(
-        "kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Help.
-model: scripted/script.yaml
-{body}"
-    )
-}
+use crate::wasm::guest;
 
 /// The results of the calls in `events`, in order: an observation's result, or
 /// `{"rejected": reason}` for a refused call.
@@ -70,13 +33,19 @@ fn run(dir: &Path, data: &Path, message: &str, extra: &[&str]) -> (Option<i32>, 
     run_task(dir, "t/a", message, data, extra)
 }
 
-/// Runs `t/a` over a config of `files` with `-m go` (exit 0 expected): the task object and the
-/// results of its calls.
-fn call_results(files: &[(&str, &str)]) -> (Value, Vec<Value>) {
-    let (_root, dir, data) = config(files);
+/// Runs `t/a`, with `body` (capabilities, guardrails, …) and the tool `echo`, on `script` and
+/// `-m go` (exit 0 expected), in a config with the `extra` files too: the results of its calls.
+fn echo_results(body: &str, script: &str, extra: &[(&str, &str)]) -> Vec<Value> {
+    let echo = echo_tool("t");
+    let agent = scripted_agent("t/a", body);
+    let files = [
+        ("echo.yaml", echo.as_str()),
+        ("agent.yaml", &agent),
+        ("script.yaml", script),
+    ];
+    let (_root, dir, data) = dirs(&[&files, extra].concat());
     let task = run_json(&dir, "t/a", "go", &data, &[]);
-    let results = results(&events(&data, &task));
-    (task, results)
+    results(&events(&data, &task))
 }
 
 /// The script calling `echo` once with `text: a`, then answering `done`.
@@ -109,7 +78,7 @@ exposes:
   said: "output.message[0].text"
   heard: "context.input[0].message[0].text"
 "#;
-    let (_root, dir, data) = config(&[("host.yaml", &host), ("agent.yaml", agent)]);
+    let (_root, dir, data) = dirs(&[("host.yaml", &host), ("agent.yaml", agent)]);
     let (code, task, err) = run(&dir, &data, "Charge 4111-1111-1111-1111 please.", &[]);
     assert_eq!(code, Some(0), "{err}");
 
@@ -153,8 +122,8 @@ fn a_guardrail_transform_of_the_wrong_shape_fails_its_step() {
     // A number is neither the message text nor an input: the step fails (lock_task), it is not
     // silently ignored.
     let body = "guardrails:\n  before:\n    - transform: \"size(input.message)\"\n";
-    let (_root, dir, data) = config(&[
-        ("agent.yaml", &agent(body)),
+    let (_root, dir, data) = dirs(&[
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", "responses:\n  - text: never\n"),
     ]);
     let (code, task, err) = run(&dir, &data, "hello", &[]);
@@ -179,11 +148,7 @@ fn a_before_first_gate_stays_shut_until_a_call_passes_it() {
       - assert: \"input.text != 'a'\"
         error_message: not a
 ";
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(body)),
-        ("script.yaml", CALL_A_A_B_A),
-    ]);
+    let results = echo_results(body, CALL_A_A_B_A, &[]);
     assert_eq!(
         results,
         [
@@ -209,11 +174,7 @@ fn a_denied_review_in_before_first_is_not_bypassed_by_calling_again() {
   - tool_calls: [{name: echo, arguments: {text: b}}]
   - text: done
 ";
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(body)),
-        ("script.yaml", script),
-    ]);
+    let results = echo_results(body, script, &[]);
     assert_eq!(
         results,
         [
@@ -233,11 +194,7 @@ fn a_condition_that_cannot_be_evaluated_runs_its_step() {
         assert: \"false\"
         error_message: guarded
 ";
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(body)),
-        ("script.yaml", CALL_A),
-    ]);
+    let results = echo_results(body, CALL_A, &[]);
     assert_eq!(results, [json!({"rejected": "guarded"})]);
 
     // The same in a guardrail: the task is locked before the LLM is asked.
@@ -247,8 +204,8 @@ fn a_condition_that_cannot_be_evaluated_runs_its_step() {
       assert: \"false\"
       error_message: guarded input
 ";
-    let (_root, dir, data) = config(&[
-        ("agent.yaml", &agent(body)),
+    let (_root, dir, data) = dirs(&[
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", "responses:\n  - text: never\n"),
     ]);
     let (code, task, err) = run(&dir, &data, "hello", &[]);
@@ -267,7 +224,7 @@ sources:
   ops: {signature: bearer, tokens: [{subject: \"svc:deployer\", env: OPS_TOKEN}]}
 ",
         ),
-        ("agent.yaml", &agent("") as &str),
+        ("agent.yaml", &scripted_agent("t/a", "") as &str),
         ("script.yaml", "responses:\n  - text: ok\n"),
         (
             "trigger.yaml",
@@ -285,8 +242,8 @@ message: \"Deploy {event.payload.service}\"
 ",
         ),
     ];
-    let (_root, dir, data) = config(&files);
-    let server = Server::start(&dir, &data, &[("OPS_TOKEN", "ops-token")]);
+    let (_root, dir, data) = dirs(&files);
+    let server = Server::start(AGENTMESH, &dir, &data, &[("OPS_TOKEN", "ops-token")]);
     let r = server
         .request("POST", "/v1/triggers/t/deploy/fire")
         .header("authorization", "Bearer ops-token")
@@ -309,9 +266,12 @@ actions:
       stateless_http: {method: GET, url: "http://127.0.0.1:9/thing", timeout: 5s}
 "#;
     let script = "responses:\n  - tool_calls: [{name: remote, arguments: {}}]\n  - text: It is down; try later.\n";
-    let (_root, dir, data) = config(&[
+    let (_root, dir, data) = dirs(&[
         ("remote.yaml", tool),
-        ("agent.yaml", &agent("capabilities:\n  remote: \"*\"\n")),
+        (
+            "agent.yaml",
+            &scripted_agent("t/a", "capabilities:\n  remote: \"*\"\n"),
+        ),
         ("script.yaml", script),
     ]);
     let task = run_json(&dir, "t/a", "go", &data, &[]);
@@ -349,7 +309,7 @@ parameters:
         ]
     };
     let good = files("Work on ticket {context.input[0].ticket_id}.");
-    let (_root, dir, data) = config(&good.each_ref().map(|(n, t)| (*n, t.as_str())));
+    let (_root, dir, data) = dirs(&good.each_ref().map(|(n, t)| (*n, t.as_str())));
     let task = run_json(&dir, "t/a", "go", &data, &["--param", "ticket_id=T-7"]);
     let log = events(&data, &task);
     let prompt = log
@@ -360,7 +320,7 @@ parameters:
 
     // A hole that cannot render is a task error naming the hole; the LLM is never asked.
     let bad = files("Work on {context.input[0].nope}.");
-    let (_root, dir, data) = config(&bad.each_ref().map(|(n, t)| (*n, t.as_str())));
+    let (_root, dir, data) = dirs(&bad.each_ref().map(|(n, t)| (*n, t.as_str())));
     let (code, task, err) = run(&dir, &data, "go", &["--param", "ticket_id=T-7"]);
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(task["reason"], "error");
@@ -375,12 +335,12 @@ parameters:
 #[test]
 fn under_serve_the_runtime_api_root_is_the_servers_base_url() {
     let body = "prompt: \"Report to {runtime.api_root}/v1.\"\n";
-    let agent = agent("").replace("prompt: Help.\n", body);
-    let (_root, dir, data) = config(&[
+    let agent = scripted_agent("t/a", "").replace("prompt: Help.\n", body);
+    let (_root, dir, data) = dirs(&[
         ("agent.yaml", &agent),
         ("script.yaml", "responses:\n  - text: ok\n"),
     ]);
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     let prompt = server.wait_for_event(&id, "SystemPromptEvent");
     assert_eq!(
@@ -437,12 +397,15 @@ fn results_when_idle(server: &Server, id: &str) -> Vec<Value> {
 fn review_works_in_a_cel_tool_expression() {
     let script =
         "responses:\n  - tool_calls: [{name: payout, arguments: {amount: 5}}]\n  - text: done\n";
-    let (_root, dir, data) = config(&[
+    let (_root, dir, data) = dirs(&[
         ("payout.yaml", REVIEWED_TOOL),
-        ("agent.yaml", &agent("capabilities:\n  payout: \"*\"\n")),
+        (
+            "agent.yaml",
+            &scripted_agent("t/a", "capabilities:\n  payout: \"*\"\n"),
+        ),
         ("script.yaml", script),
     ]);
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let approved = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     decide(&server, &approved, true);
     assert_eq!(results_when_idle(&server, &approved), [json!({"paid": 5})]);
@@ -451,35 +414,17 @@ fn review_works_in_a_cel_tool_expression() {
     assert_eq!(results_when_idle(&server, &denied), [json!({"paid": 0})]);
 }
 
-/// Tokens for the review tests: an admin, the reviewer `user:ops`, two other users and a
-/// reader (each an env var named after its subject).
-const REVIEW_TOKENS: &str = "kind: agentmesh/v1/host
-api_tokens:
-  - {subject: \"user:admin\", role: admin, env: T_ADMIN}
-  - {subject: \"user:ops\", role: agent_user, env: T_OPS}
-  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}
-  - {subject: \"user:bob\", role: agent_user, env: T_BOB}
-  - {subject: \"svc:audit\", role: read_only, env: T_AUDIT}
-";
-
-/// A `serve` of `t/a`, whose `echo` calls `user:ops` reviews, with [`REVIEW_TOKENS`].
+/// A `serve` of `t/a`, whose `echo` calls `user:ops` reviews, with [`API_TOKENS`].
 fn reviewed_server() -> (tempfile::TempDir, Server) {
     let capability =
         "capabilities:\n  echo:\n    before:\n      - assert: \"review('user:ops')\"\n";
-    let (root, dir, data) = config(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(capability)),
+    let (root, dir, data) = dirs(&[
+        ("echo.yaml", &echo_tool("t")),
+        ("agent.yaml", &scripted_agent("t/a", capability)),
         ("script.yaml", CALL_A),
-        ("host.yaml", REVIEW_TOKENS),
+        ("host.yaml", API_TOKENS),
     ]);
-    let env = [
-        ("T_ADMIN", "admin-token"),
-        ("T_OPS", "ops-token"),
-        ("T_ALICE", "alice-token"),
-        ("T_BOB", "bob-token"),
-        ("T_AUDIT", "audit-token"),
-    ];
-    let server = Server::start(&dir, &data, &env);
+    let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
     (root, server)
 }
 
@@ -489,7 +434,7 @@ fn as_user(
     token: &str,
     (method, path): (&str, &str),
     body: Option<Value>,
-) -> crate::server::Response {
+) -> Response {
     let r = server
         .request(method, path)
         .header("Authorization", &format!("Bearer {token}"));
@@ -663,15 +608,15 @@ fn review_works_in_an_invoke_steps_bindings() {
       - assert: \"context.capabilities.audit.outputs[0].approved\"
         error_message: not approved
 ";
-    let (_root, dir, data) = config(&[
-        ("echo.yaml", ECHO),
+    let (_root, dir, data) = dirs(&[
+        ("echo.yaml", &echo_tool("t")),
         ("audit.yaml", AUDIT),
-        ("agent.yaml", &agent(body)),
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", CALL_A),
     ]);
     let (code, out, err) = agentmesh(&["validate", dir.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}{err}");
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let approved = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     decide(&server, &approved, true);
     assert_eq!(
@@ -694,9 +639,9 @@ fn review_is_refused_at_validate_where_it_cannot_work() {
       - condition: \"review('user:ops')\"
         assert: \"true\"
 ";
-    let (_root, dir, _data) = config(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(body)),
+    let (_root, dir, _data) = dirs(&[
+        ("echo.yaml", &echo_tool("t")),
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", "responses:\n  - text: ok\n"),
     ]);
     let (code, out, _) = agentmesh(&["validate", dir.to_str().unwrap()]);
@@ -731,10 +676,10 @@ fn invoke_steps_fill_defaults_apply_bindings_and_record_under_the_function_name(
 exposes:
   invoked: \"context.capabilities.audit.outputs[0]\"
 ";
-    let (_root, dir, data) = config(&[
-        ("echo.yaml", ECHO),
+    let (_root, dir, data) = dirs(&[
+        ("echo.yaml", &echo_tool("t")),
         ("audit.yaml", AUDIT),
-        ("agent.yaml", &agent(body)),
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", CALL_A),
     ]);
     let task = run_json(&dir, "t/a", "go", &data, &[]);
@@ -758,12 +703,7 @@ fn a_failed_invoke_follows_on_fail() {
           owner: \"'acme'\"
           level: \"3\"
 ";
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("audit.yaml", AUDIT),
-        ("agent.yaml", &agent(body)),
-        ("script.yaml", CALL_A),
-    ]);
+    let results = echo_results(body, CALL_A, &[("audit.yaml", AUDIT)]);
     let reason = results[0]["rejected"].as_str().unwrap();
     assert!(
         reason.contains("`level`") && reason.contains("string"),
@@ -803,9 +743,12 @@ fn arguments_are_checked_against_their_schema() {
   - tool_calls: [{name: stats, arguments: {count: 3, mode: b}}]
   - text: done
 ";
-    let (_root, dir, data) = config(&[
+    let (_root, dir, data) = dirs(&[
         ("stats.yaml", STATS),
-        ("agent.yaml", &agent("capabilities:\n  stats: \"*\"\n")),
+        (
+            "agent.yaml",
+            &scripted_agent("t/a", "capabilities:\n  stats: \"*\"\n"),
+        ),
         ("script.yaml", script),
     ]);
     let task = run_json(&dir, "t/a", "go", &data, &[]);
@@ -837,8 +780,8 @@ fn task_input_is_checked_against_the_agents_parameters() {
   properties:
     priority: {type: integer, default: 1}
 ";
-    let (_root, dir, data) = config(&[
-        ("agent.yaml", &agent(body)),
+    let (_root, dir, data) = dirs(&[
+        ("agent.yaml", &scripted_agent("t/a", body)),
         ("script.yaml", "responses:\n  - text: ok\n"),
     ]);
     let (code, _, err) = run(&dir, &data, "go", &["--param", "priority=high"]);
@@ -849,7 +792,7 @@ fn task_input_is_checked_against_the_agents_parameters() {
     );
 
     // Over HTTP the same is a 422 naming the field, and nothing is queued.
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let r = server
         .request("POST", "/v1/tasks")
         .json(&json!({"agent": "t/a", "input": {"message": "go", "priority": "high"}}))
@@ -860,13 +803,7 @@ fn task_input_is_checked_against_the_agents_parameters() {
 
 #[test]
 fn a_wasm_step_honours_its_timeout_and_memory_limit() {
-    let component = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("guests/target/wasm32-wasip2/release/test_greedy_middleware.wasm");
-    assert!(
-        component.is_file(),
-        "{} is missing: build the guests first with `cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml`",
-        component.display()
-    );
+    let component = guest("test_greedy_middleware");
     let body = format!(
         "capabilities:
   echo:
@@ -880,11 +817,7 @@ fn a_wasm_step_honours_its_timeout_and_memory_limit() {
 ",
         c = component.display()
     );
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(&body)),
-        ("script.yaml", CALL_A),
-    ]);
+    let results = echo_results(&body, CALL_A, &[]);
     let first = &results[0];
     let reason = first["rejected"].as_str().unwrap();
     assert!(reason.contains("its 300ms timeout"), "{reason}");
@@ -897,11 +830,7 @@ fn a_wasm_step_honours_its_timeout_and_memory_limit() {
         ),
         "",
     );
-    let (_, results) = call_results(&[
-        ("echo.yaml", ECHO),
-        ("agent.yaml", &agent(&body)),
-        ("script.yaml", CALL_A),
-    ]);
+    let results = echo_results(&body, CALL_A, &[]);
     let first = &results[0];
     let reason = first["rejected"].as_str().unwrap();
     assert!(reason.contains("memory limit of 4096 KiB"), "{reason}");
@@ -931,7 +860,7 @@ name: a
 description: Runs on the host's default model.
 prompt: Help.
 ";
-    let (_root, dir, data) = config(&[
+    let (_root, dir, data) = dirs(&[
         ("host.yaml", HOST_FROM_ENV),
         ("agent.yaml", agent),
         ("script.yaml", "responses:\n  - text: done\n"),

@@ -1,11 +1,15 @@
 //! Bounds that keep the host up whatever a config holds: an expression too deep to evaluate
 //! without overflowing a stack is refused where it is written.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use agentmesh_testkit::fixtures::{dirs, scripted_agent};
+use agentmesh_testkit::server::Server;
 use serde_json::json;
+use tempfile::TempDir;
 
-use crate::server::Server;
+use crate::AGENTMESH;
 use crate::util::agentmesh;
 
 #[test]
@@ -13,13 +17,8 @@ fn an_operator_chain_too_deep_to_evaluate_is_refused_at_validate_and_run() {
     // 1,000 terms: 2 KB, no brackets, and a tree 1,000 levels deep. Before the depth bound it
     // validated, and its first evaluation overflowed a worker's stack and aborted the host.
     let chain = vec!["1"; 1000].join("+");
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        format!(
-            "kind: commonagents.info/v1beta2/tool
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
 namespace: t
 name: sum
 description: Sums.
@@ -28,27 +27,26 @@ actions:
     description: Add.
     execute:
       cel: {{expression: \"{chain}\"}}
----
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Help.
-model: scripted/script.yaml
-capabilities:
+"
+    );
+    let agent = scripted_agent(
+        "t/a",
+        &format!(
+            "capabilities:
   sum: \"*\"
 guardrails:
   before:
     - assert: \"{chain} > 0\"
 "
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("script.yaml"),
-        "responses:\n  - tool_calls: [{name: sum, arguments: {}}]\n  - text: done\n",
-    )
-    .unwrap();
+    );
+    let (_root, dir, data) = dirs(&[
+        ("manifests.yaml", &format!("{tool}---\n{agent}")),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: sum, arguments: {}}]\n  - text: done\n",
+        ),
+    ]);
     let dir = dir.to_str().unwrap();
     let (code, out, err) = agentmesh(&["validate", dir]);
     assert_eq!(code, Some(1), "{out}{err}");
@@ -58,7 +56,6 @@ guardrails:
         assert!(e.contains("manifests.yaml:"), "{e}");
         assert!(e.contains("more than 100 levels deep"), "{e}");
     }
-    let data = root.path().join("data");
     let (code, _, err) = agentmesh(&[
         "run",
         dir,
@@ -74,15 +71,10 @@ guardrails:
 }
 
 /// A config dir whose agent `t/a` calls `t/check.all(l)` `calls` times with `l` = 0..100,
-/// the action being the CEL `expression`; returns the temp root and the config dir.
-fn list_checker(expression: &str, calls: usize) -> (tempfile::TempDir, std::path::PathBuf) {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        format!(
-            "kind: commonagents.info/v1beta2/tool
+/// the action being the CEL `expression`, and a data dir beside it (see [`dirs`]).
+fn list_checker(expression: &str, calls: usize) -> (TempDir, PathBuf, PathBuf) {
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
 namespace: t
 name: check
 description: Checks.
@@ -95,27 +87,18 @@ actions:
         l: {{type: array, items: {{type: integer}}}}
     execute:
       cel: {{expression: \"{expression}\"}}
----
-kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Test agent.
-prompt: Help.
-model: scripted/script.yaml
-capabilities:
-  check: \"*\"
 "
-        ),
-    )
-    .unwrap();
+    );
+    let agent = scripted_agent("t/a", "capabilities:\n  check: \"*\"\n");
     let list: Vec<u32> = (0..100).collect();
     let call = format!("  - tool_calls: [{{name: check, arguments: {{l: {list:?}}}}}]\n");
-    std::fs::write(
-        dir.join("script.yaml"),
-        format!("responses:\n{}  - text: done\n", call.repeat(calls)),
-    )
-    .unwrap();
-    (root, dir)
+    dirs(&[
+        ("manifests.yaml", &format!("{tool}---\n{agent}")),
+        (
+            "script.yaml",
+            &format!("responses:\n{}  - text: done\n", call.repeat(calls)),
+        ),
+    ])
 }
 
 #[test]
@@ -123,8 +106,7 @@ fn an_expression_past_its_evaluation_budget_is_stopped_and_the_task_goes_on() {
     // Four nested `.all` over 100 elements: 10^8 iterations, 113 s a call before the budget.
     let nested =
         "input.l.all(a, input.l.all(b, input.l.all(c, input.l.all(d, a + b + c + d >= 0))))";
-    let (root, dir) = list_checker(nested, 1);
-    let data = root.path().join("data");
+    let (_root, dir, data) = list_checker(nested, 1);
     let task = crate::util::run_json(&dir, "t/a", "go", &data, &[]);
     assert_eq!(task["status"], "idle");
     let log = crate::util::events(&data, &task);
@@ -140,8 +122,8 @@ fn an_expression_past_its_evaluation_budget_is_stopped_and_the_task_goes_on() {
 fn expressions_that_iterate_hold_up_no_async_worker() {
     // Each iteration compiles and runs a regex: one evaluation runs until the budget's 1 s.
     let slow = "input.l.all(a, input.l.all(b, input.l.all(c, 'aaaa'.matches('^a+$'))))";
-    let (root, dir) = list_checker(slow, 3);
-    let server = Server::start(&dir, &root.path().join("data"), &[]);
+    let (_root, dir, data) = list_checker(slow, 3);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     // Twice as many evaluations at once as the host has async workers (one per core here).
     let tasks: Vec<String> = (0..4)
         .map(|_| server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}})))
@@ -202,7 +184,7 @@ fn looping_guests_hold_up_no_async_worker(tasks: usize) {
         "kind: agentmesh/v1/host\npolicy: {{max_instances: {tasks}}}\n"
     ));
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), data.path(), &[]);
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
     let ids: Vec<String> = (0..tasks)
         .map(|_| server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}})))
         .collect();

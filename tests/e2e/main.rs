@@ -16,8 +16,10 @@ mod mount;
 mod reload;
 mod run;
 mod secrets;
-mod server;
 mod triggers;
 mod util;
 mod wasm;
 mod webhooks;
+
+/// The binary under test, which Cargo builds for these tests.
+const AGENTMESH: &str = env!("CARGO_BIN_EXE_agentmesh");

@@ -2,29 +2,18 @@
 //! replacing it with garbage, or with a component of another world, keeps the last good
 //! version and reports why.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use agentmesh_testkit::fixtures::{dirs, scripted_agent};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Server, wait_for};
+use crate::AGENTMESH;
 use crate::util::completion;
+use crate::wasm::guest;
 
-fn guest(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("guests/target/wasm32-wasip2/release/{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: build the guests first",
-        path.display()
-    );
-    path
-}
-
-fn config(dir: &Path) {
-    std::fs::write(
-        dir.join("manifests.yaml"),
-        "kind: commonagents.info/v1beta2/tool
+/// A tool `lab/box` running whatever component `box.wasm` is (the test copies it in).
+const BOX: &str = "kind: commonagents.info/v1beta2/tool
 namespace: lab
 name: box
 description: Whatever component is in box.wasm.
@@ -33,24 +22,7 @@ wasm:
 actions:
   - name: list
     description: List.
----
-kind: commonagents.info/v1beta2/agent
-namespace: lab
-name: user
-description: Calls the box.
-prompt: Call the box.
-model: scripted/script.yaml
-capabilities:
-  box: \"*\"
-",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("script.yaml"),
-        "responses:\n  - tool_calls: [{name: box, arguments: {}}]\n  - text: done\n",
-    )
-    .unwrap();
-}
+";
 
 /// Runs a new task calling the box; returns the observation's result.
 fn call_box(server: &Server) -> Value {
@@ -70,12 +42,16 @@ fn box_hash(server: &Server) -> Option<String> {
 
 #[test]
 fn a_replaced_component_is_swapped_in_and_garbage_keeps_the_last_good_one() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    config(&dir);
+    let user = scripted_agent("lab/user", "capabilities:\n  box: \"*\"\n");
+    let (_root, dir, data) = dirs(&[
+        ("manifests.yaml", &format!("{BOX}---\n{user}")),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: box, arguments: {}}]\n  - text: done\n",
+        ),
+    ]);
     std::fs::copy(guest("notes"), dir.join("box.wasm")).unwrap();
-    let server = Server::start(&dir, &root.path().join("data"), &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let v1 = box_hash(&server).expect("the component is loaded at start");
     assert_eq!(
         call_box(&server),
@@ -173,34 +149,30 @@ fn answer(server: &Server, token: &str, agent: &str, message: &str) -> String {
 fn a_reload_applies_models_tokens_and_the_body_limit_and_names_what_needs_a_restart() {
     let (one, _) = agentmesh_testkit::serve(1, |_| ("200 OK", completion("from one")));
     let (two, asked) = agentmesh_testkit::serve(1, |_| ("200 OK", completion("from two")));
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    let agents = "kind: commonagents.info/v1beta2/agent
+    let agents = format!(
+        "kind: commonagents.info/v1beta2/agent
 namespace: lab
 name: chat
 description: Chats over the endpoint.
 prompt: Chat.
 model: openai/fake
 ---
-kind: commonagents.info/v1beta2/agent
-namespace: lab
-name: scripted
-description: Answers from its script.
-prompt: Answer.
-model: scripted/script.yaml
-";
-    std::fs::write(dir.join("agents.yaml"), agents).unwrap();
-    std::fs::write(dir.join("script.yaml"), "responses:\n  - text: one\n").unwrap();
+{}",
+        scripted_agent("lab/scripted", "")
+    );
     let limit = "policy: {max_body_bytes: 1KiB}\n";
-    std::fs::write(dir.join("host.yaml"), host(one, "KEY_ONE", "T_A", limit)).unwrap();
+    let (_root, dir, data) = dirs(&[
+        ("agents.yaml", &agents),
+        ("script.yaml", "responses:\n  - text: one\n"),
+        ("host.yaml", &host(one, "KEY_ONE", "T_A", limit)),
+    ]);
     let env = [
         ("T_A", "token-a"),
         ("T_B", "token-b"),
         ("KEY_ONE", "key-one-secret"),
         ("KEY_TWO", "key-two-secret"),
     ];
-    let server = Server::start(&dir, &root.path().join("data"), &env);
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
     assert_eq!(answer(&server, "token-a", "lab/chat", "hi"), "from one");
     assert_eq!(answer(&server, "token-a", "lab/scripted", "hi"), "one");
     let long = "x".repeat(2000);

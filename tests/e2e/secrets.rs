@@ -5,10 +5,12 @@
 use std::io::BufRead;
 use std::time::Duration;
 
+use agentmesh_testkit::fixtures::config_dir;
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Server, wait_for};
-use crate::util::{Env, agentmesh_in, config_dir, run_in};
+use crate::AGENTMESH;
+use crate::util::{Env, agentmesh_in, run_in};
 use crate::wasm::guest;
 
 /// The API key of the tool, read from the environment.
@@ -251,7 +253,7 @@ model: fake/m
     )
     .unwrap();
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &ENV);
+    let server = Server::start(AGENTMESH, dir.path(), &data, &ENV);
     let mut seen = Vec::new();
     for agent in ["t/a", "t/talker"] {
         let id = server.create_task(&json!({"agent": agent, "input": {"message": "go"}}));

@@ -7,9 +7,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentmesh_routing::signature::sign_github;
+use agentmesh_testkit::client::Response;
+use agentmesh_testkit::fixtures::echo_tool;
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Response, Server, wait_for};
+use crate::AGENTMESH;
 use crate::webhooks::fixture;
 
 const SECRET: &str = "e2e trigger secret";
@@ -37,17 +40,7 @@ sources:
     std::fs::write(
         dir.join("agents.yaml"),
         format!(
-            "kind: commonagents.info/v1beta2/tool
-namespace: lab
-name: echo
-description: Echoes.
-actions:
-  - name: say
-    description: Say it.
-    parameters: {{type: object, properties: {{text: {{type: string}}}}}}
-    execute:
-      cel: {{expression: \"{{'said': input.text}}\"}}
----
+            "{echo}---
 kind: commonagents.info/v1beta2/agent
 namespace: lab
 name: triage
@@ -73,7 +66,8 @@ description: Sleeps.
 prompt: Sleep.
 model: scripted/sleeper.yaml
 ---
-{extra}"
+{extra}",
+            echo = echo_tool("lab"),
         ),
     )
     .unwrap();
@@ -202,7 +196,7 @@ fn fire(server: &Server, trigger: &str, token: &str, body: &Value) -> Response {
 fn github_issue_cold_starts_one_task_per_matching_trigger_and_redelivery_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "", TRIGGERS);
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
     let body = fixture("issues.opened.json");
 
     let r = deliver(&server, "d-1", &body, "wrong secret");
@@ -279,7 +273,7 @@ source: {type: github}
 fn a_trigger_without_message_creates_its_task_with_no_initial_message() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "", SILENT_TRIGGERS);
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
 
     let r = fire(&server, "lab/ping", OPS_TOKEN, &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
@@ -322,7 +316,7 @@ fn a_trigger_without_message_creates_its_task_with_no_initial_message() {
 fn api_fire_needs_the_sources_token_and_drops_fires_over_the_hourly_cap() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "", TRIGGERS);
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
 
     let r = fire(
         &server,
@@ -398,7 +392,7 @@ inputs:
   message: Tick.
 ",
     );
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
     let all = wait_for(Duration::from_secs(12), || {
         let t = tasks(&server, "lab/slow");
         (t.len() >= 3).then_some(t)
@@ -469,7 +463,7 @@ message: \"Released {{event.payload.version}}\"
         ),
     );
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &env());
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env());
     for version in ["1.0", "1.1"] {
         let r = fire(
             &server,
@@ -482,7 +476,7 @@ message: \"Released {{event.payload.version}}\"
     server.kill();
 
     // `lab/deploy` has had its 2 fires this hour, `user:ops@example.com` 2 of its 3 turns today.
-    let server = Server::start(dir.path(), &data, &env());
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env());
     let r = fire(&server, "lab/deploy", OPS_TOKEN, &json!({"version": "1.2"}));
     assert_eq!(r.status, 429, "{}", r.text());
     assert!(r.text().contains("fires per hour"), "{}", r.text());
@@ -495,7 +489,7 @@ message: \"Released {{event.payload.version}}\"
     assert_eq!(r.status, 202, "the third turn of the day: {}", r.text());
     server.kill();
 
-    let server = Server::start(dir.path(), &data, &env());
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env());
     let r = fire(
         &server,
         "lab/release",
@@ -543,7 +537,7 @@ fn wakeup_messages(server: &Server, task: &str) -> Vec<(String, Value)> {
 fn wakeup_arrives_in_the_same_task_and_a_cancelled_one_never_does() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "", "");
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
     let task = sleeper(&server);
     let pending = schedules(&server, &format!("?task={task}"));
     assert_eq!(pending.len(), 2, "{pending:?}");
@@ -581,7 +575,7 @@ fn self_schedule_past_its_ttl_fires_once_more_and_disappears() {
 ",
     )
     .unwrap();
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
     let started = Instant::now();
     let task = sleeper(&server);
     let pending = schedules(&server, &format!("?task={task}"));
@@ -621,7 +615,7 @@ inputs:
         ),
     );
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &env());
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env());
     let task = sleeper(&server);
     assert_eq!(schedules(&server, &format!("?task={task}")).len(), 2);
     assert!(tasks(&server, "lab/triage").is_empty());
@@ -629,7 +623,7 @@ inputs:
 
     // Down past both wakeups and the schedule's `at`.
     std::thread::sleep(Duration::from_secs(7));
-    let server = Server::start(dir.path(), &data, &env());
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env());
     let woken = wait_for(Duration::from_secs(10), || {
         let w = wakeup_messages(&server, &task);
         (w.len() == 2).then_some(w)
@@ -662,7 +656,7 @@ inputs:
 fn deleting_a_task_deletes_its_wakeups() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "", "");
-    let server = Server::start(dir.path(), &dir.path().join("data"), &env());
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
     let task = sleeper(&server);
     assert_eq!(schedules(&server, &format!("?task={task}")).len(), 2);
     let r = server

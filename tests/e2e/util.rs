@@ -5,6 +5,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::AGENTMESH;
+
 /// Runs `agentmesh ARGS`: exit code, stdout, stderr.
 pub fn agentmesh(args: &[&str]) -> (Option<i32>, String, String) {
     agentmesh_in(&Env::default(), args)
@@ -22,7 +24,7 @@ pub struct Env<'a> {
 
 /// Runs `agentmesh ARGS` in `env`: exit code, stdout, stderr.
 pub fn agentmesh_in(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+    let mut command = Command::new(AGENTMESH);
     if let Some(cwd) = env.cwd {
         command.current_dir(cwd);
     }
@@ -113,15 +115,6 @@ pub fn observations(events: &[Value]) -> Vec<Value> {
         .filter(|e| e["kind"] == "ObservationEvent")
         .map(|e| e["result"].clone())
         .collect()
-}
-
-/// A config dir holding `files` (name, text).
-pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    dir
 }
 
 /// A chat-completions answer of an OpenAI-compatible endpoint with `text` and no calls.

@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use agentmesh_testkit::fixtures::config_dir;
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
+use crate::AGENTMESH;
 use crate::capacity::metric;
-use crate::server::{Server, wait_for};
 use crate::util::{Env, agentmesh, events, first, observations, run_in, run_json};
 
 pub fn guest(name: &str) -> PathBuf {
@@ -65,7 +67,7 @@ pub fn spinning_agent(host: &str) -> tempfile::TempDir {
         "run",
         "  spin: \"*\"\n",
     );
-    crate::util::config_dir(&[
+    config_dir(&[
         ("host.yaml", host),
         ("all.yaml", &manifests),
         (
@@ -412,7 +414,7 @@ capabilities:
 #[test]
 fn tools_sharing_a_component_file_are_each_named_in_their_faults_and_metrics() {
     let component = guest("test_panic");
-    let dir = crate::util::config_dir(&[
+    let dir = config_dir(&[
         (
             "all.yaml",
             &two_tools_one_component(
@@ -430,7 +432,7 @@ fn tools_sharing_a_component_file_are_each_named_in_their_faults_and_metrics() {
         ),
     ]);
     let data = dir.path().join("data");
-    let server = Server::start(dir.path(), &data, &[]);
+    let server = Server::start(AGENTMESH, dir.path(), &data, &[]);
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     let turn = wait_for(Duration::from_secs(30), || {
         let results = crate::capacity::observations(&server, &id);
@@ -470,7 +472,7 @@ fn tools_sharing_a_component_file_are_each_named_in_their_faults_and_metrics() {
 /// the other does not see.
 #[test]
 fn tools_sharing_a_component_file_keep_their_key_value_apart() {
-    let dir = crate::util::config_dir(&[
+    let dir = config_dir(&[
         (
             "all.yaml",
             &two_tools_one_component(&guest("notes"), NOTES_ACTIONS),

@@ -1,13 +1,17 @@
 //! `agentmesh serve` and tool webhooks: the spec's github-pr scenario end to end, with real
 //! GitHub payloads (`../shared/fixtures/github/`) signed with HMAC by the test.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use agentmesh_routing::signature::sign_github;
+use agentmesh_testkit::client::{Request, Response};
+use agentmesh_testkit::fixtures::dirs;
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
-use crate::server::{Request, Response, Server, wait_for};
+use crate::AGENTMESH;
+use crate::wasm::guest;
 
 const SECRET: &str = "e2e webhook secret";
 
@@ -122,7 +126,7 @@ capabilities:
 }
 
 fn start(dir: &Path, data: &Path) -> Server {
-    Server::start(dir, data, &[("E2E_GITHUB_SECRET", SECRET)])
+    Server::start(AGENTMESH, dir, data, &[("E2E_GITHUB_SECRET", SECRET)])
 }
 
 fn create_task(server: &Server, agent: &str, message: &str) -> Value {
@@ -189,21 +193,13 @@ fn webhook_messages(server: &Server, id: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("config");
-    let data = root.path().join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    (root, dir, data)
-}
-
 const MERGED: &str = "pull_request.closed.merged.json";
 const MERGED_REPO: (&str, &str) = ("ailisp", "gcbapp-buildconfig-example");
 const MERGED_AUTHOR: &str = "byao1276";
 
 #[test]
 fn author_allow_list_grows_with_create_pr_calls() {
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     config(
         &dir,
         &[(
@@ -287,7 +283,7 @@ fn author_allow_list_grows_with_create_pr_calls() {
 
 #[test]
 fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     // Both agents open a PR for the merged fixture's author, so both have `author` in their
     // allow lists; only `wide` subscribes to `pr_merged`.
     let opens = format!(
@@ -422,7 +418,7 @@ fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
 
 #[test]
 fn before_drops_bot_comments_and_after_transforms_the_message() {
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     config(&dir, &[("triage", "responses: []\n")]);
     std::fs::write(
         dir.join("triage.yaml"),
@@ -473,7 +469,7 @@ fn before_drops_bot_comments_and_after_transforms_the_message() {
 
 #[test]
 fn expired_subscription_drops_event_and_interrupt_suspends_until_new_input() {
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     config(
         &dir,
         &[("brief", "responses: []\n"), ("steady", "responses: []\n")],
@@ -559,14 +555,8 @@ fn expired_subscription_drops_event_and_interrupt_suspends_until_new_input() {
 
 #[test]
 fn a_filter_component_decides_routing() {
-    let (_root, dir, data) = dirs();
-    let filter = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("guests/target/wasm32-wasip2/release/label_filter.wasm");
-    assert!(
-        filter.is_file(),
-        "build the guests first: {}",
-        filter.display()
-    );
+    let (_root, dir, data) = dirs(&[]);
+    let filter = guest("label_filter");
     std::fs::write(
         dir.join("manifests.yaml"),
         format!(
@@ -606,7 +596,7 @@ capabilities:
     )
     .unwrap();
     std::fs::write(dir.join("script.yaml"), "responses: []\n").unwrap();
-    let server = Server::start(&dir, &data, &[]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let id = watching(&server, "lab/bugs", "hello");
     let send = |delivery: &str, body: Value| {
         server
@@ -638,7 +628,7 @@ capabilities:
 
 #[test]
 fn a_review_in_event_middleware_denies_at_once() {
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     config(&dir, &[("gated", "responses: []\n")]);
     std::fs::write(
         dir.join("gated.yaml"),
@@ -685,7 +675,7 @@ fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
         std::thread::sleep(Duration::from_millis(400));
         ("200 OK", "{}".into())
     });
-    let (_root, dir, data) = dirs();
+    let (_root, dir, data) = dirs(&[]);
     config(&dir, &[("audited", "responses: []\n")]);
     std::fs::write(
         dir.join("audit.yaml"),

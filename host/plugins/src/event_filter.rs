@@ -8,7 +8,7 @@ use crate::bindings::event_filter::exports::agentmesh::plugin::event_filter::All
 use crate::component::{LoadedComponent, Pre, World};
 use crate::error::Result;
 use crate::sandbox::Limits;
-use crate::state::{Phase, call_time, guarded};
+use crate::state::{Phase, call_time, guarded, instantiate};
 
 /// The allow-list set of one tool parameter of a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,13 +33,10 @@ impl LoadedComponent {
             return Err(self.wrong_world(World::EventFilter));
         };
         let (_slot, mut store, deadline) = self.fresh_store(limits, None).await?;
-        let plugin = guarded!(
-            store,
-            limits,
-            Phase::Instantiate,
-            deadline,
-            pre.instantiate_async(&mut store)
-        )?;
+        let plugin = instantiate(&mut store, limits, deadline, async |s| {
+            pre.instantiate_async(s).await
+        })
+        .await?;
         let lists: Vec<WitAllowList> = parameters
             .iter()
             .map(|p| WitAllowList {

@@ -9,7 +9,7 @@ use crate::component::{LoadedComponent, Pre, World};
 use crate::error::{Fault, PluginError, Result};
 use crate::kv::KvScope;
 use crate::sandbox::Limits;
-use crate::state::{Phase, call_time, guarded};
+use crate::state::{Phase, call_time, guarded, instantiate};
 
 /// What a middleware step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,13 +69,10 @@ impl LoadedComponent {
         };
         let scope = KvScope::new(self.name(), call.task_id);
         let (_slot, mut store, deadline) = self.fresh_store(limits, Some(scope)).await?;
-        let plugin = guarded!(
-            store,
-            limits,
-            Phase::Instantiate,
-            deadline,
-            pre.instantiate_async(&mut store)
-        )?;
+        let plugin = instantiate(&mut store, limits, deadline, async |s| {
+            pre.instantiate_async(s).await
+        })
+        .await?;
         let guest = plugin.agentmesh_plugin_middleware();
         // The bindings take `&String` (WIT's `json` is an alias of `string`).
         let (config, context, input) = (

@@ -363,3 +363,21 @@ macro_rules! guarded {
     }};
 }
 pub(crate) use guarded;
+
+/// Instantiates a component in `store` (`instantiate` is its world's `instantiate_async`)
+/// before `deadline`: a trap, a limit or the deadline is the guest's fault, any other error
+/// the host's (see [`classify`]).
+pub(crate) async fn instantiate<P>(
+    store: &mut Store<PluginState>,
+    limits: &Limits,
+    deadline: tokio::time::Instant,
+    instantiate: impl AsyncFnOnce(&mut Store<PluginState>) -> wasmtime::Result<P>,
+) -> Result<P> {
+    Ok(guarded!(
+        store,
+        limits,
+        Phase::Instantiate,
+        deadline,
+        instantiate(&mut *store)
+    )?)
+}

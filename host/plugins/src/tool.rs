@@ -27,7 +27,8 @@ use crate::error::{Fault, PluginError, Result, ToolError};
 use crate::kv::KvScope;
 use crate::sandbox::{Limits, Sandbox};
 use crate::state::{
-    Failure, Phase, PluginState, StoreSpec, begin_call, call_time, denials, guarded, new_store,
+    Failure, Phase, PluginState, StoreSpec, begin_call, call_time, denials, guarded, instantiate,
+    new_store,
 };
 
 /// A live instance and its session resource.
@@ -345,13 +346,10 @@ async fn start(spec: &Spec) -> Result<Live> {
         },
     )?;
     let deadline = begin_call(&mut store, &limits, &spec.component.shared().clock);
-    let plugin = guarded!(
-        store,
-        &limits,
-        Phase::Instantiate,
-        deadline,
-        pre.instantiate_async(&mut store)
-    )?;
+    let plugin = instantiate(&mut store, &limits, deadline, async |s| {
+        pre.instantiate_async(s).await
+    })
+    .await?;
     let constructor = plugin.agentmesh_plugin_tool().session();
     let session = guarded!(
         store,

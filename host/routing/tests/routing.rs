@@ -258,6 +258,90 @@ mod filters {
         assert!(f.matches(&event(json!(1347)), &l));
         assert!(!f.matches(&event(json!(1348)), &l));
     }
+
+    /// An event `e` carrying `payload`.
+    fn with_payload(payload: Json) -> Event {
+        let mut event = json!({"name": "e"});
+        event["payload"] = payload;
+        Event::new(event)
+    }
+
+    #[test]
+    fn numbers_in_an_allow_list_compare_as_numbers_and_as_text() {
+        let f = Filter::compile("event.payload.number == parameters.number").unwrap();
+        let l = lists(&[("number", &["42"])]);
+        assert!(f.matches(&with_payload(json!({"number": 42})), &l));
+        assert!(f.matches(&with_payload(json!({"number": 42.0})), &l));
+        assert!(f.matches(&with_payload(json!({"number": "42"})), &l));
+        assert!(!f.matches(&with_payload(json!({"number": 43})), &l));
+    }
+
+    #[test]
+    fn unpinned_sets_try_every_combination() {
+        let f = Filter::compile("parameters.a + parameters.b == event.payload.ab").unwrap();
+        assert!(f.pins().is_empty());
+        let l = lists(&[("a", &["x", "y"]), ("b", &["1", "2"])]);
+        assert!(f.matches(&with_payload(json!({"ab": "y2"})), &l));
+        assert!(!f.matches(&with_payload(json!({"ab": "z1"})), &l));
+    }
+
+    #[test]
+    fn too_many_combinations_fail_closed() {
+        let f = Filter::compile("parameters.a + parameters.b == event.payload.ab").unwrap();
+        let many: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let l = lists(&[("a", &many), ("b", &many)]);
+        assert!(!f.matches(&with_payload(json!({"ab": "v1v2"})), &l));
+        let small = lists(&[("a", &many), ("b", &["v2"])]);
+        assert!(f.matches(&with_payload(json!({"ab": "v1v2"})), &small));
+    }
+
+    #[test]
+    fn pinned_sets_do_not_count_towards_the_limit() {
+        let f =
+            Filter::compile("event.payload.a == parameters.a && event.payload.b == parameters.b")
+                .unwrap();
+        let many: Vec<String> = (0..1000).map(|i| format!("v{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let l = lists(&[("a", &many), ("b", &many)]);
+        assert!(f.matches(&with_payload(json!({"a": "v7", "b": "v999"})), &l));
+    }
+
+    #[test]
+    fn whole_sets_are_lists_for_in() {
+        let f = Filter::compile("event.payload.label in parameters.labels").unwrap();
+        assert!(f.pins()[0].is_membership());
+        let l = lists(&[("labels", &["bug", "7"])]);
+        assert!(f.matches(&with_payload(json!({"label": "bug"})), &l));
+        assert!(f.matches(&with_payload(json!({"label": 7})), &l));
+        assert!(!f.matches(&with_payload(json!({"label": "feature"})), &l));
+        assert!(!f.matches(&with_payload(json!({"label": "bug"})), &AllowLists::new()));
+    }
+
+    #[test]
+    fn unnamed_references_require_every_set_nonempty() {
+        let f = Filter::compile("parameters[event.payload.key] == 'yes'").unwrap();
+        assert_eq!(f.referenced_parameters(), None);
+        let l = lists(&[("a", &["yes"]), ("b", &["no"])]);
+        assert!(f.matches(&with_payload(json!({"key": "a"})), &l));
+        assert!(!f.matches(&with_payload(json!({"key": "b"})), &l));
+        let with_empty = lists(&[("a", &["yes"]), ("b", &[])]);
+        assert!(!f.matches(&with_payload(json!({"key": "a"})), &with_empty));
+    }
+
+    #[test]
+    fn a_filter_without_parameters_ignores_allow_lists() {
+        let f = Filter::compile("event.payload.action == 'created'").unwrap();
+        assert!(!f.reads_parameters());
+        assert!(f.matches(
+            &with_payload(json!({"action": "created"})),
+            &AllowLists::new()
+        ));
+        assert!(!f.matches(
+            &with_payload(json!({"action": "deleted"})),
+            &AllowLists::new()
+        ));
+    }
 }
 
 mod index {

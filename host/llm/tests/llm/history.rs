@@ -80,6 +80,14 @@ fn tool(id: &str, content: &str) -> ChatMessage {
     }
 }
 
+/// An assistant message: its text (`None` for a response that is only calls) and its calls.
+fn assistant(content: Option<&str>, calls: &[&str]) -> ChatMessage {
+    ChatMessage::Assistant {
+        content: content.map(str::to_owned),
+        tool_calls: calls.iter().map(|id| call(id)).collect(),
+    }
+}
+
 fn user(content: &str) -> ChatMessage {
     ChatMessage::User {
         content: content.into(),
@@ -131,16 +139,10 @@ fn parallel_calls_of_one_response_are_one_assistant_message() {
                 content: "You look things up.".into()
             },
             user("Find a and b"),
-            ChatMessage::Assistant {
-                content: Some("Let me check...".into()),
-                tool_calls: vec![call("c1"), call("c2")],
-            },
+            assistant(Some("Let me check..."), &["c1", "c2"]),
             tool("c1", "found a"),
             tool("c2", r#"{"b":2}"#),
-            ChatMessage::Assistant {
-                content: Some("a and b found".into()),
-                tool_calls: vec![],
-            },
+            assistant(Some("a and b found"), &[]),
         ]
     );
     assert_well_formed(&messages);
@@ -158,15 +160,9 @@ fn a_response_without_text_has_no_content() {
     assert_eq!(
         messages,
         vec![
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![call("c1")]
-            },
+            assistant(None, &["c1"]),
             tool("c1", "1"),
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![call("c2")]
-            },
+            assistant(None, &["c2"]),
             tool("c2", "2"),
         ]
     );
@@ -188,13 +184,7 @@ fn internal_events_do_not_split_a_response() {
         observation("c2", json!("b")),
     ]);
     let messages = to_messages(&events);
-    assert_eq!(
-        messages[0],
-        ChatMessage::Assistant {
-            content: Some("both".into()),
-            tool_calls: vec![call("c1"), call("c2")],
-        }
-    );
+    assert_eq!(messages[0], assistant(Some("both"), &["c1", "c2"]));
     assert_eq!(messages.len(), 3);
 }
 
@@ -330,15 +320,9 @@ fn only_the_last_summary_is_shown_where_the_forgotten_events_were() {
                 content: "prompt".into()
             },
             user(&format!("{SUMMARY_PREFIX}one, 1, two, 2, three")),
-            ChatMessage::Assistant {
-                content: Some("looking".into()),
-                tool_calls: vec![call("c1")],
-            },
+            assistant(Some("looking"), &["c1"]),
             tool("c1", "found"),
-            ChatMessage::Assistant {
-                content: Some("3".into()),
-                tool_calls: vec![]
-            },
+            assistant(Some("3"), &[]),
             user("four"),
         ]
     );
@@ -385,13 +369,7 @@ fn a_condensation_that_splits_a_call_leaves_no_orphan_answer() {
         ),
     ]);
     let messages = to_messages(&events);
-    assert_eq!(
-        messages,
-        vec![ChatMessage::Assistant {
-            content: Some("ok".into()),
-            tool_calls: vec![]
-        }]
-    );
+    assert_eq!(messages, vec![assistant(Some("ok"), &[])]);
 }
 
 #[test]
@@ -438,18 +416,12 @@ fn calls_without_observations_are_reported_interrupted() {
         messages,
         vec![
             user("do three things"),
-            ChatMessage::Assistant {
-                content: Some("doing".into()),
-                tool_calls: vec![call("c1"), call("c2"), call("c3")],
-            },
+            assistant(Some("doing"), &["c1", "c2", "c3"]),
             tool("c2", "ok"),
             tool("c1", INTERRUPTED_CALL),
             tool("c3", INTERRUPTED_CALL),
             user("are you there?"),
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![call("c4")]
-            },
+            assistant(None, &["c4"]),
             tool("c4", INTERRUPTED_CALL),
         ]
     );
@@ -472,10 +444,7 @@ fn answers_after_the_conversation_moved_on_are_dropped() {
     assert_eq!(
         messages,
         vec![
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![call("c1")]
-            },
+            assistant(None, &["c1"]),
             tool("c1", INTERRUPTED_CALL),
             user("next"),
         ]

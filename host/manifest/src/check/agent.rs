@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use super::steps::{self, Around, Layer};
-use super::{Checker, I, K, Seg, function_name, key_pos, pos_at, sanitize, scopes};
+use super::{
+    Checker, I, K, MODEL_REF, Seg, function_name, key_pos, member_names, pos_at, sanitize, scopes,
+};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
 use crate::model::agent::{Agent, CapabilityDecl, MountScope};
@@ -103,18 +105,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
                 ("before", &cap.before, Layer::Before),
                 ("after", &cap.after, Layer::After),
             ];
-            for (field, list, layer) in lists {
-                if let Some(list) = list {
-                    steps::check(
-                        c,
-                        src,
-                        &[K("capabilities"), K(key), K(field)],
-                        list,
-                        layer,
-                        &around,
-                    );
-                }
-            }
+            steps::check_lists(c, src, &[K("capabilities"), K(key)], &lists, &around);
         }
     }
     check_model_capabilities(c, src, agent);
@@ -123,26 +114,11 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
             namespace: &agent.namespace,
             tool: None,
         };
-        if let Some(list) = &g.before {
-            steps::check(
-                c,
-                src,
-                &[K("guardrails"), K("before")],
-                list,
-                Layer::GuardBefore,
-                &around,
-            );
-        }
-        if let Some(list) = &g.after {
-            steps::check(
-                c,
-                src,
-                &[K("guardrails"), K("after")],
-                list,
-                Layer::GuardAfter,
-                &around,
-            );
-        }
+        let lists = [
+            ("before", &g.before, Layer::GuardBefore),
+            ("after", &g.after, Layer::GuardAfter),
+        ];
+        steps::check_lists(c, src, &[K("guardrails")], &lists, &around);
     }
     if let Some(exposes) = &agent.exposes {
         for key in exposes.keys() {
@@ -202,12 +178,7 @@ fn check_include(
     include: Option<&Vec<String>>,
 ) {
     let Some(include) = include else { return };
-    let names: Vec<&str> = tool
-        .actions
-        .iter()
-        .map(|a| a.name.as_str())
-        .chain(tool.events.iter().map(|e| e.name.as_str()))
-        .collect();
+    let names = member_names(tool);
     for (i, name) in include.iter().enumerate() {
         if names.contains(&name.as_str()) || name == "*" {
             continue;
@@ -253,30 +224,15 @@ fn check_bindings_tool(
     include: Option<&Vec<String>>,
 ) {
     let declared = tool_parameters(tool);
-    if let Some(bindings) = bindings {
-        for name in bindings.keys() {
-            if declared.contains(&name.as_str()) {
-                continue;
-            }
-            let hint = did_you_mean(name, declared.iter().copied())
-                .map(|s| format!("; did you mean `{s}`?"))
-                .unwrap_or_else(|| match declared.is_empty() {
-                    true => " (it declares none)".into(),
-                    false => format!(" (it declares: {})", declared.join(", ")),
-                });
-            c.error(
-                src,
-                key_pos(
-                    &src.node,
-                    &[K("capabilities"), K(key), K("bindings"), K(name)],
-                ),
-                format!(
-                    "binding `{name}` is not a parameter of tool `{}/{}`{hint}",
-                    tool.namespace, tool.name
-                ),
-            );
-        }
-    }
+    let target = format!("tool `{}/{}`", tool.namespace, tool.name);
+    check_bound_names(c, src, key, bindings, &declared, &target, |name| {
+        did_you_mean(name, declared.iter().copied())
+            .map(|s| format!("; did you mean `{s}`?"))
+            .unwrap_or_else(|| match declared.is_empty() {
+                true => " (it declares none)".into(),
+                false => format!(" (it declares: {})", declared.join(", ")),
+            })
+    });
     let active = |name: &str| include.is_none_or(|inc| inc.iter().any(|i| i == name || i == "*"));
     let mut required: Vec<&str> = Vec::new();
     let root = tool.parameters.iter();
@@ -312,6 +268,36 @@ fn check_bindings_tool(
     }
 }
 
+/// Each binding of capability `key` must name one of `declared`, the parameters of `target`
+/// (``tool `ns/name` ``); an error, with `hint(name)` after it, for each that does not.
+fn check_bound_names(
+    c: &mut Checker,
+    src: &Source,
+    key: &str,
+    bindings: Option<&indexmap::IndexMap<String, String>>,
+    declared: &[&str],
+    target: &str,
+    hint: impl Fn(&str) -> String,
+) {
+    let unknown = bindings
+        .into_iter()
+        .flat_map(|b| b.keys())
+        .filter(|name| !declared.contains(&name.as_str()));
+    for name in unknown {
+        c.error(
+            src,
+            key_pos(
+                &src.node,
+                &[K("capabilities"), K(key), K("bindings"), K(name)],
+            ),
+            format!(
+                "binding `{name}` is not a parameter of {target}{}",
+                hint(name)
+            ),
+        );
+    }
+}
+
 fn check_bindings_agent(
     c: &mut Checker,
     src: &Source,
@@ -324,23 +310,8 @@ fn check_bindings_agent(
         .iter()
         .flat_map(|p| p.properties.keys().map(String::as_str))
         .collect();
-    if let Some(bindings) = bindings {
-        for name in bindings.keys() {
-            if !declared.contains(&name.as_str()) {
-                c.error(
-                    src,
-                    key_pos(
-                        &src.node,
-                        &[K("capabilities"), K(key), K("bindings"), K(name)],
-                    ),
-                    format!(
-                        "binding `{name}` is not a parameter of agent `{}/{}`",
-                        child.namespace, child.name
-                    ),
-                );
-            }
-        }
-    }
+    let target = format!("agent `{}/{}`", child.namespace, child.name);
+    check_bound_names(c, src, key, bindings, &declared, &target, |_| String::new());
     for (name, prop) in child.parameters.iter().flat_map(|p| p.properties.iter()) {
         if prop.require_binding && !bindings.is_some_and(|b| b.contains_key(name)) {
             c.error(
@@ -406,12 +377,7 @@ fn check_model_capabilities(c: &mut Checker, src: &Source, agent: &Agent) {
 fn check_model(c: &mut Checker, src: &Source, agent: &Agent) {
     let Some(model) = &agent.model else { return };
     let pos = pos_at(&src.node, &[K("model")]);
-    let Some((provider, name)) = model.split_once('/') else {
-        c.error(
-            src,
-            pos,
-            format!("`model` must be `<provider>/<name>`, found `{model}`"),
-        );
+    let Some((provider, name)) = c.split_ref(src, pos, "model", model, MODEL_REF) else {
         return;
     };
     let host = c.config.host_config();

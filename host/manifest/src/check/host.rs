@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::{Checker, I, K, Seg, pos_at};
+use super::{Checker, I, K, MODEL_REF, Seg, pos_at};
 use crate::model::common::EnvValue;
 
 pub(crate) fn check(c: &mut Checker) {
@@ -22,14 +22,8 @@ pub(crate) fn check(c: &mut Checker) {
     }
     if let Some(model) = &host.default_model {
         let pos = pos_at(&src.node, &[K("default_model")]);
-        match model.split_once('/') {
-            None => c.error(
-                src,
-                pos,
-                format!("`default_model` must be `<provider>/<name>`, found `{model}`"),
-            ),
-            Some(("scripted", name)) => c.scripted_model(src, pos, name),
-            Some(_) => {}
+        if let Some(("scripted", name)) = c.split_ref(src, pos, "default_model", model, MODEL_REF) {
+            c.scripted_model(src, pos, name);
         }
     }
     let mut vars: Vec<(Vec<Seg>, &str)> = Vec::new();

@@ -15,6 +15,7 @@ use agentmesh_expr::{Expression, Scope, Template};
 
 use crate::diag::Diagnostic;
 use crate::load::{Config, Source};
+use crate::model::Tool;
 use crate::yaml::{Node, NodeValue, Pos};
 
 /// What `validate` counts in its `ok:` line.
@@ -125,6 +126,19 @@ pub(crate) enum Seg<'a> {
 
 pub(crate) use Seg::{I, K};
 
+/// What a capability's `include` and a step's `match` may name in `tool`: its actions, then
+/// its events.
+pub(crate) fn member_names(tool: &Tool) -> Vec<&str> {
+    tool.actions
+        .iter()
+        .map(|a| a.name.as_str())
+        .chain(tool.events.iter().map(|e| e.name.as_str()))
+        .collect()
+}
+
+/// How a `model` reference is written, for [`Checker::split_ref`].
+pub(crate) const MODEL_REF: (char, &str) = ('/', "<provider>/<name>");
+
 pub(crate) struct Checker<'a> {
     pub config: &'a Config,
     env: &'a dyn Fn(&str) -> Option<String>,
@@ -179,6 +193,27 @@ impl Checker<'_> {
     pub fn warning(&mut self, source: &Source, pos: Pos, message: impl Into<String>) {
         self.diags
             .push(Diagnostic::warning(&source.file, pos, message));
+    }
+
+    /// `value`, the reference in `field` (at `pos`), split at the first `separator` of its
+    /// `form` (`<provider>/<name>`); an error when it has none.
+    pub fn split_ref<'v>(
+        &mut self,
+        source: &Source,
+        pos: Pos,
+        field: &str,
+        value: &'v str,
+        (separator, form): (char, &str),
+    ) -> Option<(&'v str, &'v str)> {
+        let split = value.split_once(separator);
+        if split.is_none() {
+            self.error(
+                source,
+                pos,
+                format!("`{field}` must be `{form}`, found `{value}`"),
+            );
+        }
+        split
     }
 
     /// The file of model `scripted/<name>` (named at `pos` of `source`) exists and holds a

@@ -3,7 +3,7 @@
 use agentmesh_expr::Scope;
 
 use super::scopes;
-use super::{Checker, ComponentWorld, K, Seg, key_pos, node_at, pos_at};
+use super::{Checker, ComponentWorld, K, Seg, key_pos, member_names, node_at, pos_at};
 use crate::load::Source;
 use crate::model::Tool;
 use crate::model::common::{MiddlewareStep, OnFail};
@@ -63,6 +63,23 @@ pub(crate) fn check(
         let mut p = path.to_vec();
         p.push(Seg::I(i));
         check_step(c, source, &p, step, layer, around);
+    }
+}
+
+/// Checks each list of steps that is set: `(field, steps, layer)`, at `prefix` + `field`.
+pub(crate) fn check_lists<'a>(
+    c: &mut Checker,
+    source: &Source,
+    prefix: &[Seg<'a>],
+    lists: &[(&'a str, &Option<Vec<MiddlewareStep>>, Layer)],
+    around: &Around,
+) {
+    for &(field, steps, layer) in lists {
+        if let Some(steps) = steps {
+            let mut path = prefix.to_vec();
+            path.push(Seg::K(field));
+            check(c, source, &path, steps, layer, around);
+        }
     }
 }
 
@@ -154,12 +171,7 @@ fn check_step(
         c.component(source, &p, ComponentWorld::Middleware);
     }
     if let (Some(name), Some(tool)) = (&step.match_action, around.tool) {
-        let names: Vec<&str> = tool
-            .actions
-            .iter()
-            .map(|a| a.name.as_str())
-            .chain(tool.events.iter().map(|e| e.name.as_str()))
-            .collect();
+        let names = member_names(tool);
         if !names.contains(&name.as_str()) {
             let hint = did_you_mean(name, names.iter().copied())
                 .map(|s| format!("; did you mean `{s}`?"))
@@ -191,12 +203,9 @@ fn check_step(
 /// `invoke: "<tool>:<action>"` must name an existing tool and action.
 fn check_invoke(c: &mut Checker, source: &Source, path: &[Seg], target: &str, around: &Around) {
     let pos = pos_at(&source.node, path);
-    let Some((tool_ref, action)) = target.split_once(':') else {
-        c.error(
-            source,
-            pos,
-            format!("`invoke` must be `<tool>:<action>`, found `{target}`"),
-        );
+    let Some((tool_ref, action)) =
+        c.split_ref(source, pos, "invoke", target, (':', "<tool>:<action>"))
+    else {
         return;
     };
     let (ns, name) = tool_ref

@@ -1,6 +1,13 @@
-//! `agentmesh serve` as a child process, and a small HTTP/1.1 client over loopback.
+//! `agentmesh serve` as a child process on loopback.
+//!
+//! [`Server::start`] runs `BINARY serve DIR --listen 127.0.0.1:0 --data DATA`: the host binds a
+//! free port itself and names it on stderr (`listening on http://ADDR`), which is where the
+//! server is waited for — no port is picked by the test and then raced for. Its stderr is read
+//! on a thread for the whole run: the lines before that one are [`Server::startup`], the later
+//! ones are printed when a test panics with the server up, or returned by
+//! [`Server::terminate_with_log`].
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -8,6 +15,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::client::Request;
+
+/// How long a server may take to start listening (parsing and compiling its config included).
+const START_WITHIN: Duration = Duration::from_secs(120);
 
 /// A running `agentmesh serve`; killed (SIGKILL) when dropped unless stopped before.
 pub struct Server {
@@ -21,21 +33,22 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `agentmesh serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
-    /// variables, and waits until it listens.
-    pub fn start(dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        Self::spawn(
-            Command::new(env!("CARGO_BIN_EXE_agentmesh")),
-            dir,
-            data,
-            env,
-        )
+    /// Starts `BINARY serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
+    /// variables, and waits until it listens. It logs at `info` unless `env` sets
+    /// `AGENTMESH_LOG`.
+    pub fn start(binary: &str, dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
+        Self::start_under(&[], binary, dir, data, env)
     }
 
     /// [`Server::start`] with the command run by `wrapper` (e.g. `setpriv --reuid=nobody`).
-    pub fn start_under(wrapper: &[&str], dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        let binary = env!("CARGO_BIN_EXE_agentmesh");
-        let command = match wrapper.split_first() {
+    pub fn start_under(
+        wrapper: &[&str],
+        binary: &str,
+        dir: &Path,
+        data: &Path,
+        env: &[(&str, &str)],
+    ) -> Server {
+        let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
                 c.args(args).arg(binary);
@@ -43,33 +56,37 @@ impl Server {
             }
             None => Command::new(binary),
         };
-        Self::spawn(command, dir, data, env)
+        command
+            .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args(["--data", data.to_str().unwrap()])
+            .env("AGENTMESH_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        Self::spawn(command)
     }
 
     /// [`Server::start`] under a file-descriptor limit of `soft` and `hard` (set by
     /// `prlimit`, from util-linux, which must be installed).
-    pub fn start_with_nofile(dir: &Path, data: &Path, soft: u64, hard: u64) -> Server {
+    pub fn start_with_nofile(
+        binary: &str,
+        dir: &Path,
+        data: &Path,
+        soft: u64,
+        hard: u64,
+    ) -> Server {
         let found = Command::new("prlimit").arg("--version").output();
         assert!(
             found.is_ok_and(|o| o.status.success()),
             "`prlimit` is needed to lower the server's descriptor limit: install util-linux"
         );
         let nofile = format!("--nofile={soft}:{hard}");
-        Self::start_under(&["prlimit", &nofile], dir, data, &[])
+        Self::start_under(&["prlimit", &nofile], binary, dir, data, &[])
     }
 
-    /// Runs `COMMAND serve DIR …` and waits until it listens.
-    fn spawn(mut command: Command, dir: &Path, data: &Path, env: &[(&str, &str)]) -> Server {
-        command
-            .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-            .args(["--data", data.to_str().unwrap()])
-            .env("AGENTMESH_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            command.env(k, v);
-        }
+    /// Runs `command` and waits until it names the address it listens on.
+    fn spawn(mut command: Command) -> Server {
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -81,7 +98,7 @@ impl Server {
                 }
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + START_WITHIN;
         let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -98,6 +115,7 @@ impl Server {
                     }
                     seen.push(line);
                 }
+                // It exited (its stderr closed), or it is still not listening.
                 Err(_) => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -109,13 +127,7 @@ impl Server {
 
     /// A request to this server.
     pub fn request(&self, method: &str, path: &str) -> Request {
-        Request {
-            addr: self.addr,
-            method: method.to_owned(),
-            path: path.to_owned(),
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
+        Request::new(self.addr, method, path)
     }
 
     /// Creates a task (`POST /v1/tasks` with `body`) and returns its id.
@@ -165,6 +177,16 @@ impl Server {
         }
     }
 
+    /// The server's resident memory (VmRSS), KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
@@ -198,19 +220,16 @@ impl Server {
         self.sigterm()
     }
 
+    /// Sends SIGTERM and waits up to 30 s for the exit (then kills it): the exit code.
     fn sigterm(&mut self) -> Option<i32> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let code = self.wait_exit(Duration::from_secs(30));
+        if code.is_none() {
+            let _ = self.child.kill();
         }
-        let _ = self.child.kill();
-        None
+        code
     }
 }
 
@@ -226,117 +245,6 @@ impl Drop for Server {
     }
 }
 
-/// An HTTP request being built.
-pub struct Request {
-    addr: SocketAddr,
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-/// An HTTP response.
-#[derive(Debug)]
-pub struct Response {
-    /// The status code.
-    pub status: u16,
-    /// The headers, names in lower case.
-    pub headers: Vec<(String, String)>,
-    /// The body.
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    /// The body as JSON.
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}): {} {}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-impl Request {
-    /// Adds a header.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Sets a JSON body.
-    pub fn json(self, value: &Value) -> Self {
-        self.header("Content-Type", "application/json")
-            .body(value.to_string().into_bytes())
-    }
-
-    /// Sets raw body bytes.
-    pub fn body(mut self, body: Vec<u8>) -> Self {
-        self.body = body;
-        self
-    }
-
-    /// Sends it and reads the whole response.
-    pub fn send(self) -> Response {
-        let mut stream = TcpStream::connect(self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let mut head = format!(
-            "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.method,
-            self.path,
-            self.addr,
-            self.body.len()
-        );
-        for (k, v) in &self.headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(&self.body).unwrap();
-        let mut reader = BufReader::new(stream);
-        let (status_line, headers) = agentmesh_testkit::read_head(&mut reader)
-            .unwrap_or_else(|e| panic!("{} {}: no answer: {e}", self.method, self.path));
-        let status = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("bad status line `{status_line}`"));
-        let chunked = headers
-            .iter()
-            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-        let mut body = Vec::new();
-        if chunked {
-            loop {
-                let mut size = String::new();
-                reader.read_line(&mut size).unwrap();
-                let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                if size == 0 {
-                    break;
-                }
-                let mut chunk = vec![0; size + 2];
-                reader.read_exact(&mut chunk).unwrap();
-                body.extend_from_slice(&chunk[..size]);
-            }
-        } else {
-            reader.read_to_end(&mut body).unwrap();
-        }
-        Response {
-            status,
-            headers,
-            body,
-        }
-    }
-}
-
 /// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.
 pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
@@ -349,31 +257,4 @@ pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Opt
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Posts `body` with `headers` over a fresh connection; the status, or `None` when the server
-/// does not answer (it is down or died mid-request).
-pub fn post_raw(
-    addr: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Option<u16> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .ok()?;
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).ok()?;
-    stream.write_all(body).ok()?;
-    let mut status_line = String::new();
-    BufReader::new(stream).read_line(&mut status_line).ok()?;
-    status_line.split_whitespace().nth(1)?.parse().ok()
 }
