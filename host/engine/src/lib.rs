@@ -64,9 +64,9 @@ pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use deliver::{WebhookError, WebhookOutcome};
 pub use door::{DEFAULT_DEDUPE_WINDOW, Origin, Run};
 pub use plan::Plan;
-pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef};
+pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use triggers::{FireError, SourceDelivery};
-pub use wakeups::HostTool;
+pub use wakeups::{HostTool, WakeupRecord};
 pub use wasm::{async_runtime, check_components};
 
 use plan::{AgentPlan, Target};
@@ -406,9 +406,9 @@ impl Engine {
         Ok(agentmesh_llm::to_messages(record.journal.view()))
     }
 
-    /// The task object (CONTRACT §3).
-    pub fn task_object(&self, id: &str) -> Result<Value> {
-        self.peek(id, |record| record.object(self.inner.store.queue_depth(id)))
+    /// `f` of task `id`'s record, read in place (no copy), and of its queue depth.
+    pub fn read_task<T>(&self, id: &str, f: impl FnOnce(&TaskRecord, usize) -> T) -> Result<T> {
+        self.peek(id, |record| f(record, self.inner.store.queue_depth(id)))
     }
 
     /// Creates a task and queues its first input (when given), as a user's, run as `run` says.
@@ -757,22 +757,22 @@ impl Engine {
         Some(review.requested_ms.saturating_add(timeout))
     }
 
-    /// The reviews waiting for a decision that `decider` may make, oldest first, as
-    /// `GET /v1/reviews` lists them.
-    pub fn pending_reviews(&self, decider: Decider<'_>) -> Result<Vec<Value>> {
-        let mut reviews: Vec<(i64, Value)> = self
+    /// The reviews waiting for a decision that `decider` may make, oldest first.
+    pub fn pending_reviews(&self, decider: Decider<'_>) -> Result<Vec<WaitingReview>> {
+        let mut reviews: Vec<WaitingReview> = self
             .list_tasks(None, Some(Status::Waiting), None)?
             .into_iter()
             .filter_map(|t| {
-                let review = t.pending_review.as_ref()?;
-                review.may_decide(&decider).then(|| {
-                    let agent = t.agent.as_str();
-                    (review.requested_ms, review.object(&t.id, agent))
+                let review = t.pending_review?;
+                review.may_decide(&decider).then_some(WaitingReview {
+                    task_id: t.id,
+                    agent: t.agent,
+                    review,
                 })
             })
             .collect();
-        reviews.sort_by_key(|(at, _)| *at);
-        Ok(reviews.into_iter().map(|(_, r)| r).collect())
+        reviews.sort_by_key(|r| r.review.requested_ms);
+        Ok(reviews)
     }
 
     /// Every task, optionally only those of `agent`, in `status`, or owned by `owner`.

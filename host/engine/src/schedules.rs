@@ -21,15 +21,15 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use agentmesh_store::now_ms;
-use agentmesh_triggers::clock::rfc3339;
 use agentmesh_triggers::ttl::expires_at;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::door::{Arrival, Input, Origin, Run};
 use crate::plan::Plan;
 use crate::triggers::{
-    FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, TimerId, fire_recorded,
+    FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, ScheduleView, Scheduled, TimerId,
+    fire_recorded,
 };
 use crate::{Engine, EngineError, lock, normalize_input};
 
@@ -414,53 +414,34 @@ impl Engine {
         Ok(Some((self.cold_start(&s.agent, &s.owner).await?, io)))
     }
 
-    /// The schedules (optionally only those `owner` owns) and, unless `task` names one task,
-    /// pending wakeups; each with `next_trigger_at`. `task` lists only that task's wakeups.
-    pub fn schedule_objects(
-        &self,
-        task: Option<&str>,
-        owner: Option<&str>,
-    ) -> crate::Result<Vec<Value>> {
-        let mut out = Vec::new();
+    /// The schedules (optionally only those `owner` owns), sorted by id, and pending wakeups
+    /// (oldest first); `task` lists only that task's wakeups.
+    pub fn schedules(&self, task: Option<&str>, owner: Option<&str>) -> crate::Result<Scheduled> {
+        let mut schedules = Vec::new();
         if task.is_none() {
             let plan = self.plan();
-            let mut schedules: Vec<_> = plan
+            let mut plans: Vec<&Arc<SchedulePlan>> = plan
                 .schedules
                 .values()
                 .filter(|s| owner.is_none_or(|o| s.owner == o))
                 .collect();
-            schedules.sort_by_key(|s| s.id());
-            for s in schedules {
-                let status = self.fire_status(SCHEDULE_STATE, &s.id())?;
-                let next = self
-                    .inner
-                    .triggers
-                    .timer
-                    .deadline(&TimerId::Schedule(s.id()))
-                    .map(rfc3339);
-                let mut status_obj = status.object(s.ttl);
-                if let Value::Object(m) = &mut status_obj {
-                    m.insert("next_trigger_at".into(), json!(next));
-                }
-                out.push(json!({
-                    "id": s.id(),
-                    "kind": "schedule",
-                    "namespace": s.namespace,
-                    "name": s.name,
-                    "agent": s.agent,
-                    "owner": s.owner,
-                    "enabled": s.enabled && !status.revoked && !status.expired,
-                    "cron": s.manifest.cron,
-                    "timezone": s.manifest.timezone,
-                    "interval": s.manifest.interval.map(|d| format!("{}ms", d.0.as_millis())),
-                    "at": s.manifest.at,
-                    "next_trigger_at": next,
-                    "status": status_obj,
-                }));
+            plans.sort_by_key(|s| s.id());
+            for s in plans {
+                schedules.push(ScheduleView {
+                    status: self.fire_status(SCHEDULE_STATE, &s.id())?,
+                    next_ms: self
+                        .inner
+                        .triggers
+                        .timer
+                        .deadline(&TimerId::Schedule(s.id())),
+                    plan: Arc::clone(s),
+                });
             }
         }
-        out.extend(self.wakeup_objects(task, owner)?);
-        Ok(out)
+        Ok(Scheduled {
+            schedules,
+            wakeups: self.pending_wakeups(task, owner)?,
+        })
     }
 
     /// The owner of schedule or wakeup `id` (for access checks).

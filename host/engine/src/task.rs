@@ -179,20 +179,17 @@ impl PendingReview {
             Decider::Subject(s) => *s == self.reviewer,
         }
     }
+}
 
-    /// The review as `GET /v1/reviews` lists it.
-    pub fn object(&self, task_id: &str, agent: &str) -> Value {
-        json!({
-            "task_id": task_id,
-            "agent": agent,
-            "review_id": self.review_id,
-            "reviewer": self.reviewer,
-            "step": self.step,
-            "input": self.subject.get("input").cloned().unwrap_or(Value::Null),
-            "output": self.subject.get("output").cloned().unwrap_or(Value::Null),
-            "requested_at": rfc3339(self.requested_ms),
-        })
-    }
+/// A review waiting for a decision, with its task.
+#[derive(Debug, Clone)]
+pub struct WaitingReview {
+    /// The task that waits.
+    pub task_id: String,
+    /// Its agent, `namespace/name`.
+    pub agent: String,
+    /// The review.
+    pub review: PendingReview,
 }
 
 /// Who decides a review, authenticated by the caller.
@@ -464,34 +461,6 @@ impl TaskRecord {
         } else {
             &self.subscriptions
         }
-    }
-
-    /// The task object of the HTTP API and `run --json` (CONTRACT §3).
-    pub fn object(&self, queue_depth: usize) -> Value {
-        let subscriptions: Vec<Value> = self
-            .active_subscriptions()
-            .iter()
-            .map(|s| {
-                json!({
-                    "tool": s.tool,
-                    "event": s.event,
-                    "expires_at": s.expires_at(self.last_activity_ms).map(rfc3339),
-                })
-            })
-            .collect();
-        json!({
-            "id": self.id,
-            "agent": self.agent,
-            "owner": self.user.id,
-            "status": self.status(),
-            "reason": self.reason,
-            "created_at": self.created_at,
-            "output": self.outputs,
-            "exposes": self.exposes,
-            "queue_depth": queue_depth,
-            "subscriptions": subscriptions,
-            "allow_list": self.allow_lists,
-        })
     }
 }
 

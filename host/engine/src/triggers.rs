@@ -32,6 +32,7 @@ use serde_json::{Map, Value, json};
 use crate::deliver::WebhookError;
 use crate::door::{Accepted, Input, Origin, Run};
 use crate::plan::{compile, resolve_env, template};
+use crate::wakeups::WakeupRecord;
 use crate::{Engine, EngineError, NewTask, UserRef, lock, normalize_trigger_input};
 
 /// Lifetime of self-schedules (and of anything else given no `ttl`) by default: 7 days, the
@@ -359,35 +360,32 @@ pub struct FireStatus {
     pub revoked: bool,
 }
 
-impl FireStatus {
-    /// The status object of the API.
-    pub fn object(&self, ttl: Option<Duration>) -> Value {
-        let mut v = json!({
-            "last_triggered_at": self.last_triggered_at,
-            "last_task_id": self.last_task_id,
-            "total_triggers": self.total_triggers,
-            "consecutive_failures": self.consecutive_failures,
-            "last_error": self.last_error,
-            "dropped": self.dropped,
-        });
-        if let (Some(ttl), Value::Object(m)) = (ttl, &mut v) {
-            m.insert(
-                "expires_at".into(),
-                json!(agentmesh_triggers::clock::rfc3339(
-                    agentmesh_triggers::ttl::expires_at(self.created_ms, ttl)
-                )),
-            );
-        }
-        if let Value::Object(m) = &mut v {
-            if self.expired {
-                m.insert("expired".into(), json!(true));
-            }
-            if self.revoked {
-                m.insert("revoked".into(), json!(true));
-            }
-        }
-        v
-    }
+/// A trigger as the API shows it: its plan and its status.
+#[derive(Clone)]
+pub struct TriggerView {
+    /// The compiled manifest.
+    pub plan: Arc<TriggerPlan>,
+    /// Its read-only status.
+    pub status: FireStatus,
+}
+
+/// A schedule as the API shows it: its plan, its status and its next tick.
+#[derive(Clone)]
+pub struct ScheduleView {
+    /// The compiled manifest.
+    pub plan: Arc<SchedulePlan>,
+    /// Its read-only status.
+    pub status: FireStatus,
+    /// When it ticks next (epoch ms), if it is armed.
+    pub next_ms: Option<i64>,
+}
+
+/// What `GET /v1/schedules` lists: schedules, then self-scheduled wakeups.
+pub struct Scheduled {
+    /// The schedules, by id.
+    pub schedules: Vec<ScheduleView>,
+    /// The pending wakeups, oldest first.
+    pub wakeups: Vec<WakeupRecord>,
 }
 
 /// What the scheduler's timer waits for.
@@ -934,7 +932,7 @@ impl Engine {
 
     /// The triggers (optionally only those `owner` owns), with their read-only status, sorted
     /// by id.
-    pub fn trigger_objects(&self, owner: Option<&str>) -> crate::Result<Vec<Value>> {
+    pub fn triggers(&self, owner: Option<&str>) -> crate::Result<Vec<TriggerView>> {
         let plan = self.plan();
         let mut triggers: Vec<&Arc<TriggerPlan>> = plan
             .triggers
@@ -942,35 +940,24 @@ impl Engine {
             .filter(|t| owner.is_none_or(|o| t.owner == o))
             .collect();
         triggers.sort_by_key(|t| t.id());
-        triggers
-            .into_iter()
-            .map(|t| self.trigger_value(t))
-            .collect()
+        triggers.into_iter().map(|t| self.trigger_view(t)).collect()
     }
 
     /// Trigger `id` with its read-only status.
-    pub fn trigger_object(&self, id: &str) -> crate::Result<(String, Value)> {
+    pub fn trigger(&self, id: &str) -> crate::Result<TriggerView> {
         let plan = self.plan();
         let t = plan
             .triggers
             .get(id)
             .ok_or_else(|| EngineError::NotFound(format!("trigger `{id}`")))?;
-        Ok((t.owner.clone(), self.trigger_value(t)?))
+        self.trigger_view(t)
     }
 
-    fn trigger_value(&self, t: &TriggerPlan) -> crate::Result<Value> {
-        let status = self.fire_status(TRIGGER_STATE, &t.id())?;
-        Ok(json!({
-            "id": t.id(),
-            "namespace": t.namespace,
-            "name": t.name,
-            "agent": t.agent,
-            "owner": t.owner,
-            "source": {"type": t.source},
-            "enabled": t.enabled,
-            "throttle": {"max_per_hour": t.max_per_hour},
-            "status": status.object(t.ttl),
-        }))
+    fn trigger_view(&self, t: &Arc<TriggerPlan>) -> crate::Result<TriggerView> {
+        Ok(TriggerView {
+            status: self.fire_status(TRIGGER_STATE, &t.id())?,
+            plan: Arc::clone(t),
+        })
     }
 
     /// Gives every trigger with a `ttl` its creation time (the first time this host saw it),

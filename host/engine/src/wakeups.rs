@@ -97,7 +97,7 @@ impl HostTool {
 
 /// A pending wakeup, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct WakeupRecord {
+pub struct WakeupRecord {
     /// The `schedule_id`.
     pub id: String,
     /// The task it wakes.
@@ -431,12 +431,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Pending wakeups (of task `task`, or of tasks `owner` owns) for the API.
-    pub(crate) fn wakeup_objects(
+    /// Pending wakeups (of task `task`, or of tasks `owner` owns), oldest first.
+    pub(crate) fn pending_wakeups(
         &self,
         task: Option<&str>,
         owner: Option<&str>,
-    ) -> crate::Result<Vec<Value>> {
+    ) -> crate::Result<Vec<WakeupRecord>> {
         let mut wakeups: Vec<WakeupRecord> = self
             .wakeups()?
             .into_iter()
@@ -444,24 +444,7 @@ impl Engine {
             .filter(|w| owner.is_none_or(|o| w.owner == o))
             .collect();
         wakeups.sort_by_key(|w| (w.created_ms, w.id.clone()));
-        Ok(wakeups
-            .into_iter()
-            .map(|w| {
-                json!({
-                    "id": w.id,
-                    "kind": "wakeup",
-                    "task_id": w.task_id,
-                    "owner": w.owner,
-                    "when": w.when,
-                    "prompt": w.prompt,
-                    "reason": w.reason,
-                    "created_at": rfc3339(w.created_ms),
-                    "next_trigger_at": rfc3339(w.next_ms),
-                    "expires_at": rfc3339(w.expires_ms),
-                    "fires": w.fires,
-                })
-            })
-            .collect())
+        Ok(wakeups)
     }
 }
 

@@ -12,6 +12,8 @@
 //!   store cannot write, and the host exits for a restart when that lasts;
 //! - `reload`: watches the config dir and swaps in a changed configuration atomically,
 //!   keeping the last good one when a change does not validate;
+//! - [`resources`]: the JSON of tasks, reviews, triggers, schedules and wakeups, made from
+//!   the engine's records;
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
 //! - `connections`: the accept loop, with a cap on connections, header, body and idle
 //!   timeouts, and JSON answers for oversized heads.
@@ -25,6 +27,7 @@ mod error;
 pub mod health;
 mod metrics;
 pub mod reload;
+pub mod resources;
 mod scrub;
 mod status;
 mod tasks;

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
+use crate::{AppState, resources};
 
 /// `POST /v1/tasks` body.
 #[derive(Deserialize)]
@@ -121,7 +121,8 @@ pub async fn create(
         )
         .await?;
     Metrics::inc(&state.metrics.tasks_created);
-    Ok((StatusCode::CREATED, Json(engine.task_object(&record.id)?)).into_response())
+    let object = engine.read_task(&record.id, resources::task)?;
+    Ok((StatusCode::CREATED, Json(object)).into_response())
 }
 
 /// `GET /v1/tasks/{id}`.
@@ -132,7 +133,7 @@ pub async fn get(
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
     readable_task(&state, &caller, &id)?;
-    Ok(Json(state.engine().task_object(&id)?))
+    Ok(Json(state.engine().read_task(&id, resources::task)?))
 }
 
 /// `GET /v1/tasks` query.
@@ -219,7 +220,7 @@ pub async fn list(
     let objects: Vec<Value> = page
         .iter()
         .take(limit)
-        .map(|r| r.object(engine.store().queue_depth(&r.id)))
+        .map(|r| resources::task(r, engine.store().queue_depth(&r.id)))
         .collect();
     Ok(Json(
         json!({ "tasks": objects, "next_cursor": next_cursor }),
@@ -386,6 +387,11 @@ pub async fn reviews(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
-    let reviews = state.engine().pending_reviews(caller.decider())?;
+    let reviews: Vec<Value> = state
+        .engine()
+        .pending_reviews(caller.decider())?
+        .iter()
+        .map(resources::review)
+        .collect();
     Ok(Json(json!({ "reviews": reviews })))
 }

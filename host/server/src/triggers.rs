@@ -25,11 +25,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 use crate::webhooks::headers_of;
+use crate::{AppState, resources};
 
 /// `POST /v1/webhooks/sources/{source}`.
 pub async fn source(
@@ -127,7 +127,12 @@ pub async fn list(
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth().caller(&headers)?;
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
-    let triggers = state.engine().trigger_objects(owner)?;
+    let triggers: Vec<Value> = state
+        .engine()
+        .triggers(owner)?
+        .iter()
+        .map(resources::trigger)
+        .collect();
     Ok(Json(json!({ "triggers": triggers })))
 }
 
@@ -139,11 +144,11 @@ pub async fn get(
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth().caller(&headers)?;
     let id = format!("{namespace}/{name}");
-    let (owner, trigger) = state.engine().trigger_object(&id)?;
-    if !caller.may_see(&owner) {
+    let trigger = state.engine().trigger(&id)?;
+    if !caller.may_see(&trigger.plan.owner) {
         return Err(ApiError::not_found(format!("not found: trigger `{id}`")));
     }
-    Ok(Json(trigger))
+    Ok(Json(resources::trigger(&trigger)))
 }
 
 /// `GET /v1/schedules` query.
@@ -168,7 +173,13 @@ pub async fn schedules(
         }
     }
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
-    let schedules = engine.schedule_objects(q.task.as_deref(), owner)?;
+    let scheduled = engine.schedules(q.task.as_deref(), owner)?;
+    let schedules: Vec<Value> = scheduled
+        .schedules
+        .iter()
+        .map(resources::schedule)
+        .chain(scheduled.wakeups.iter().map(resources::wakeup))
+        .collect();
     Ok(Json(json!({ "schedules": schedules })))
 }
 

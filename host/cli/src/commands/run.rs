@@ -116,7 +116,8 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                 secrets.scrub(&termination(&engine, &record))
             );
         }
-        let object = serde_json::to_string_pretty(&engine.task_object(&record.id)?)?;
+        let object = engine.read_task(&record.id, agentmesh_server::resources::task)?;
+        let object = serde_json::to_string_pretty(&object)?;
         println!("{}", secrets.scrub(&object));
     } else {
         match record.status() {

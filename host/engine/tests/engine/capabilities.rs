@@ -186,9 +186,12 @@ async fn exposes_appear_in_the_output() {
     );
     let h = harness(&manifests, SAY_EVIL);
     let task = h.run("t/a", "go").await;
-    let object = h.engine.task_object(&task.id).unwrap();
-    assert_eq!(object["exposes"], json!({"says": 1, "first": "done"}));
-    assert_eq!(object["output"][0]["says"], json!(1));
+    let (exposes, output) = h
+        .engine
+        .read_task(&task.id, |r, _| (json!(r.exposes), json!(r.outputs)))
+        .unwrap();
+    assert_eq!(exposes, json!({"says": 1, "first": "done"}));
+    assert_eq!(output[0]["says"], json!(1));
 }
 
 #[tokio::test]

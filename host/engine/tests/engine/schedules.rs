@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use agentmesh_engine::{Engine, NewTask, Run, UserRef};
 use agentmesh_store::event::{EventKind, EventSource};
 use agentmesh_triggers::clock::{now_ms, rfc3339};
-use serde_json::Value;
 
 use crate::util::{SCRIPTED_AGENT, harness};
 
@@ -54,10 +53,12 @@ inputs:
     }
     let h = harness(&manifests, "responses:\n  - text: Done.\n");
     let running = scheduler(&h.engine).await;
-    let fired = |s: &Value| s["status"]["total_triggers"].as_u64().unwrap_or(0);
     let listed = wait_for(Duration::from_secs(30), || {
-        let listed = h.engine.schedule_objects(None, None).unwrap();
-        listed.iter().all(|s| fired(s) > 0).then_some(listed)
+        let listed = h.engine.schedules(None, None).unwrap().schedules;
+        listed
+            .iter()
+            .all(|s| s.status.total_triggers > 0)
+            .then_some(listed)
     })
     .await
     .expect("every tick of the burst fires");
@@ -65,14 +66,9 @@ inputs:
     assert_eq!(listed.len(), BURST);
     let mut tasks = Vec::new();
     for s in &listed {
-        assert_eq!(fired(s), 1, "{}", s["id"]);
-        assert_eq!(
-            s["next_trigger_at"],
-            Value::Null,
-            "{}: an `at` fires once",
-            s["id"]
-        );
-        tasks.push(s["status"]["last_task_id"].as_str().unwrap().to_owned());
+        assert_eq!(s.status.total_triggers, 1, "{}", s.plan.id());
+        assert_eq!(s.next_ms, None, "{}: an `at` fires once", s.plan.id());
+        tasks.push(s.status.last_task_id.clone().unwrap());
     }
     tasks.sort_unstable();
     tasks.dedup();
