@@ -152,28 +152,13 @@ pub(crate) async fn run(
         ),
     };
     grow_allow_list(record, cap, &input);
+    let (name, from) = (&call.name, child.as_deref());
     let output = match result {
         ActionResult::Ok(v) => v,
         ActionResult::Recoverable(e) => {
-            return Ok(errored(
-                record,
-                &call.name,
-                input,
-                e,
-                child.as_deref(),
-                CallEnd::Error,
-            ));
+            return Ok(errored(record, name, input, e, from, CallEnd::Error));
         }
-        ActionResult::Fatal(e) => {
-            return Ok(errored(
-                record,
-                &call.name,
-                input,
-                e,
-                child.as_deref(),
-                CallEnd::Fatal,
-            ));
-        }
+        ActionResult::Fatal(e) => return Ok(errored(record, name, input, e, from, CallEnd::Fatal)),
     };
     vars.output = Some(output.clone());
     let verdict = steps::run(
@@ -193,34 +178,20 @@ pub(crate) async fn run(
             }
             stats(
                 record,
-                &call.name,
+                name,
                 Outcome::Successful,
                 input,
                 output.clone(),
-                child.as_deref(),
+                from,
             );
             Ok(CallEnd::Observation(vars.output.unwrap_or(output)))
         }
         Verdict::Block(reason) => {
-            stats(
-                record,
-                &call.name,
-                Outcome::Restricted,
-                input,
-                output,
-                child.as_deref(),
-            );
+            stats(record, name, Outcome::Restricted, input, output, from);
             Ok(CallEnd::Rejected(reason))
         }
         Verdict::Lock(reason) => {
-            stats(
-                record,
-                &call.name,
-                Outcome::Restricted,
-                input,
-                output,
-                child.as_deref(),
-            );
+            stats(record, name, Outcome::Restricted, input, output, from);
             Ok(CallEnd::Locked(reason))
         }
     }

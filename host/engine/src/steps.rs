@@ -643,6 +643,19 @@ pub(crate) struct StepVars {
 }
 
 impl StepVars {
+    /// The variables of a guardrail's steps: the arriving `input`, or the answer going out
+    /// (`output`).
+    pub(crate) fn guardrail(input: Value, output: Option<Value>) -> StepVars {
+        StepVars {
+            input,
+            output,
+            event: Value::Null,
+            guardrail: true,
+            call_id: None,
+            replay: Replay::default(),
+        }
+    }
+
     /// The activation of `steps`' expressions: the context, and those of the variables they
     /// read.
     fn activation(&self, context: &Bound, reads: Reads) -> Activation {

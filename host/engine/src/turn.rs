@@ -30,14 +30,7 @@ pub(crate) async fn run(
 ) -> Result<()> {
     let store = &engine.inner.store;
     // Guardrails see the arriving input.
-    let mut vars = StepVars {
-        input: input.io.clone(),
-        output: None,
-        event: Value::Null,
-        guardrail: true,
-        call_id: None,
-        replay: Replay::default(),
-    };
+    let mut vars = StepVars::guardrail(input.io.clone(), None);
     let verdict = steps::run(
         engine,
         agent,
@@ -574,14 +567,7 @@ async fn finish(
     text: String,
 ) -> Result<bool> {
     let message = json!([ContentPart::text(text)]);
-    let mut vars = StepVars {
-        input: Value::Null,
-        output: Some(json!({"message": message.clone()})),
-        event: Value::Null,
-        guardrail: true,
-        call_id: None,
-        replay: Replay::default(),
-    };
+    let mut vars = StepVars::guardrail(Value::Null, Some(json!({"message": message.clone()})));
     let verdict = steps::run(
         engine,
         agent,

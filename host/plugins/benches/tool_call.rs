@@ -222,7 +222,9 @@ fn main() {
     let mut subprocess = Samples::default();
     let ticks = cpu_ticks();
     runtime.block_on(async {
-        let mut live = ToolSession::open(notes.clone(), sandbox.clone(), "{}", "{}", "bench")
+        let mut live = ToolSession::lazy(notes.clone(), sandbox.clone(), "{}", "{}", "bench")
+            .unwrap()
+            .open()
             .await
             .unwrap();
         for _ in 0..ROUNDS {
@@ -242,7 +244,9 @@ fn main() {
             for i in 0..WARMUP + CALLS {
                 let started = Instant::now();
                 let mut fresh =
-                    ToolSession::open(notes.clone(), sandbox.clone(), "{}", "{}", "bench")
+                    ToolSession::lazy(notes.clone(), sandbox.clone(), "{}", "{}", "bench")
+                        .unwrap()
+                        .open()
                         .await
                         .unwrap();
                 let opened = Instant::now();

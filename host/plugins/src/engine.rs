@@ -91,7 +91,7 @@ struct Linkers {
 ///
 /// let host = PluginHost::new(PluginConfig::default(), Arc::new(MemoryKv::new()))?;
 /// let notes = host.load("notes.wasm".as_ref())?;
-/// let mut session = ToolSession::open(notes, Sandbox::default(), "{}", "{}", "t_1").await?;
+/// let mut session = ToolSession::lazy(notes, Sandbox::default(), "{}", "{}", "t_1")?.open().await?;
 /// let answer = session.invoke("put", r#"{"key": "a", "value": "b"}"#).await?;
 /// assert_eq!(answer.as_deref(), Ok(r#"{"stored":"a"}"#));
 /// # Ok(()) }

@@ -37,7 +37,8 @@
 //! let host = PluginHost::new(PluginConfig::default(), Arc::new(MemoryKv::new()))?;
 //! let github = host.load_named("engineering/github-pr", "plugins/github_pr.wasm".as_ref())?;
 //! let sandbox = Sandbox::default().allow("https://api.github.com")?;
-//! let mut session = ToolSession::open(github, sandbox, r#"{"token": "…"}"#, r#"{"owner": "acme", "repo": "web"}"#, "t_1").await?;
+//! let session = ToolSession::lazy(github, sandbox, r#"{"token": "…"}"#, r#"{"owner": "acme", "repo": "web"}"#, "t_1")?;
+//! let mut session = session.open().await?;
 //! match session.invoke("list_prs", r#"{"state": "open"}"#).await? {
 //!     Ok(observation) => println!("{observation}"),
 //!     Err(error) if error.is_fatal() => println!("terminate the task: {error}"),

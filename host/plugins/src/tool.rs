@@ -142,27 +142,11 @@ pub struct ToolSession {
 }
 
 impl ToolSession {
-    /// Opens a session of `component` (a `tool-plugin` component) for task `task_id`:
-    /// instantiates it in `sandbox` and constructs its `session` with `settings` and
-    /// `parameters` (JSON objects). A guest fault here is [`PluginError::Guest`], and so is
-    /// [`Fault::Busy`] when no instance frees up in time.
-    pub async fn open(
-        component: Arc<LoadedComponent>,
-        sandbox: Sandbox,
-        settings: &str,
-        parameters: &str,
-        task_id: &str,
-    ) -> Result<ToolSession> {
-        let session = ToolSession::lazy(component, sandbox, settings, parameters, task_id)?;
-        let live = start(&session.spec).await?;
-        let parked = session.spec.parked(live);
-        session.park(parked);
-        Ok(session)
-    }
-
-    /// A session of `component` for task `task_id`, as [`ToolSession::open`] makes, but opened
-    /// (instantiated and constructed) at its first call: that call's answer then also reports
-    /// a fault of the constructor, or that no instance was free in time ([`Fault::Busy`]).
+    /// A session of `component` (a `tool-plugin` component) for task `task_id`, opened at its
+    /// first call, or now by [`ToolSession::open`]: instantiated in `sandbox`, its `session`
+    /// constructed with `settings` and `parameters` (JSON objects). Opened at its first call,
+    /// that call's answer also reports a fault of the constructor, or that no instance was
+    /// free in time ([`Fault::Busy`]).
     pub fn lazy(
         component: Arc<LoadedComponent>,
         sandbox: Sandbox,
@@ -175,6 +159,15 @@ impl ToolSession {
             spec,
             cell: Arc::default(),
         })
+    }
+
+    /// Opens this session now (see [`ToolSession::lazy`]). A guest fault here is
+    /// [`PluginError::Guest`], and so is [`Fault::Busy`] when no instance frees up in time.
+    pub async fn open(self) -> Result<ToolSession> {
+        let live = start(&self.spec).await?;
+        let parked = self.spec.parked(live);
+        self.park(parked);
+        Ok(self)
     }
 
     /// The component this session runs (the version it was opened with).

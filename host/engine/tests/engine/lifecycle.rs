@@ -112,24 +112,11 @@ async fn queued_inputs_are_processed_in_order() {
         )
         .await
         .unwrap();
-    h.engine
-        .submit(
-            &task.id,
-            &json!({"message": "2", "ticket": "T"}),
-            Origin::User,
-            Run::Caller,
-        )
-        .await
-        .unwrap();
-    h.engine
-        .submit(
-            &task.id,
-            &json!({"message": "3", "ticket": "T"}),
-            Origin::User,
-            Run::Caller,
-        )
-        .await
-        .unwrap();
+    for message in ["2", "3"] {
+        let input = json!({"message": message, "ticket": "T"});
+        let queued = h.engine.submit(&task.id, &input, Origin::User, Run::Caller);
+        queued.await.unwrap();
+    }
     let done = h.engine.run_until_idle(&task.id).await.unwrap();
     let texts: Vec<String> = done
         .outputs

@@ -34,7 +34,9 @@ fn probe(host: &PluginHost) -> Arc<LoadedComponent> {
 }
 
 async fn open(component: &Arc<LoadedComponent>, task: &str) -> ToolSession {
-    ToolSession::open(component.clone(), Sandbox::default(), "{}", "{}", task)
+    ToolSession::lazy(component.clone(), Sandbox::default(), "{}", "{}", task)
+        .unwrap()
+        .open()
         .await
         .unwrap()
 }
@@ -109,7 +111,9 @@ async fn a_call_that_finds_every_instance_busy_waits_then_fails_recoverably() {
         timeout: Duration::from_secs(3),
         ..Limits::default()
     });
-    let mut busy = ToolSession::open(spin.clone(), sandbox.clone(), "{}", "{}", "t_busy")
+    let mut busy = ToolSession::lazy(spin.clone(), sandbox.clone(), "{}", "{}", "t_busy")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let running = tokio::spawn(async move { busy.invoke("spin", "{}").await });

@@ -13,13 +13,15 @@ use crate::util::{FakeGithub, guest, load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_reported_with_its_message() {
-    let mut session = ToolSession::open(
+    let mut session = ToolSession::lazy(
         load("test-panic"),
         Sandbox::default(),
         "{}",
         "{}",
         "t_panic",
     )
+    .unwrap()
+    .open()
     .await
     .unwrap();
     let answer = session.invoke("boom", "{}").await.unwrap();
@@ -72,13 +74,15 @@ async fn requests_outside_allowed_hosts_never_leave_the_host() {
     let github = FakeGithub::start().await;
     let port = github.addr.port();
     let sandbox = Sandbox::default().allow(&github.base_url()).unwrap();
-    let mut session = ToolSession::open(
+    let mut session = ToolSession::lazy(
         load("test-forbidden-host"),
         sandbox,
         "{}",
         "{}",
         "t_forbidden",
     )
+    .unwrap()
+    .open()
     .await
     .unwrap();
 
@@ -143,7 +147,9 @@ async fn the_probe_finds_nothing_outside_its_mount() {
     let mount = tempfile::tempdir().unwrap();
     std::fs::write(mount.path().join("inside.txt"), "mine").unwrap();
     let sandbox = Sandbox::default().with_mount(mount.path());
-    let mut session = ToolSession::open(load("test-probe"), sandbox, "{}", "{}", "t_probe")
+    let mut session = ToolSession::lazy(load("test-probe"), sandbox, "{}", "{}", "t_probe")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let input = json!({"mount": "/mount", "inside": "/mount/inside.txt"}).to_string();
@@ -187,13 +193,15 @@ async fn the_probe_finds_nothing_outside_its_mount() {
     }
 
     // Without a mount, even the positive control is refused.
-    let mut session = ToolSession::open(
+    let mut session = ToolSession::lazy(
         load("test-probe"),
         Sandbox::default(),
         "{}",
         "{}",
         "t_probe",
     )
+    .unwrap()
+    .open()
     .await
     .unwrap();
     let answer = session.invoke("probe", &input).await.unwrap();
@@ -220,7 +228,9 @@ async fn a_fresh_instance_finds_nothing_of_the_previous_one() {
     let secret = json!({"secret": "the previous task's secret"}).to_string();
 
     // The positive control: the instance that remembered finds the secret in its memory.
-    let mut session = ToolSession::open(probe.clone(), sandbox.clone(), "{}", "{}", "t_1")
+    let mut session = ToolSession::lazy(probe.clone(), sandbox.clone(), "{}", "{}", "t_1")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let remembered = session.invoke("remember", &secret).await.unwrap();

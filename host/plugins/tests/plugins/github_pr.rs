@@ -10,13 +10,15 @@ async fn session(github: &FakeGithub) -> ToolSession {
     let sandbox = Sandbox::default().allow(&github.base_url()).unwrap();
     let settings = json!({"base_url": github.base_url(), "token": "test-token"}).to_string();
     let parameters = json!({"owner": "acme", "repo": "web"}).to_string();
-    ToolSession::open(
+    ToolSession::lazy(
         load("github-pr"),
         sandbox,
         &settings,
         &parameters,
         "t_github",
     )
+    .unwrap()
+    .open()
     .await
     .unwrap()
 }

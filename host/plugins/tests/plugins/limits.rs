@@ -15,7 +15,9 @@ async fn an_infinite_loop_is_stopped_at_its_timeout() {
         timeout,
         ..Limits::default()
     });
-    let mut session = ToolSession::open(load("test-loop"), sandbox, "{}", "{}", "t_loop")
+    let mut session = ToolSession::lazy(load("test-loop"), sandbox, "{}", "{}", "t_loop")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let started = Instant::now();
@@ -59,7 +61,9 @@ async fn looping_guests_leave_the_async_workers() {
                     ..Limits::default()
                 });
                 let mut session =
-                    ToolSession::open(load("test-loop"), sandbox, "{}", "{}", &format!("t_{i}"))
+                    ToolSession::lazy(load("test-loop"), sandbox, "{}", "{}", &format!("t_{i}"))
+                        .unwrap()
+                        .open()
                         .await
                         .unwrap();
                 session.invoke("spin", "{}").await.unwrap()
@@ -127,7 +131,9 @@ async fn an_oversized_output_is_refused_and_the_session_goes_on() {
         max_output: 1024 * 1024,
         ..Limits::default()
     });
-    let mut session = ToolSession::open(load("test-huge-output"), sandbox, "{}", "{}", "t_huge")
+    let mut session = ToolSession::lazy(load("test-huge-output"), sandbox, "{}", "{}", "t_huge")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let answer = session.invoke("dump", "{}").await.unwrap();
@@ -159,7 +165,9 @@ async fn a_guest_waiting_on_a_slow_server_is_stopped_at_its_timeout() {
     })
     .allow(&github.base_url())
     .unwrap();
-    let mut session = ToolSession::open(load("test-forbidden-host"), sandbox, "{}", "{}", "t_slow")
+    let mut session = ToolSession::lazy(load("test-forbidden-host"), sandbox, "{}", "{}", "t_slow")
+        .unwrap()
+        .open()
         .await
         .unwrap();
     let slow = serde_json::json!({ "url": format!("{}/slow", github.base_url()) }).to_string();

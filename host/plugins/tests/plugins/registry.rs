@@ -30,7 +30,9 @@ async fn a_swap_leaves_sessions_in_flight_on_their_version() {
     assert!(registry.swap(v1.clone()).is_none());
 
     let current = registry.get("engineering/notes").unwrap();
-    let mut session = ToolSession::open(current, Sandbox::default(), "{}", "{}", "t_swap")
+    let mut session = ToolSession::lazy(current, Sandbox::default(), "{}", "{}", "t_swap")
+        .unwrap()
+        .open()
         .await
         .unwrap();
 
@@ -79,13 +81,11 @@ async fn a_swap_leaves_sessions_in_flight_on_their_version() {
     send(fresh.middleware_after(&limits, &call, "{}"));
     send(fresh.event_filter_matches(&limits, "{}", &[]));
     send(fresh.call_tool(&Sandbox::default(), "{}", "{}", "t", "a", "{}"));
-    send(ToolSession::open(
-        fresh.clone(),
-        Sandbox::default(),
-        "{}",
-        "{}",
-        "t",
-    ));
+    send(
+        ToolSession::lazy(fresh.clone(), Sandbox::default(), "{}", "{}", "t")
+            .unwrap()
+            .open(),
+    );
 
     assert!(registry.remove("engineering/notes").is_some());
     assert!(registry.get("engineering/notes").is_none());
