@@ -2,7 +2,7 @@
 //! then statistics and allow lists.
 
 use agentmesh_expr::{Activation, Needs};
-use agentmesh_store::event::ToolCall;
+use agentmesh_model::event::ToolCall;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 

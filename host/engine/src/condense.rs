@@ -7,7 +7,7 @@ use agentmesh_llm::{
     ChatMessage, ChatRequest, SUMMARY_PREFIX, estimate_prompt_tokens, to_messages,
 };
 use agentmesh_manifest::model::host::Condensation;
-use agentmesh_store::event::{Event, EventKind, EventSource};
+use agentmesh_model::event::{Event, EventKind, EventSource};
 use agentmesh_store::now_ms;
 
 use crate::plan::AgentPlan;
@@ -226,7 +226,7 @@ pub(crate) async fn maybe_condense(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests fail loudly.
 mod tests {
-    use agentmesh_store::event::ContentPart;
+    use agentmesh_model::event::ContentPart;
 
     use super::*;
 

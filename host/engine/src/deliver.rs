@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use agentmesh_model::event::ContentPart;
 use agentmesh_plugins::{AllowList, Limits};
 use agentmesh_routing::{Event as RoutedEvent, Headers, Inbound, safe_headers, signature};
-use agentmesh_store::event::ContentPart;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 

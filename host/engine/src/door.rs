@@ -13,7 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_store::event::TriggerEnvelope;
+use agentmesh_model::event::TriggerEnvelope;
 use agentmesh_store::{Delivery, now_ms};
 use serde_json::Value;
 use tokio::sync::{Mutex, OwnedMutexGuard};

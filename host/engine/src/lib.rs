@@ -54,8 +54,8 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Bound, Needs};
+use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

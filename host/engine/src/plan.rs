@@ -15,8 +15,8 @@ use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
 use agentmesh_manifest::model::tool::{Execute, HttpMethod, HttpRequest, Tool, WasmRuntime};
 use agentmesh_manifest::{Config, function_name, sanitize};
+use agentmesh_model::event::ToolSchema;
 use agentmesh_routing::Filter;
-use agentmesh_store::event::ToolSchema;
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
@@ -71,7 +71,7 @@ pub struct AgentPlan {
     /// The functions the LLM sees, in order.
     pub functions: Vec<Function>,
     /// Their schemas, as every LLM request sends them.
-    pub tools: Arc<[agentmesh_store::event::ToolSchema]>,
+    pub tools: Arc<[agentmesh_model::event::ToolSchema]>,
     /// Aggregate context entries for tools with several actions: key → function names.
     pub aggregates: Vec<(String, Vec<String>)>,
     /// `guardrails.before`.

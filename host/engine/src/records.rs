@@ -26,7 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use agentmesh_store::event::{Event, EventKind, EventSource};
+use agentmesh_model::event::{Event, EventKind, EventSource};
 use agentmesh_store::{Parts, QueueKey, RecordWrite};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use agentmesh_manifest::model::common::EnvValue;
 use agentmesh_manifest::model::host::HostConfig;
-use agentmesh_secrets::Secrets;
-use agentmesh_store::event::{
+use agentmesh_model::event::{
     ContentPart, EventKind, MessageMetadata, ToolCall, ToolSchema, TriggerEnvelope,
 };
+use agentmesh_secrets::Secrets;
 use serde_json::Value;
 
 use crate::EngineError;

@@ -3,7 +3,7 @@
 
 use agentmesh_expr::{Activation, Bound, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
-use agentmesh_store::event::{ContentPart, EventKind, EventSource};
+use agentmesh_model::event::{ContentPart, EventKind, EventSource};
 use agentmesh_store::{now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

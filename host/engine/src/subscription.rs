@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_model::event::{EventKind, EventSource};
 use serde_json::{Value, json};
 
 use crate::plan::{AgentPlan, Target};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agentmesh_expr::{Activation, Needs};
 use agentmesh_llm::ChatRequest;
-use agentmesh_store::event::{
+use agentmesh_model::event::{
     ContentPart, Event, EventKind, EventSource, MessageMetadata, ToolCall,
 };
 use agentmesh_store::{now_ms, now_rfc3339};

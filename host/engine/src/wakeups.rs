@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use agentmesh_store::event::{ContentPart, ToolSchema};
+use agentmesh_model::event::{ContentPart, ToolSchema};
 use agentmesh_store::now_ms;
 use agentmesh_triggers::clock::rfc3339;
 use agentmesh_triggers::{Cron, Wakeup, When};

@@ -19,7 +19,7 @@
 //! [`INTERRUPTED_CALL`]; a second answer to a call, or an answer whose call is not in view (it was
 //! condensed away), is left out.
 
-use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource};
+use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource};
 use serde_json::Value;
 
 use crate::ChatMessage;
@@ -369,7 +369,7 @@ mod tests {
             seq,
             EventSource::Agent,
             EventKind::ActionEvent {
-                tool_call: agentmesh_store::event::ToolCall {
+                tool_call: agentmesh_model::event::ToolCall {
                     id: id.into(),
                     name: "f".into(),
                     arguments: json!({"n": seq}),
@@ -495,7 +495,7 @@ mod tests {
 
     #[test]
     fn a_second_answer_to_a_call_is_dropped() {
-        let call = agentmesh_store::event::ToolCall {
+        let call = agentmesh_model::event::ToolCall {
             id: "c1".into(),
             name: "f".into(),
             arguments: json!({}),

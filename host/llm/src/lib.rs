@@ -18,7 +18,7 @@
 //! ```
 //! use agentmesh_llm::{ChatMessage, ChatRequest, LlmProvider, ScriptedProvider, to_messages};
 //! use agentmesh_manifest::model::script::Script;
-//! use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource};
+//! use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource};
 //!
 //! let script: Script = serde_json::from_value(serde_json::json!({
 //!     "responses": [{"text": "Hello!"}]
@@ -48,7 +48,7 @@ mod history;
 mod openai;
 mod scripted;
 
-use agentmesh_store::event::{ToolCall, ToolSchema};
+use agentmesh_model::event::{ToolCall, ToolSchema};
 use serde::Serialize;
 
 pub use history::{Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};

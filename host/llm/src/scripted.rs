@@ -7,7 +7,7 @@
 //! `call_{n}_{i}` — unique in the task, and the same on every run.
 
 use agentmesh_manifest::model::script::{Script, ScriptResponse};
-use agentmesh_store::event::ToolCall;
+use agentmesh_model::event::ToolCall;
 use serde_json::{Map, Value};
 
 use crate::{

@@ -278,7 +278,7 @@ pub async fn events(
         |(state, id, mut after, mut pending)| async move {
             loop {
                 if let Some(event) = pending.next() {
-                    let event: agentmesh_store::event::Event = event;
+                    let event: agentmesh_model::event::Event = event;
                     after = event.seq;
                     let sse = SseEvent::default()
                         .id(event.seq.to_string())

@@ -97,8 +97,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::event::{EventKind, EventSource};
     use crate::{RecordWrite, Store};
+    use agentmesh_model::event::{EventKind, EventSource};
     use serde_json::{Value, json};
 
     fn pause() -> Vec<(EventSource, EventKind)> {

@@ -1,6 +1,5 @@
 //! The agentmesh store: everything stateful the host owns, on sled.
 //!
-//! - [`event`]: the event-log types (CONTRACT §4);
 //! - [`Store`]: task records (a record may keep what only grows in appended parts, so a write
 //!   costs what changed, not the task's length), per-task append-only event logs (a `u64`
 //!   sequence per task; the events of one write are one entry, keyed by the last one's
@@ -20,7 +19,8 @@
 //!
 //! ```
 //! # fn main() -> Result<(), agentmesh_store::StoreError> {
-//! use agentmesh_store::{Store, event::{EventKind, EventSource}};
+//! use agentmesh_model::event::{EventKind, EventSource};
+//! use agentmesh_store::Store;
 //! let dir = tempfile::tempdir().map_err(|e| agentmesh_store::StoreError::Io(e.to_string()))?;
 //! let store = Store::open(dir.path())?;
 //! let events = store.commit("t_1", &serde_json::json!({"status": "idle"}), vec![
@@ -31,7 +31,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod event;
 mod flush;
 mod head;
 
@@ -42,7 +41,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sled::transaction::{TransactionError, Transactional};
 
-use event::{Event, EventKind, EventSource};
+use agentmesh_model::event::{Event, EventKind, EventSource};
 use flush::GroupFlush;
 
 /// Errors of the store.

@@ -3,7 +3,7 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agentmesh_store::event::{ContentPart, EventKind, EventSource};
+use agentmesh_model::event::{ContentPart, EventKind, EventSource};
 use agentmesh_store::{Delivery, RecordWrite, Store, StoreError};
 use serde_json::{Value, json};
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Run, Status, TaskRecord, UserRef};
+use agentmesh_model::event::EventKind;
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::Store;
-use agentmesh_store::event::EventKind;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 

@@ -1,7 +1,7 @@
 //! Bindings, include, middleware, transforms, delegation, mount, exposes.
 
 use agentmesh_engine::{Reason, Status};
-use agentmesh_store::event::EventKind;
+use agentmesh_model::event::EventKind;
 use serde_json::json;
 
 use crate::util::{ECHO_TOOL, RESEARCHER, functions, harness, harness_with, observations};

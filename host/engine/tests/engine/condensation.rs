@@ -3,7 +3,7 @@
 
 use agentmesh_engine::{Origin, Run, Status};
 use agentmesh_llm::{ChatMessage, SUMMARY_PREFIX, to_messages};
-use agentmesh_store::event::EventKind;
+use agentmesh_model::event::EventKind;
 
 use serde_json::json;
 
@@ -97,7 +97,7 @@ async fn under_the_budget_nothing_is_condensed() {
 }
 
 /// The `(forgotten_from, forgotten_to)` of every `Condensation` in `events`.
-fn condensations(events: &[agentmesh_store::event::Event]) -> Vec<(u64, u64)> {
+fn condensations(events: &[agentmesh_model::event::Event]) -> Vec<(u64, u64)> {
     events
         .iter()
         .filter_map(|e| match e.kind {

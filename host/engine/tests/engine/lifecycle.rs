@@ -2,7 +2,7 @@
 
 use agentmesh_engine::{Origin, Run, Status};
 use agentmesh_llm::ChatMessage;
-use agentmesh_store::event::EventKind;
+use agentmesh_model::event::EventKind;
 use serde_json::json;
 
 use crate::util::{RESEARCHER, echo_agent, engine_at, harness, observations};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use agentmesh_engine::Run;
-use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_model::event::{EventKind, EventSource};
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Decider, Engine, EngineError, Origin, Reason, Run, Status, TaskRecord};
-use agentmesh_store::event::{Event, EventKind, EventSource};
+use agentmesh_model::event::{Event, EventKind, EventSource};
 use serde_json::json;
 use tokio::task::JoinHandle;
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use agentmesh_engine::{Engine, NewTask, Run, UserRef};
-use agentmesh_store::event::{EventKind, EventSource};
+use agentmesh_model::event::{EventKind, EventSource};
 use agentmesh_triggers::clock::{now_ms, rfc3339};
 
 use crate::util::{SCRIPTED_AGENT, harness};

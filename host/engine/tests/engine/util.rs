@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, Run, TaskRecord, UserRef};
+use agentmesh_model::event::{Event, EventKind};
 use agentmesh_store::Store;
-use agentmesh_store::event::{Event, EventKind};
 use serde_json::{Value, json};
 
 pub struct Harness {

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use agentmesh_store::event::ToolCall;
+use agentmesh_model::event::ToolCall;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 

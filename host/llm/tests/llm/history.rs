@@ -1,7 +1,7 @@
 //! The event log as chat messages: parallel calls, condensation, missing observations.
 
 use agentmesh_llm::{ChatMessage, Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
-use agentmesh_store::event::{ContentPart, Event, EventKind, EventSource, ToolCall, ToolSchema};
+use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, ToolCall, ToolSchema};
 use serde_json::{Value, json};
 
 /// Builds a log with consecutive sequence numbers from 1.

@@ -6,7 +6,7 @@ use agentmesh_llm::{
     ChatMessage, ChatRequest, LlmError, LlmProvider, OpenAiConfig, OpenAiProvider, Usage,
     estimate_completion_tokens, estimate_prompt_tokens,
 };
-use agentmesh_store::event::{ToolCall, ToolSchema};
+use agentmesh_model::event::{ToolCall, ToolSchema};
 use serde_json::json;
 
 use crate::fake_server::{FakeServer, Reply};

@@ -5,7 +5,7 @@ use agentmesh_llm::{
     estimate_completion_tokens, estimate_prompt_tokens,
 };
 use agentmesh_manifest::model::script::Script;
-use agentmesh_store::event::ToolCall;
+use agentmesh_model::event::ToolCall;
 use serde_json::json;
 
 fn provider() -> ScriptedProvider {
