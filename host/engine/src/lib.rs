@@ -190,8 +190,8 @@ struct Inner {
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
-    /// Triggers, schedules and wakeups: the timer, throttles, quota.
-    triggers: triggers::Runtime,
+    /// Firing triggers, schedules and wakeups: the timer, throttles, quota.
+    firing: triggers::Firing,
     /// The locks of delivery ids, for arrivals (see [`door`]).
     door: door::Door,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
@@ -246,7 +246,7 @@ impl Engine {
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
-                triggers: triggers::Runtime::default(),
+                firing: triggers::Firing::default(),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
                 marked_running: AtomicBool::new(false),
@@ -1136,7 +1136,7 @@ impl Engine {
                     EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
                 };
                 let (recorded, written) = tokio::sync::oneshot::channel();
-                let decision = steps::Decision {
+                let decision = steps::ReviewDecision {
                     approve,
                     user: user.to_owned(),
                     recorded,

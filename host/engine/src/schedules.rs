@@ -134,7 +134,7 @@ impl Engine {
     /// schedule or task. Aborting cuts the fires in flight short: a tick recorded but not yet
     /// queued is lost, as in a crash, and never fired twice.
     pub async fn run_scheduler(self) {
-        let timer = self.inner.triggers.timer.clone();
+        let timer = self.inner.firing.timer.clone();
         // Ticks by schedule id; wakeups by the task they wake.
         let mut ticks: Backlog<String, i64> = Backlog::default();
         let mut wakeups: Backlog<String, String> = Backlog::default();
@@ -237,17 +237,17 @@ impl Engine {
             if let Some(tick) = missed {
                 tracing::info!(schedule.id = %id, "a tick missed while the host was down fires now");
                 self.inner
-                    .triggers
+                    .firing
                     .timer
                     .arm(TimerId::Schedule(id.clone()), tick);
             } else {
                 self.arm_schedule(s, &status, now);
             }
         }
-        let mut armed = lock(&self.inner.triggers.armed);
+        let mut armed = lock(&self.inner.firing.armed);
         for gone in armed.difference(&keep) {
             self.inner
-                .triggers
+                .firing
                 .timer
                 .disarm(&TimerId::Schedule(gone.clone()));
         }
@@ -263,14 +263,14 @@ impl Engine {
             (Some(next), Some(exp)) => Some(next.min(exp.max(now))),
             (next, _) => next,
         };
-        let timer = &self.inner.triggers.timer;
+        let timer = &self.inner.firing.timer;
         match next {
             Some(at) => timer.arm(TimerId::Schedule(s.id()), at),
             None => {
                 timer.disarm(&TimerId::Schedule(s.id()));
             }
         }
-        lock(&self.inner.triggers.armed).insert(s.id());
+        lock(&self.inner.firing.armed).insert(s.id());
         next
     }
 
@@ -353,7 +353,7 @@ impl Engine {
         for r in &fired {
             if r.last {
                 tracing::info!(schedule.id = %r.schedule.id(), "fired its final time: its ttl has passed");
-                lock(&self.inner.triggers.armed).remove(&r.schedule.id());
+                lock(&self.inner.firing.armed).remove(&r.schedule.id());
             } else {
                 self.arm_schedule(&r.schedule, &r.status, now);
             }
@@ -429,11 +429,7 @@ impl Engine {
             for s in plans {
                 schedules.push(ScheduleView {
                     status: self.fire_status(SCHEDULE_STATE, &s.id())?,
-                    next_ms: self
-                        .inner
-                        .triggers
-                        .timer
-                        .deadline(&TimerId::Schedule(s.id())),
+                    next_ms: self.inner.firing.timer.deadline(&TimerId::Schedule(s.id())),
                     plan: Arc::clone(s),
                 });
             }
@@ -461,10 +457,10 @@ impl Engine {
         if self.plan().schedules.contains_key(id) {
             self.update_status(SCHEDULE_STATE, id, |s| s.revoked = true)?;
             self.inner
-                .triggers
+                .firing
                 .timer
                 .disarm(&TimerId::Schedule(id.to_owned()));
-            lock(&self.inner.triggers.armed).remove(id);
+            lock(&self.inner.firing.armed).remove(id);
             return Ok(());
         }
         if self.delete_wakeup(id)? {

@@ -365,9 +365,9 @@ async fn wasm_step(
         .middleware(path, limits, &call, output.as_deref())
         .await?
     {
-        agentmesh_plugins::Verdict::Pass => Ok(None),
-        agentmesh_plugins::Verdict::Deny(reason) => Err(reason),
-        agentmesh_plugins::Verdict::Replace(json) => serde_json::from_str(&json)
+        agentmesh_plugins::MiddlewareVerdict::Pass => Ok(None),
+        agentmesh_plugins::MiddlewareVerdict::Deny(reason) => Err(reason),
+        agentmesh_plugins::MiddlewareVerdict::Replace(json) => serde_json::from_str(&json)
             .map(Some)
             .map_err(|e| format!("the component replaced with invalid JSON: {e}")),
     }
@@ -531,7 +531,7 @@ async fn review(
     };
     lock(&engine.inner.reviews).remove(&review_id);
     let (approve, decided_by, recorded) = match decision {
-        Some(Decision {
+        Some(ReviewDecision {
             approve,
             user,
             recorded,
@@ -560,7 +560,7 @@ async fn review(
 
 /// A decision sent to a turn waiting in [`review`]; the turn answers on `recorded` once the
 /// decision is in the log and on disk (or why it could not be written).
-pub(crate) struct Decision {
+pub(crate) struct ReviewDecision {
     pub(crate) approve: bool,
     pub(crate) user: String,
     pub(crate) recorded: oneshot::Sender<Result<()>>,
@@ -591,7 +591,7 @@ pub(crate) fn decision_events(
 /// Who waits for a review's decision.
 pub(crate) enum Waiter {
     /// A turn of this process, suspended in [`review`].
-    Turn(oneshot::Sender<Decision>),
+    Turn(oneshot::Sender<ReviewDecision>),
     /// Nobody: the review was pending when the host restarted, and is kept in the task record
     /// (the decision resumes the turn, see [`Engine::decide_review`]).
     Stored,

@@ -397,9 +397,9 @@ pub(crate) enum TimerId {
     Wakeup(String),
 }
 
-/// The live state of triggers, schedules and wakeups: one per engine.
+/// The live state of firing triggers, schedules and wakeups: one per engine.
 #[derive(Default)]
-pub(crate) struct Runtime {
+pub(crate) struct Firing {
     /// Every armed schedule and wakeup; one driver ([`Engine::run_scheduler`]) fires them.
     pub(crate) timer: TimerHandle<TimerId>,
     /// Schedule ids armed (so a reload can disarm the ones that went).
@@ -480,7 +480,7 @@ impl Engine {
         now: i64,
     ) -> Option<String> {
         {
-            let mut throttles = lock(&self.inner.triggers.throttles);
+            let mut throttles = lock(&self.inner.firing.throttles);
             let entry = throttles.entry(key.to_owned()).or_insert_with(|| {
                 let stored = self.stored::<ThrottleRecord>(THROTTLE_STATE, key);
                 let recent = stored.map(|r| r.recent).unwrap_or_default();
@@ -508,7 +508,7 @@ impl Engine {
             .policy
             .triggered_turns_per_user_per_day
             .unwrap_or(DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY);
-        let mut quota = lock(&self.inner.triggers.quota);
+        let mut quota = lock(&self.inner.firing.quota);
         let q = match &mut *quota {
             Some((limit, q)) if *limit == per_day => q,
             slot => &mut slot.insert((per_day, DailyQuota::new(per_day))).1,
@@ -534,7 +534,7 @@ impl Engine {
     /// Forgets the throttle of `key` (a wakeup being deleted), in memory and in the store
     /// (durable with the caller's next flush).
     pub(crate) fn forget_throttle(&self, key: &str) -> crate::Result<()> {
-        lock(&self.inner.triggers.throttles).remove(key);
+        lock(&self.inner.firing.throttles).remove(key);
         Ok(self.store().remove_state(THROTTLE_STATE, key)?)
     }
 
@@ -586,7 +586,7 @@ impl Engine {
         id: &str,
         change: impl FnOnce(&mut FireStatus),
     ) -> crate::Result<FireStatus> {
-        let _serial = lock(&self.inner.triggers.state);
+        let _serial = lock(&self.inner.firing.state);
         let mut status: FireStatus = self.store().state(ns, id)?.unwrap_or_else(|| FireStatus {
             created_ms: now_ms(),
             ..FireStatus::default()

@@ -221,7 +221,7 @@ impl Engine {
             Ok(w) => w,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let _serial = lock(&self.inner.triggers.state);
+        let _serial = lock(&self.inner.firing.state);
         let pending = self
             .wakeups()?
             .iter()
@@ -252,7 +252,7 @@ impl Engine {
         };
         self.store().set_state(WAKEUP_STATE, &id, &w)?;
         self.inner
-            .triggers
+            .firing
             .timer
             .arm(TimerId::Wakeup(id.clone()), w.next_ms);
         tracing::info!(task.id = %record.id, schedule.id = %id, reason, "wakeup requested");
@@ -299,7 +299,7 @@ impl Engine {
     /// Deletes wakeup `id`; whether there was one.
     pub(crate) fn delete_wakeup(&self, id: &str) -> crate::Result<bool> {
         self.inner
-            .triggers
+            .firing
             .timer
             .disarm(&TimerId::Wakeup(id.to_owned()));
         if self.wakeup(id)?.is_none() {
@@ -329,7 +329,7 @@ impl Engine {
                 .is_ok_and(|t| t.status() != Status::Terminated)
             {
                 self.inner
-                    .triggers
+                    .firing
                     .timer
                     .arm(TimerId::Wakeup(w.id.clone()), w.next_ms.max(now));
             } else {
@@ -417,7 +417,7 @@ impl Engine {
                 w.next_ms = next.min(w.expires_ms);
                 self.store().set_state(WAKEUP_STATE, id, &w)?;
                 self.inner
-                    .triggers
+                    .firing
                     .timer
                     .arm(TimerId::Wakeup(id.to_owned()), w.next_ms);
             }

@@ -10,8 +10,8 @@ use agentmesh_manifest::model::host::Policy;
 use agentmesh_manifest::model::tool::WasmRuntime;
 use agentmesh_manifest::{Diagnostic, Report};
 use agentmesh_plugins::{
-    KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall, PluginConfig,
-    PluginError, PluginHost, PoolMetrics, Sandbox, ToolSession, Verdict,
+    KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall,
+    MiddlewareVerdict, PluginConfig, PluginError, PluginHost, PoolMetrics, Sandbox, ToolSession,
 };
 use agentmesh_store::Store;
 use serde_json::Value;
@@ -325,7 +325,7 @@ impl Plugins {
         (memory, timeout): (Option<u64>, Option<std::time::Duration>),
         call: &MiddlewareCall<'_>,
         output: Option<&str>,
-    ) -> Result<Verdict, String> {
+    ) -> Result<MiddlewareVerdict, String> {
         let name = path.display().to_string();
         let component = self.component(&name, path).map_err(|e| e.to_string())?;
         let defaults = Limits::default();

@@ -8,7 +8,7 @@ use crate::bindings::event_filter::exports::agentmesh::plugin::event_filter::All
 use crate::component::{LoadedComponent, Pre, World};
 use crate::error::Result;
 use crate::sandbox::Limits;
-use crate::state::{Phase, call_time, guarded, instantiate};
+use crate::state::{GuestPhase, call_time, guarded, instantiate};
 
 /// The allow-list set of one tool parameter of a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl LoadedComponent {
         let matched = guarded!(
             store,
             limits,
-            Phase::Call,
+            GuestPhase::Call,
             deadline,
             guest.call_matches(&mut store, &event, &lists)
         );

@@ -12,7 +12,7 @@
 //!   used idle session is evicted (Teardown now, Initialize again at its next call). A call
 //!   that finds every instance busy waits [`PluginConfig::instance_wait`], then fails with
 //!   [`Fault::Busy`]. [`PluginHost::pool_metrics`] counts instances, evictions and calls.
-//! - Middleware ([`middleware`]): [`LoadedComponent::middleware_before`] / `_after` → [`Verdict`].
+//! - Middleware ([`middleware`]): [`LoadedComponent::middleware_before`] / `_after` → [`MiddlewareVerdict`].
 //! - Event filters ([`event_filter`]): [`LoadedComponent::event_filter_matches`].
 //! - The sandbox ([`sandbox`], [`http`]): no environment, no sockets, no files but the mount,
 //!   stdout/stderr to the log, outgoing HTTP only to `allowed_hosts` (DNS-rebinding safe),
@@ -73,7 +73,7 @@ pub use error::{Fault, PluginError, Result, ToolError};
 pub use event_filter::AllowList;
 pub use http::{Origin, OriginError};
 pub use kv::{KvError, KvScope, KvStore, MemoryKv};
-pub use middleware::{MiddlewareCall, Verdict};
+pub use middleware::{MiddlewareCall, MiddlewareVerdict};
 pub use registry::ComponentRegistry;
 pub use sandbox::{Limits, Sandbox};
 pub use tool::ToolSession;

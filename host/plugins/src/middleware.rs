@@ -9,11 +9,11 @@ use crate::component::{LoadedComponent, Pre, World};
 use crate::error::{Fault, PluginError, Result};
 use crate::kv::KvScope;
 use crate::sandbox::Limits;
-use crate::state::{Phase, call_time, guarded, instantiate};
+use crate::state::{GuestPhase, call_time, guarded, instantiate};
 
 /// What a middleware step decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum MiddlewareVerdict {
     /// Let the call (or event) through unchanged.
     Pass,
     /// Refuse it, with the reason.
@@ -43,7 +43,7 @@ impl LoadedComponent {
         &self,
         limits: &Limits,
         call: &MiddlewareCall<'_>,
-    ) -> Result<Verdict> {
+    ) -> Result<MiddlewareVerdict> {
         self.middleware(limits, call, None).await
     }
 
@@ -53,7 +53,7 @@ impl LoadedComponent {
         limits: &Limits,
         call: &MiddlewareCall<'_>,
         output: &str,
-    ) -> Result<Verdict> {
+    ) -> Result<MiddlewareVerdict> {
         self.middleware(limits, call, Some(output)).await
     }
 
@@ -62,7 +62,7 @@ impl LoadedComponent {
         limits: &Limits,
         call: &MiddlewareCall<'_>,
         output: Option<&str>,
-    ) -> Result<Verdict> {
+    ) -> Result<MiddlewareVerdict> {
         let mut count = self.count_call();
         let Pre::Middleware(pre) = self.pre() else {
             return Err(self.wrong_world(World::Middleware));
@@ -86,14 +86,14 @@ impl LoadedComponent {
             None => guarded!(
                 store,
                 limits,
-                Phase::Call,
+                GuestPhase::Call,
                 deadline,
                 guest.call_before(&mut store, &config, &context, &input, event.as_ref())
             ),
             Some(output) => guarded!(
                 store,
                 limits,
-                Phase::Call,
+                GuestPhase::Call,
                 deadline,
                 guest.call_after(
                     &mut store,
@@ -120,9 +120,9 @@ impl LoadedComponent {
         }
         count.ok = true;
         Ok(match verdict {
-            WitVerdict::Pass => Verdict::Pass,
-            WitVerdict::Deny(reason) => Verdict::Deny(reason),
-            WitVerdict::Replace(json) => Verdict::Replace(json),
+            WitVerdict::Pass => MiddlewareVerdict::Pass,
+            WitVerdict::Deny(reason) => MiddlewareVerdict::Deny(reason),
+            WitVerdict::Replace(json) => MiddlewareVerdict::Replace(json),
         })
     }
 }

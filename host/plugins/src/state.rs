@@ -259,7 +259,7 @@ impl From<Failure> for PluginError {
 
 /// What was running when a failure happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(crate) enum GuestPhase {
     /// Instantiation: an error that is not a trap or a limit is the host's (e.g. the instance
     /// pool is exhausted).
     Instantiate,
@@ -272,7 +272,7 @@ pub(crate) enum Phase {
 pub(crate) fn classify(
     state: &mut PluginState,
     limits: &Limits,
-    phase: Phase,
+    phase: GuestPhase,
     error: Option<wasmtime::Error>,
 ) -> Failure {
     let component = state.component.to_string();
@@ -322,7 +322,7 @@ pub(crate) fn classify(
     }
     let message = match trap {
         Some(trap) => trap.to_string(),
-        None if phase == Phase::Instantiate => {
+        None if phase == GuestPhase::Instantiate => {
             return Failure::Host(PluginError::Runtime {
                 component,
                 message: format!("cannot instantiate: {error:#}"),
@@ -376,7 +376,7 @@ pub(crate) async fn instantiate<P>(
     Ok(guarded!(
         store,
         limits,
-        Phase::Instantiate,
+        GuestPhase::Instantiate,
         deadline,
         instantiate(&mut *store)
     )?)

@@ -27,8 +27,8 @@ use crate::error::{Fault, PluginError, Result, ToolError};
 use crate::kv::KvScope;
 use crate::sandbox::{Limits, Sandbox};
 use crate::state::{
-    Failure, Phase, PluginState, StoreSpec, begin_call, call_time, denials, guarded, instantiate,
-    new_store,
+    Failure, GuestPhase, PluginState, StoreSpec, begin_call, call_time, denials, guarded,
+    instantiate, new_store,
 };
 
 /// A live instance and its session resource.
@@ -215,7 +215,7 @@ impl ToolSession {
         let result = guarded!(
             store,
             &limits,
-            Phase::Call,
+            GuestPhase::Call,
             deadline,
             tool.call_invoke(&mut *store, *session, action, &input)
         );
@@ -307,7 +307,7 @@ async fn destroy(live: Live, limits: &Limits, clock: &EpochClock, stats: &Stats)
     let dropped = guarded!(
         store,
         limits,
-        Phase::Call,
+        GuestPhase::Call,
         deadline,
         session.resource_drop_async(&mut store)
     );
@@ -347,7 +347,7 @@ async fn start(spec: &Spec) -> Result<Live> {
     let session = guarded!(
         store,
         &limits,
-        Phase::Call,
+        GuestPhase::Call,
         deadline,
         constructor.call_constructor(&mut store, &spec.settings, &spec.parameters)
     )?;

@@ -4,22 +4,14 @@
 //! anonymous admin.
 
 use agentmesh_engine::Decider;
-use agentmesh_manifest::model::host::{HostConfig, Role as ConfigRole};
+use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_routing::{BearerTokens, Error as RoutingError};
 use axum::http::HeaderMap;
 
 use crate::error::ApiError;
 
-/// A role of the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Everything.
-    Admin,
-    /// Own tasks only.
-    AgentUser,
-    /// Reads only.
-    ReadOnly,
-}
+/// A role of the spec, as the host config names it.
+pub use agentmesh_manifest::model::host::Role;
 
 /// Who is calling.
 #[derive(Debug, Clone)]
@@ -152,15 +144,10 @@ pub fn tokens_of(
                     t.subject, t.env
                 ))
             })?;
-            let role = match t.role {
-                ConfigRole::Admin => Role::Admin,
-                ConfigRole::AgentUser => Role::AgentUser,
-                ConfigRole::ReadOnly => Role::ReadOnly,
-            };
             Ok(Token {
                 secret,
                 subject: t.subject.clone(),
-                role,
+                role: t.role,
             })
         })
         .collect()

@@ -1,6 +1,6 @@
 //! The `redact` middleware component: replacing fields, denying, passing.
 
-use agentmesh_plugins::{Limits, MiddlewareCall, PluginError, Sandbox, Verdict};
+use agentmesh_plugins::{Limits, MiddlewareCall, MiddlewareVerdict, PluginError, Sandbox};
 use serde_json::{Value, json};
 
 use crate::util::load;
@@ -29,7 +29,7 @@ async fn after_replaces_configured_fields_at_any_depth() {
         )
         .await
         .unwrap();
-    let Verdict::Replace(json) = verdict else {
+    let MiddlewareVerdict::Replace(json) = verdict else {
         panic!("{verdict:?}")
     };
     let replaced: Value = serde_json::from_str(&json).unwrap();
@@ -50,14 +50,16 @@ async fn before_and_after_deny_on_configured_fields() {
         .unwrap();
     assert_eq!(
         before,
-        Verdict::Deny("the input contains `ssn`, which this step does not let through".into())
+        MiddlewareVerdict::Deny(
+            "the input contains `ssn`, which this step does not let through".into()
+        )
     );
     let after = redact
         .middleware_after(&Limits::default(), &call(&config, "{}"), &input)
         .await
         .unwrap();
     assert!(
-        matches!(&after, Verdict::Deny(reason) if reason.contains("output contains `ssn`")),
+        matches!(&after, MiddlewareVerdict::Deny(reason) if reason.contains("output contains `ssn`")),
         "{after:?}"
     );
 }
@@ -73,14 +75,14 @@ async fn nothing_to_redact_passes() {
             .middleware_before(&limits, &call(&config, &clean))
             .await
             .unwrap(),
-        Verdict::Pass
+        MiddlewareVerdict::Pass
     );
     assert_eq!(
         redact
             .middleware_after(&limits, &call(&config, "{}"), &clean)
             .await
             .unwrap(),
-        Verdict::Pass
+        MiddlewareVerdict::Pass
     );
 }
 
@@ -143,5 +145,5 @@ async fn a_middleware_step_is_stopped_at_its_own_timeout_and_memory_limit() {
         .middleware_before(&limits, &call("{}", "{}"))
         .await
         .unwrap();
-    assert_eq!(pass, Verdict::Pass);
+    assert_eq!(pass, MiddlewareVerdict::Pass);
 }
