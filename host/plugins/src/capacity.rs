@@ -12,7 +12,10 @@
 //! A session's cell is registered once, when the session first parks; a call only locks its
 //! own cell. Eviction, which is rare, scans the cells for the least recently used one.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -20,12 +23,24 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::Fault;
-use crate::tool::Parked;
 
 /// The upper bounds, in seconds, of the call-latency histogram's buckets (`+Inf` besides).
 pub const LATENCY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
 
-/// The pool's slots, its parked sessions and its counters.
+/// What the pool parks: an idle instance (a tool session's), with its component's counters.
+/// The pool keeps it type-erased; whoever parked it takes it back with [`Pooled::into_any`].
+pub(crate) trait Pooled: Any + Send {
+    /// The counters of its component.
+    fn stats(&self) -> &Stats;
+
+    /// Teardown for an evicted instance: frees it (and its slot).
+    fn teardown(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    /// Itself, to be downcast to what was parked.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// The pool's slots, its parked sessions (`P`) and its counters.
 pub(crate) struct Capacity {
     slots: Arc<Semaphore>,
     max: u32,
@@ -65,7 +80,7 @@ impl Cells {
 #[derive(Default)]
 pub(crate) struct Cell {
     /// The parked instance; `None` while in a call, after a fault, or once evicted.
-    idle: Mutex<Option<Box<Parked>>>,
+    idle: Mutex<Option<Box<dyn Pooled>>>,
     /// When it last parked, in the pool's count of parkings (the lowest is the least recently
     /// used).
     parked_at: AtomicU64,
@@ -79,7 +94,7 @@ impl Cell {
         self.lock().is_some()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Box<Parked>>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Box<dyn Pooled>>> {
         // The slot is replaced whole; a panic elsewhere leaves it consistent.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -154,7 +169,7 @@ impl Capacity {
 
     /// Parks an idle session in its `cell`, where a call takes it back ([`Capacity::unpark`]) or
     /// an eviction tears it down.
-    pub(crate) fn park(&self, cell: &Arc<Cell>, session: Box<Parked>) {
+    pub(crate) fn park(&self, cell: &Arc<Cell>, session: Box<dyn Pooled>) {
         let order = self.parkings.fetch_add(1, Ordering::Relaxed);
         cell.parked_at.store(order, Ordering::Relaxed);
         *cell.lock() = Some(session);
@@ -166,12 +181,12 @@ impl Capacity {
     }
 
     /// Takes back the session parked in `cell`; `None` when there is none (it was evicted).
-    pub(crate) fn unpark(&self, cell: &Cell) -> Option<Box<Parked>> {
+    pub(crate) fn unpark(&self, cell: &Cell) -> Option<Box<dyn Pooled>> {
         cell.lock().take()
     }
 
     /// Takes the least recently used parked session out, to be torn down.
-    fn evict(&self) -> Option<Box<Parked>> {
+    fn evict(&self) -> Option<Box<dyn Pooled>> {
         loop {
             let oldest = {
                 let mut cells = lock(&self.cells);

@@ -9,11 +9,10 @@ use wasmtime::{Engine, Store};
 
 use crate::bindings;
 use crate::capacity::{Slot, Stats};
-use crate::engine::Shared;
 use crate::error::{PluginError, Result};
 use crate::kv::KvScope;
 use crate::sandbox::Limits;
-use crate::state::{PluginState, StoreSpec, begin_call, new_store};
+use crate::state::{PluginState, Shared, StoreSpec, begin_call, new_store};
 
 /// The world a component implements, detected from its exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -208,7 +207,7 @@ impl LoadedComponent {
             mount: None,
             kv_scope,
         };
-        let mut store = new_store(self, spec)?;
+        let mut store = new_store(&self.shared, self.name(), spec)?;
         let deadline = begin_call(&mut store, limits, &self.shared.clock);
         Ok((slot, store, deadline))
     }

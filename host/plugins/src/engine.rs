@@ -14,7 +14,7 @@ use crate::capacity::{Capacity, PoolMetrics};
 use crate::component::{LoadedComponent, World};
 use crate::error::{PluginError, Result};
 use crate::kv::KvStore;
-use crate::state::PluginState;
+use crate::state::{EpochClock, PluginState, Shared};
 
 /// How the plugin host is set up. Every field has a default suited to a small server.
 #[derive(Debug, Clone)]
@@ -55,23 +55,6 @@ pub struct CacheStats {
     pub hits: u64,
     /// Loads that compiled (no cache, no artifact, or an unusable one).
     pub misses: u64,
-}
-
-/// What every component and store of one host shares.
-pub(crate) struct Shared {
-    engine: Engine,
-    pub(crate) kv: Arc<dyn KvStore>,
-    pub(crate) tls: Arc<rustls::ClientConfig>,
-    pub(crate) max_memory: u64,
-    pub(crate) clock: Arc<EpochClock>,
-    /// The instance pool's slots, parked tool sessions and counters.
-    pub(crate) capacity: Capacity,
-}
-
-impl Shared {
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
 }
 
 /// The linkers, one per world: a world gets exactly its imports (plus WASI, which every
@@ -164,7 +147,7 @@ impl PluginHost {
             source,
         })?;
         let hash = content_hash(&bytes);
-        let engine = self.shared.engine();
+        let engine = &self.shared.engine;
         let cached = self.cache.as_ref().and_then(|c| c.load(engine, &hash));
         let from_cache = cached.is_some();
         let component = match cached {
@@ -300,24 +283,10 @@ fn engine_config(config: &PluginConfig) -> Result<Config> {
     Ok(wasm)
 }
 
-/// The engine's epoch: it advances once per `tick`. A call's deadline is kept in wall-clock
-/// time and checked at each tick it runs into (`state::on_tick`), so a ticker that wakes late
-/// on a busy machine only makes that check late, never early.
-pub(crate) struct EpochClock {
-    tick: Duration,
-}
-
-impl EpochClock {
-    /// The tick length.
-    pub(crate) fn tick(&self) -> Duration {
-        self.tick
-    }
-}
-
 /// Starts the thread that advances the engine's epoch once per `tick`; it ends by itself when
 /// the engine is dropped (the last component and the host gone).
 fn start_ticker(engine: &Engine, tick: Duration) -> Result<Arc<EpochClock>> {
-    let clock = Arc::new(EpochClock { tick });
+    let clock = Arc::new(EpochClock::new(tick));
     let weak = engine.weak();
     std::thread::Builder::new()
         .name("agentmesh-epoch".into())

@@ -10,8 +10,7 @@ use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::component::LoadedComponent;
-use crate::engine::EpochClock;
+use crate::capacity::Capacity;
 use crate::error::{Fault, PluginError, Result};
 use crate::http::{Origin, OutgoingPolicy};
 use crate::kv::{KvError, KvScope, KvStore};
@@ -107,6 +106,36 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// The engine's epoch: it advances once per `tick`. A call's deadline is kept in wall-clock
+/// time and checked at each tick it runs into (`state::on_tick`), so a ticker that wakes late
+/// on a busy machine only makes that check late, never early.
+pub(crate) struct EpochClock {
+    tick: Duration,
+}
+
+impl EpochClock {
+    /// A clock that ticks every `tick`.
+    pub(crate) fn new(tick: Duration) -> Self {
+        EpochClock { tick }
+    }
+
+    /// The tick length.
+    pub(crate) fn tick(&self) -> Duration {
+        self.tick
+    }
+}
+
+/// What every component and store of one plugin host shares.
+pub(crate) struct Shared {
+    pub(crate) engine: wasmtime::Engine,
+    pub(crate) kv: Arc<dyn KvStore>,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) max_memory: u64,
+    pub(crate) clock: Arc<EpochClock>,
+    /// The instance pool's slots, parked tool sessions and counters.
+    pub(crate) capacity: Capacity,
+}
+
 /// What a new store needs besides the component.
 pub(crate) struct StoreSpec<'a> {
     pub(crate) limits: &'a Limits,
@@ -115,19 +144,19 @@ pub(crate) struct StoreSpec<'a> {
     pub(crate) kv_scope: Option<KvScope>,
 }
 
-/// A fresh store for `component` in the sandbox `spec` describes.
+/// A fresh store for component `name` in the sandbox `spec` describes.
 pub(crate) fn new_store(
-    component: &LoadedComponent,
+    shared: &Shared,
+    name: &str,
     spec: StoreSpec<'_>,
 ) -> Result<Store<PluginState>> {
-    let shared = component.shared();
     if spec.limits.memory > shared.max_memory {
         return Err(PluginError::Sandbox(format!(
             "memory limit of {} bytes exceeds the host's maximum of {} bytes",
             spec.limits.memory, shared.max_memory
         )));
     }
-    let name: Arc<str> = component.name().into();
+    let name: Arc<str> = name.into();
     let output = Arc::new(Mutex::new(Output::default()));
     let denials = Arc::new(Mutex::new(Vec::new()));
 
@@ -173,7 +202,7 @@ pub(crate) fn new_store(
         deadline: Instant::now(),
         yielded: false,
     };
-    let mut store = Store::new(shared.engine(), state);
+    let mut store = Store::new(&shared.engine, state);
     store.limiter(|s| &mut s.limiter);
     store.epoch_deadline_callback(|mut store| Ok(on_tick(store.data_mut())));
     Ok(store)

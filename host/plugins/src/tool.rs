@@ -12,6 +12,9 @@
 //! evicted — Teardown runs and its instance is freed — and its next call opens the session
 //! anew (Initialize runs again). Again the key-value entries survive and the memory does not.
 
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,15 +23,14 @@ use wasmtime::component::ResourceAny;
 
 use crate::bindings::tool::ToolPlugin;
 use crate::bindings::tool::agentmesh::plugin::types::ToolError as WitToolError;
-use crate::capacity::{Cell, Slot, Stats};
+use crate::capacity::{Cell, Pooled, Slot, Stats};
 use crate::component::{LoadedComponent, Pre, World};
-use crate::engine::EpochClock;
 use crate::error::{Fault, PluginError, Result, ToolError};
 use crate::kv::KvScope;
 use crate::sandbox::{Limits, Sandbox};
 use crate::state::{
-    Failure, GuestPhase, PluginState, StoreSpec, begin_call, call_time, denials, guarded,
-    instantiate, new_store,
+    EpochClock, Failure, GuestPhase, PluginState, StoreSpec, begin_call, call_time, denials,
+    guarded, instantiate, new_store,
 };
 
 /// A live instance and its session resource.
@@ -51,15 +53,25 @@ pub(crate) struct Parked {
     stats: Arc<Stats>,
 }
 
-impl Parked {
-    /// The counters of its component.
-    pub(crate) fn stats(&self) -> &Stats {
+impl Pooled for Parked {
+    fn stats(&self) -> &Stats {
         &self.stats
     }
 
-    /// Teardown for an evicted session: runs the destructor and frees the instance. A fault
-    /// in the destructor is only worth a log line: the instance is freed either way.
-    pub(crate) async fn teardown(self: Box<Self>) {
+    /// Runs the destructor and frees the instance. A fault in the destructor is only worth a
+    /// log line: the instance is freed either way.
+    fn teardown(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self.evicted())
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+impl Parked {
+    /// Teardown after an eviction (see [`Pooled::teardown`]).
+    async fn evicted(self: Box<Self>) {
         let Parked {
             live,
             limits,
@@ -283,7 +295,9 @@ impl ToolSession {
 
     /// Takes the parked instance back; `None` when there is none (a fault) or it was evicted.
     fn unpark(&self) -> Option<Box<Parked>> {
-        self.spec.component.shared().capacity.unpark(&self.cell)
+        let parked = self.spec.component.shared().capacity.unpark(&self.cell)?;
+        // Only this session parks in its cell.
+        parked.into_any().downcast::<Parked>().ok()
     }
 }
 
@@ -330,7 +344,8 @@ async fn start(spec: &Spec) -> Result<Live> {
         .acquire(component.name(), component.stats())
         .await?;
     let mut store = new_store(
-        &spec.component,
+        spec.component.shared(),
+        spec.component.name(),
         StoreSpec {
             limits: &limits,
             allowed_hosts: &spec.sandbox.allowed_hosts,
