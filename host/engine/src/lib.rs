@@ -63,10 +63,11 @@ use serde_json::{Map, Value, json};
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use deliver::{WebhookError, WebhookOutcome};
 pub use door::{DEFAULT_DEDUPE_WINDOW, Origin, Run};
+pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use triggers::{FireError, SourceDelivery};
-pub use wakeups::{HostTool, WakeupRecord};
+pub use wakeups::WakeupRecord;
 pub use wasm::{async_runtime, check_components};
 
 use plan::{AgentPlan, Target};

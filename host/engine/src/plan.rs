@@ -1,5 +1,16 @@
 //! The plan: a validated config compiled for running. Every expression and template is
-//! compiled here once; tasks only evaluate.
+//! compiled here once; tasks only evaluate. A leaf of the engine: it imports none of the
+//! modules that run it.
+//!
+//! - `analysis`: what a compiled list of steps reads (`Reads`, the context it needs);
+//! - `host_tools`: the host tools every agent has ([`HostTool`]);
+//! - `secrets`: the plan's secrets, collected when it is built;
+//! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
+
+mod analysis;
+mod host_tools;
+mod secrets;
+pub mod triggers;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -21,8 +32,10 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
 use crate::EngineError;
-use crate::triggers::{SchedulePlan, SourcePlan, TriggerPlan};
-use crate::wakeups::HostTool;
+
+pub(crate) use analysis::{Reads, needs_of};
+pub use host_tools::HostTool;
+pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
 /// Everything the engine runs, compiled.
 pub struct Plan {
@@ -173,14 +186,14 @@ pub struct Steps {
     /// A `wasm` step is in the list: it gets the context as JSON.
     pub(crate) keep_json: bool,
     /// The other variables the steps read.
-    pub(crate) reads: crate::steps::Reads,
+    pub(crate) reads: Reads,
 }
 
 impl Steps {
     fn new(list: Vec<Step>) -> Steps {
         Steps {
-            needs: crate::steps::needs_of(&list),
-            reads: crate::steps::Reads::of(&list),
+            needs: needs_of(&list),
+            reads: Reads::of(&list),
             keep_json: list.iter().any(|s| matches!(s.kind, StepKind::Wasm { .. })),
             list,
         }
@@ -474,7 +487,7 @@ impl Plan {
             let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
-        let secrets = Arc::new(crate::secrets::collect(&host, &tools, env)?);
+        let secrets = Arc::new(secrets::collect(&host, &tools, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
             let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
@@ -484,17 +497,17 @@ impl Plan {
         for (name, source) in &host.sources {
             sources.insert(
                 name.clone(),
-                Arc::new(crate::triggers::source_plan(name, source, env)?),
+                Arc::new(triggers::source_plan(name, source, env)?),
             );
         }
         let mut triggers = HashMap::new();
         for t in &config.triggers {
-            let plan = crate::triggers::trigger_plan(&t.value, &host)?;
+            let plan = triggers::trigger_plan(&t.value, &host)?;
             triggers.insert(plan.id(), Arc::new(plan));
         }
         let mut schedules = HashMap::new();
         for s in &config.schedules {
-            let plan = crate::triggers::schedule_plan(&s.value, &host)?;
+            let plan = triggers::schedule_plan(&s.value, &host)?;
             schedules.insert(plan.id(), Arc::new(plan));
         }
         Ok(Plan {

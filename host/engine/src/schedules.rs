@@ -27,9 +27,9 @@ use tokio::task::JoinSet;
 
 use crate::door::{Arrival, Input, Origin, Run};
 use crate::plan::Plan;
+use crate::plan::SchedulePlan;
 use crate::triggers::{
-    FireOutcome, FireStatus, SCHEDULE_STATE, SchedulePlan, ScheduleView, Scheduled, TimerId,
-    fire_recorded,
+    FireOutcome, FireStatus, SCHEDULE_STATE, ScheduleView, Scheduled, TimerId, fire_recorded,
 };
 use crate::{Engine, EngineError, lock, normalize_input};
 

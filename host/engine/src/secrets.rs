@@ -3,85 +3,11 @@
 //! the event log, the API and SSE that serve it, and the conversation the LLM is sent (read
 //! from the log) never hold a secret.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use agentmesh_manifest::model::common::EnvValue;
-use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_model::event::{
     ContentPart, EventKind, MessageMetadata, ToolCall, ToolSchema, TriggerEnvelope,
 };
 use agentmesh_secrets::Secrets;
 use serde_json::Value;
-
-use crate::EngineError;
-use crate::plan::ToolPlan;
-
-/// The secrets of a configuration: every value the host config reads from `{env: …}` (at any
-/// depth, so API and source tokens too), model API keys and source secrets given literally,
-/// every tool setting whose schema says `format: password` (configured or default), and the
-/// signing key of every tool event.
-pub(crate) fn collect(
-    host: &HostConfig,
-    tools: &HashMap<String, Arc<ToolPlan>>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Secrets, EngineError> {
-    let mut values = Vec::new();
-    if let Ok(config) = serde_json::to_value(host) {
-        env_values(&config, env, &mut values);
-    }
-    // The scalars the loader replaced by their variables' values.
-    values.extend(host.env_reads.iter().filter_map(|name| env(name)));
-    let literal = |v: Option<&EnvValue>| match v {
-        Some(EnvValue::Literal(Value::String(s))) => Some(s.clone()),
-        _ => None,
-    };
-    values.extend(
-        host.models
-            .values()
-            .filter_map(|m| literal(m.api_key.as_ref())),
-    );
-    values.extend(
-        host.sources
-            .values()
-            .filter_map(|s| literal(s.secret.as_ref())),
-    );
-    for tool in tools.values() {
-        // A webhook's signing key is a secret whatever the setting it comes from says.
-        values.extend(tool.events.iter().filter_map(|e| match &e.secret {
-            crate::plan::Secret::Key(key) => Some(key.clone()),
-            crate::plan::Secret::None | crate::plan::Secret::Unavailable(_) => None,
-        }));
-        let Some(schema) = &tool.manifest.settings else {
-            continue;
-        };
-        for (name, property) in &schema.properties {
-            if property.format.as_deref() == Some("password")
-                && let Some(Value::String(value)) = tool.settings.get(name)
-            {
-                values.push(value.clone());
-            }
-        }
-    }
-    Secrets::new(values).map_err(|e| EngineError::Config(e.to_string()))
-}
-
-/// The values of every `env: NAME` in the host config: the `{env: NAME}` form of a scalar and
-/// the `env` field of an API or source token both name a variable holding a secret.
-fn env_values(config: &Value, env: &dyn Fn(&str) -> Option<String>, out: &mut Vec<String>) {
-    match config {
-        Value::Object(map) => {
-            if let Some(Value::String(name)) = map.get("env")
-                && let Some(value) = env(name)
-            {
-                out.push(value);
-            }
-            map.values().for_each(|v| env_values(v, env, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| env_values(v, env, out)),
-        _ => {}
-    }
-}
 
 /// Replaces every secret in the text of an event. Every field is named (no `..`), so a field
 /// added to an event kind must be considered here before the engine compiles.

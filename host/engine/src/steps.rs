@@ -8,7 +8,7 @@ use agentmesh_store::{now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::plan::{AgentPlan, Step, StepKind, Steps};
+use crate::plan::{AgentPlan, Reads, Step, StepKind, Steps};
 use crate::task::{Outcome, PendingReview, Status, TaskRecord};
 use crate::{Engine, EngineError, Result, lock, runtime};
 
@@ -205,71 +205,6 @@ fn bind_context(
         (Bound::new(value.clone()), Some(value))
     } else {
         (Bound::new(value), None)
-    }
-}
-
-/// The context the steps read.
-pub(crate) fn needs_of(steps: &[Step]) -> Needs {
-    const CONTEXT: [&str; 2] = ["context", "c"];
-    let mut needs = Needs::default();
-    for step in steps {
-        if matches!(step.kind, StepKind::Wasm { .. }) {
-            needs = Needs::All;
-        }
-        expressions(step, |e| needs.add(e, &CONTEXT));
-    }
-    needs
-}
-
-/// Calls `f` with every expression of `step` (its action's, condition, message holes).
-fn expressions<'a>(step: &'a Step, mut f: impl FnMut(&'a Expression)) {
-    match &step.kind {
-        StepKind::Assert(e) | StepKind::Transform(e) => f(e),
-        StepKind::Invoke {
-            bindings,
-            capability_bindings,
-            ..
-        } => bindings
-            .iter()
-            .chain(capability_bindings)
-            .for_each(|(_, e)| f(e)),
-        StepKind::Wasm { .. } => {}
-    }
-    if let Some(c) = &step.condition {
-        f(c);
-    }
-    if let Some(t) = &step.error_message {
-        t.expressions().for_each(|(_, e)| f(e));
-    }
-}
-
-/// Which variables besides `context` a list of steps reads: an activation binds only those
-/// (converting nothing it does not bind).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Reads {
-    input: bool,
-    output: bool,
-    now: bool,
-    event: bool,
-}
-
-impl Reads {
-    pub(crate) fn of(steps: &[Step]) -> Reads {
-        let mut reads = Reads::default();
-        for step in steps {
-            expressions(step, |e| {
-                for root in e.roots() {
-                    match root.name.as_str() {
-                        "input" | "i" => reads.input = true,
-                        "output" | "o" => reads.output = true,
-                        "now" => reads.now = true,
-                        "event" => reads.event = true,
-                        _ => {}
-                    }
-                }
-            });
-        }
-        reads
     }
 }
 
