@@ -65,6 +65,7 @@ pub use deliver::{WebhookError, WebhookOutcome};
 pub use door::{DEFAULT_DEDUPE_WINDOW, Origin, Run};
 pub use plan::HostTool;
 pub use plan::Plan;
+pub use schedules::{ScheduleView, Scheduled};
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use triggers::{FireError, SourceDelivery};
 pub use wakeups::WakeupRecord;

@@ -26,11 +26,9 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::door::{Arrival, Input, Origin, Run};
-use crate::plan::Plan;
-use crate::plan::SchedulePlan;
-use crate::triggers::{
-    FireOutcome, FireStatus, SCHEDULE_STATE, ScheduleView, Scheduled, TimerId, fire_recorded,
-};
+use crate::plan::{Plan, SchedulePlan};
+use crate::triggers::{FireOutcome, FireStatus, SCHEDULE_STATE, TimerId, fire_recorded};
+use crate::wakeups::WakeupRecord;
 use crate::{Engine, EngineError, lock, normalize_input};
 
 /// How many schedule ticks may be firing at once, in one batch or several. A fire mostly waits
@@ -114,6 +112,25 @@ struct Recorded {
 enum Fire {
     Ticks(Vec<String>),
     Wakeup(String),
+}
+
+/// A schedule as the API shows it: its plan, its status and its next tick.
+#[derive(Clone)]
+pub struct ScheduleView {
+    /// The compiled manifest.
+    pub plan: Arc<SchedulePlan>,
+    /// Its read-only status.
+    pub status: FireStatus,
+    /// When it ticks next (epoch ms), if it is armed.
+    pub next_ms: Option<i64>,
+}
+
+/// What `GET /v1/schedules` lists: schedules, then self-scheduled wakeups.
+pub struct Scheduled {
+    /// The schedules, by id.
+    pub schedules: Vec<ScheduleView>,
+    /// The pending wakeups, oldest first.
+    pub wakeups: Vec<WakeupRecord>,
 }
 
 impl Engine {

@@ -29,10 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::deliver::WebhookError;
 use crate::door::{Accepted, Input, Origin, Run};
-use crate::plan::triggers::{
-    DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SchedulePlan, SourcePlan, TriggerPlan,
-};
-use crate::wakeups::WakeupRecord;
+use crate::plan::triggers::{DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan};
 use crate::{Engine, EngineError, NewTask, UserRef, lock, normalize_trigger_input};
 
 /// The store namespace of trigger statuses.
@@ -98,25 +95,6 @@ pub struct TriggerView {
     pub plan: Arc<TriggerPlan>,
     /// Its read-only status.
     pub status: FireStatus,
-}
-
-/// A schedule as the API shows it: its plan, its status and its next tick.
-#[derive(Clone)]
-pub struct ScheduleView {
-    /// The compiled manifest.
-    pub plan: Arc<SchedulePlan>,
-    /// Its read-only status.
-    pub status: FireStatus,
-    /// When it ticks next (epoch ms), if it is armed.
-    pub next_ms: Option<i64>,
-}
-
-/// What `GET /v1/schedules` lists: schedules, then self-scheduled wakeups.
-pub struct Scheduled {
-    /// The schedules, by id.
-    pub schedules: Vec<ScheduleView>,
-    /// The pending wakeups, oldest first.
-    pub wakeups: Vec<WakeupRecord>,
 }
 
 /// What the scheduler's timer waits for.

@@ -18,7 +18,6 @@ use agentmesh_triggers::{Cron, Wakeup, When};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::call::CallEnd;
 use crate::door::{Arrival, Input, Origin, Run};
 use crate::plan::HostTool;
 use crate::plan::triggers::{
@@ -116,17 +115,18 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Runs host tool `tool` for task `record`.
-pub(crate) fn call(engine: &Engine, record: &TaskRecord, tool: HostTool, args: &Value) -> CallEnd {
+/// Runs host tool `tool` for task `record`: its result, or the error the LLM is told.
+pub(crate) fn call(
+    engine: &Engine,
+    record: &TaskRecord,
+    tool: HostTool,
+    args: &Value,
+) -> Result<Value, String> {
     let result = match tool {
         HostTool::RequestWakeup => engine.request_wakeup(record, args),
         HostTool::CancelWakeup => engine.cancel_wakeup(record, args),
     };
-    match result {
-        Ok(Ok(v)) => CallEnd::Observation(v),
-        Ok(Err(message)) => CallEnd::Error(message),
-        Err(e) => CallEnd::Error(format!("the host could not do it: {e}")),
-    }
+    result.unwrap_or_else(|e| Err(format!("the host could not do it: {e}")))
 }
 
 impl Engine {

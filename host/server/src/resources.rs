@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use agentmesh_engine::task::rfc3339 as task_time;
-use agentmesh_engine::triggers::{FireStatus, ScheduleView, TriggerView};
-use agentmesh_engine::{TaskRecord, WaitingReview, WakeupRecord};
+use agentmesh_engine::triggers::{FireStatus, TriggerView};
+use agentmesh_engine::{ScheduleView, TaskRecord, WaitingReview, WakeupRecord};
 use agentmesh_triggers::clock::rfc3339;
 use serde_json::{Value, json};
 
