@@ -11,6 +11,7 @@ use agentmesh_model::event::{Event, EventKind, EventSource};
 use agentmesh_store::now_ms;
 
 use crate::plan::AgentPlan;
+use crate::records::forgotten_to;
 use crate::task::TaskRecord;
 use crate::{Engine, Result};
 
@@ -33,18 +34,6 @@ fn conversational(kind: &EventKind) -> bool {
             | EventKind::AgentErrorEvent { .. }
             | EventKind::CondensationSummaryEvent { .. }
     )
-}
-
-/// The end of the last range forgotten in `history` (0: none).
-pub(crate) fn forgotten_to(history: &[Event]) -> u64 {
-    history
-        .iter()
-        .filter_map(|e| match e.kind {
-            EventKind::Condensation { forgotten_to, .. } => Some(forgotten_to),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// The range to forget, if `history` is past the budget: the conversation events in view

@@ -1082,7 +1082,9 @@ impl Engine {
                 continue;
             };
             let mut record = self.checkout(&id)?;
-            if let Some(event) = subscription::prune_expired(&mut record, now) {
+            if let Some(event) =
+                subscription::prune_expired(&mut record.subscriptions, record.last_activity_ms, now)
+            {
                 self.save(&mut record, vec![event])?;
                 n += 1;
             }

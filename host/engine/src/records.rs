@@ -547,7 +547,7 @@ impl Engine {
             {
                 record.prompt_seq = seq;
             }
-            record.condensed_to = crate::condense::forgotten_to(&log);
+            record.condensed_to = forgotten_to(&log);
             (log, bytes)
         };
         let journal = &mut record.journal;
@@ -615,4 +615,16 @@ impl Engine {
         journal.log_bytes += written.event_bytes;
         Ok(())
     }
+}
+
+/// The end of the last range forgotten in `history` (0: none).
+pub(crate) fn forgotten_to(history: &[Event]) -> u64 {
+    history
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Condensation { forgotten_to, .. } => Some(forgotten_to),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }

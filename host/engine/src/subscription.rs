@@ -15,7 +15,6 @@ use agentmesh_model::event::{EventKind, EventSource};
 use serde_json::{Value, json};
 
 use crate::plan::{AgentPlan, Target};
-use crate::task::TaskRecord;
 
 /// One event subscription of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,17 +69,17 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Removes `record`'s subscriptions that have expired at `now_ms`; returns the event saying
-/// which (none when nothing expired).
+/// Removes the `subscriptions` of a task last active at `last_activity_ms` that have expired
+/// at `now_ms`; returns the event saying which (none when nothing expired).
 pub(crate) fn prune_expired(
-    record: &mut TaskRecord,
+    subscriptions: &mut Vec<Subscription>,
+    last_activity_ms: i64,
     now_ms: i64,
 ) -> Option<(EventSource, EventKind)> {
-    let last = record.last_activity_ms;
-    let (expired, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut record.subscriptions)
+    let (expired, kept): (Vec<_>, Vec<_>) = std::mem::take(subscriptions)
         .into_iter()
-        .partition(|s| s.expired(last, now_ms));
-    record.subscriptions = kept;
+        .partition(|s| s.expired(last_activity_ms, now_ms));
+    *subscriptions = kept;
     if expired.is_empty() {
         return None;
     }

@@ -94,7 +94,11 @@ pub(crate) async fn run(
     let now = now_ms();
     // Subscriptions that expired while the task was idle stay expired: prune them before the
     // step resets the clock.
-    events.extend(crate::subscription::prune_expired(record, now));
+    events.extend(crate::subscription::prune_expired(
+        &mut record.subscriptions,
+        record.last_activity_ms,
+        now,
+    ));
     if record.interrupted {
         record.interrupted = false;
         events.push((
