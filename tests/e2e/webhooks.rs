@@ -666,17 +666,9 @@ fn a_review_in_event_middleware_denies_at_once() {
     );
 }
 
-#[test]
-fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
-    // Two copies of one delivery arrive at once. The event's middleware `invoke`s a tool that
-    // calls a slow REST API: the copy must wait for the original and be a duplicate, not run
-    // the middleware (and its call) a second time.
-    let (port, received) = agentmesh_testkit::serve(2, |_| {
-        std::thread::sleep(Duration::from_millis(400));
-        ("200 OK", "{}".into())
-    });
-    let (_root, dir, data) = dirs(&[]);
-    config(&dir, &[("audited", "responses: []\n")]);
+/// Writes an `audit` tool calling the API on `port`, and agent `engineering/audited` (for
+/// Codertocat/Hello-World) whose github-pr events first `invoke` it in a `before` step.
+fn audited(dir: &Path, port: u16) {
     std::fs::write(
         dir.join("audit.yaml"),
         format!(
@@ -705,6 +697,90 @@ actions:
         agent("audited", "Codertocat", "Hello-World", capability),
     )
     .unwrap();
+}
+
+#[test]
+fn deliveries_with_different_ids_do_not_wait_for_each_other_at_the_door() {
+    // `d-slow` reaches a task whose event middleware calls an API that answers only once
+    // `d-other-7` (another delivery id, for another task) has been answered. A door that made
+    // different ids wait for each other (these two shared one of 64 striped locks) would hold
+    // `d-other-7` behind `d-slow` until the API gave up waiting.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (called, in_call) = std::sync::mpsc::channel::<()>();
+    let gave_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (port, _received) = agentmesh_testkit::serve(1, {
+        let gave_up = std::sync::Arc::clone(&gave_up);
+        move |_| {
+            let _ = called.send(());
+            if released.recv_timeout(Duration::from_secs(10)).is_err() {
+                gave_up.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            ("200 OK", "{}".into())
+        }
+    });
+    let (_root, dir, data) = dirs(&[]);
+    config(
+        &dir,
+        &[("audited", "responses: []\n"), ("plain", "responses: []\n")],
+    );
+    audited(&dir, port);
+    std::fs::write(
+        dir.join("plain.yaml"),
+        agent("plain", "someone", "Hello-World", ""),
+    )
+    .unwrap();
+    let server = start(&dir, &data);
+    let slow_task = watching(&server, "engineering/audited", "watch");
+    let other_task = watching(&server, "engineering/plain", "watch");
+    let comment = fixture("issue_comment.created.json");
+    let slow = signed_delivery(
+        &server,
+        "engineering/github-pr",
+        "issue_comment",
+        "d-slow",
+        &comment,
+        SECRET,
+    );
+    let slow = std::thread::spawn(move || slow.send());
+    // `d-slow` is in its middleware, holding whatever the door holds for it.
+    in_call
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the middleware calls the API");
+    let other = deliver(
+        &server,
+        "issue_comment",
+        "d-other-7",
+        &with_login(&comment, "Codertocat", "someone"),
+    );
+    let _ = release.send(());
+    assert_eq!(other.status, 202, "{}", other.text());
+    assert_eq!(other.json()["tasks"], 1, "{}", other.text());
+    let slow = slow.join().unwrap();
+    assert_eq!(slow.status, 202, "{}", slow.text());
+    assert!(
+        !gave_up.load(std::sync::atomic::Ordering::SeqCst),
+        "`d-other-7` waited for `d-slow` at the door"
+    );
+    for (task, delivery) in [(&slow_task, "d-slow"), (&other_task, "d-other-7")] {
+        settle(&server, task);
+        let messages = webhook_messages(&server, task);
+        assert_eq!(messages.len(), 1, "{task}: {messages:?}");
+        assert_eq!(messages[0].0, delivery);
+    }
+}
+
+#[test]
+fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
+    // Two copies of one delivery arrive at once. The event's middleware `invoke`s a tool that
+    // calls a slow REST API: the copy must wait for the original and be a duplicate, not run
+    // the middleware (and its call) a second time.
+    let (port, received) = agentmesh_testkit::serve(2, |_| {
+        std::thread::sleep(Duration::from_millis(400));
+        ("200 OK", "{}".into())
+    });
+    let (_root, dir, data) = dirs(&[]);
+    config(&dir, &[("audited", "responses: []\n")]);
+    audited(&dir, port);
     let server = start(&dir, &data);
     let id = watching(&server, "engineering/audited", "watch");
     let comment = fixture("issue_comment.created.json");

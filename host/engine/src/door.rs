@@ -2,14 +2,14 @@
 //! source webhook's or an API fire's new task, a schedule tick's, a wakeup's) enters here.
 //!
 //! An arrival is opened with [`Engine::arrive`], which checks its delivery id against the
-//! dedupe window and holds the id's lock until the arrival is accepted or dropped, so that a
+//! dedupe window and holds that id's lock until the arrival is accepted or dropped, so that a
 //! redelivery racing its original waits for it (whatever admission does in between: run
-//! middleware, create tasks). [`Arrival::accept`] then builds each input's trigger envelope
+//! middleware, create tasks), while deliveries with other ids never wait for it. [`Arrival::accept`] then builds each input's trigger envelope
 //! from its [`Origin`], writes every queue entry and the delivery id in one transaction,
 //! flushed (a group commit) before it returns, and wakes the tasks' runners. Nothing else
 //! queues input or starts a runner for it.
 
-use std::hash::{Hash, Hasher};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +18,10 @@ use agentmesh_store::{Delivery, now_ms};
 use serde_json::Value;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::{Engine, EngineError, QueuedInput, Result};
+use crate::{Engine, EngineError, QueuedInput, Result, lock};
 
 /// How long delivery ids are remembered when the host config says nothing (30 days).
 pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How many locks delivery ids share: a redelivery always waits for its original, two
-/// different ids seldom wait for each other.
-const DELIVERY_LOCKS: usize = 64;
 
 /// Where an arrival came from: what its inputs' trigger envelope says.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,28 +101,30 @@ pub(crate) enum Accepted {
     Duplicate,
 }
 
-/// The locks delivery ids are serialized by.
+/// The delivery ids at the door, each with the lock its repeats wait on. An id is forgotten
+/// when its arrival ends and nobody waits behind it.
+#[derive(Default)]
 pub(crate) struct Door {
-    locks: Vec<Arc<Mutex<()>>>,
+    arriving: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
-impl Default for Door {
-    fn default() -> Self {
-        Door {
-            locks: (0..DELIVERY_LOCKS)
-                .map(|_| Arc::new(Mutex::new(())))
-                .collect(),
+/// Delivery id `id` held at the door; dropping it lets the next arrival of the id in.
+struct Serial {
+    engine: Engine,
+    id: String,
+    lock: Arc<Mutex<()>>,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        let mut arriving = lock(&self.engine.inner.door.arriving);
+        drop(self.guard.take());
+        // Waiters clone the lock under the map's lock: with only the map's and this one left,
+        // nobody waits.
+        if Arc::strong_count(&self.lock) <= 2 {
+            arriving.remove(&self.id);
         }
-    }
-}
-
-impl Door {
-    /// The lock of delivery id `id`.
-    fn lock_of(&self, id: &str) -> Arc<Mutex<()>> {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        id.hash(&mut hasher);
-        let stripe = (hasher.finish() % DELIVERY_LOCKS as u64) as usize;
-        Arc::clone(&self.locks[stripe])
     }
 }
 
@@ -145,7 +143,7 @@ pub(crate) struct Input {
 pub(crate) struct Arrival {
     delivery_id: Option<String>,
     fired_at: i64,
-    serial: Option<OwnedMutexGuard<()>>,
+    serial: Option<Serial>,
 }
 
 impl Arrival {
@@ -242,11 +240,23 @@ impl Engine {
     pub(crate) async fn arrive(&self, delivery_id: Option<String>) -> Result<Option<Arrival>> {
         let serial = match &delivery_id {
             Some(id) => {
-                let guard = self.inner.door.lock_of(id).lock_owned().await;
+                let gate = Arc::clone(
+                    lock(&self.inner.door.arriving)
+                        .entry(id.clone())
+                        .or_default(),
+                );
+                let mut serial = Serial {
+                    engine: self.clone(),
+                    id: id.clone(),
+                    lock: Arc::clone(&gate),
+                    guard: None,
+                };
+                serial.guard = Some(gate.lock_owned().await);
+                // Seen: `serial` lets the next one in as it goes.
                 if self.store().seen_delivery(id)? {
                     return Ok(None);
                 }
-                Some(guard)
+                Some(serial)
             }
             None => None,
         };
