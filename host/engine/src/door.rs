@@ -109,16 +109,16 @@ pub(crate) struct Door {
 }
 
 /// Delivery id `id` held at the door; dropping it lets the next arrival of the id in.
-struct Serial {
-    engine: Engine,
+struct Serial<'a> {
+    door: &'a Door,
     id: String,
     lock: Arc<Mutex<()>>,
     guard: Option<OwnedMutexGuard<()>>,
 }
 
-impl Drop for Serial {
+impl Drop for Serial<'_> {
     fn drop(&mut self) {
-        let mut arriving = lock(&self.engine.inner.door.arriving);
+        let mut arriving = lock(&self.door.arriving);
         drop(self.guard.take());
         // Waiters clone the lock under the map's lock: with only the map's and this one left,
         // nobody waits.
@@ -140,15 +140,15 @@ pub(crate) struct Input {
 
 /// An arrival through the door, not yet accepted: while it lives, a repeat of its delivery id
 /// waits.
-pub(crate) struct Arrival {
+pub(crate) struct Arrival<'a> {
     delivery_id: Option<String>,
     fired_at: i64,
-    serial: Option<Serial>,
+    serial: Option<Serial<'a>>,
 }
 
-impl Arrival {
+impl Arrival<'_> {
     /// An arrival without delivery id (never a repeat), e.g. a user's input.
-    pub(crate) fn new() -> Arrival {
+    pub(crate) fn new() -> Self {
         Arrival {
             delivery_id: None,
             fired_at: now_ms(),
@@ -237,16 +237,13 @@ impl Engine {
     /// Opens the door for an arrival: `None` when `delivery_id` was seen within the dedupe
     /// window. Otherwise, until the [`Arrival`] is accepted or dropped, another arrival with
     /// the same delivery id waits here.
-    pub(crate) async fn arrive(&self, delivery_id: Option<String>) -> Result<Option<Arrival>> {
+    pub(crate) async fn arrive(&self, delivery_id: Option<String>) -> Result<Option<Arrival<'_>>> {
         let serial = match &delivery_id {
             Some(id) => {
-                let gate = Arc::clone(
-                    lock(&self.inner.door.arriving)
-                        .entry(id.clone())
-                        .or_default(),
-                );
+                let door = &self.inner.door;
+                let gate = Arc::clone(lock(&door.arriving).entry(id.clone()).or_default());
                 let mut serial = Serial {
-                    engine: self.clone(),
+                    door,
                     id: id.clone(),
                     lock: Arc::clone(&gate),
                     guard: None,
