@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use agentmesh_model::event::ContentPart;
 use agentmesh_plugins::{AllowList, Limits};
-use agentmesh_routing::{Event as RoutedEvent, Headers, Inbound, safe_headers, signature};
+use agentmesh_routing::{Event as RoutedEvent, Headers, Inbound, signature};
 use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 
@@ -67,22 +67,13 @@ impl Engine {
         let events = verified_events(tool, headers, body)?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
-        let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        let headers_json = Value::Object(safe_headers(headers));
-        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+        let Some(arrival) = self.arrive(headers).await? else {
             return Ok(WebhookOutcome::Duplicate);
         };
-        let received_at = now_rfc3339();
         let fired_at = arrival.fired_at();
         let mut inputs: Vec<Input> = Vec::new();
         for event in events {
-            let event_json = json!({
-                "name": event.name,
-                "payload": payload,
-                "headers": headers_json,
-                "delivery_id": delivery_id,
-                "received_at": received_at,
-            });
+            let event_json = arrival.event(&event.name, &payload);
             let routed = RoutedEvent::new(event_json.clone());
             let tasks = self
                 .routes()
@@ -101,15 +92,12 @@ impl Engine {
                 inputs.push(Input {
                     task,
                     io: json!({"message": [ContentPart::text(text)]}),
-                    origin: Origin::Webhook {
-                        headers: headers_json.clone(),
-                        auth_subject: None,
-                    },
+                    origin: Origin::Webhook { auth_subject: None },
                 });
             }
         }
         if inputs.is_empty() {
-            tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id, "webhook matched no subscription");
+            tracing::info!(tool.name = %tool_id, delivery.id = ?agentmesh_routing::delivery_id(headers), "webhook matched no subscription");
             return Ok(WebhookOutcome::Unmatched);
         }
         match arrival.accept(self, inputs, Run::Background).await? {

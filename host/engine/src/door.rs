@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_model::event::TriggerEnvelope;
-use agentmesh_store::{Delivery, now_ms};
-use serde_json::Value;
+use agentmesh_routing::{Headers, delivery_id, safe_headers};
+use agentmesh_store::{Delivery, now_ms, now_rfc3339};
+use serde_json::{Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::{Engine, EngineError, QueuedInput, Result, lock};
@@ -29,17 +30,14 @@ pub enum Origin {
     /// Typed by a user (`POST /v1/tasks`, `POST /v1/tasks/{id}/input`, `agentmesh run`): no
     /// envelope.
     User,
-    /// A webhook delivery, of a tool's event or to a trigger source.
+    /// A webhook delivery, of a tool's event or to a trigger source (the envelope carries
+    /// its headers an agent may see).
     Webhook {
-        /// The delivery's headers, secrets left out ([`agentmesh_routing::safe_headers`]).
-        headers: Value,
         /// Who the source authenticated, if it says.
         auth_subject: Option<String>,
     },
-    /// `POST /v1/triggers/{id}/fire`.
+    /// `POST /v1/triggers/{id}/fire` (the envelope carries its headers an agent may see).
     Api {
-        /// The request's headers, secrets left out.
-        headers: Value,
         /// Who the bearer token belongs to.
         auth_subject: Option<String>,
     },
@@ -56,26 +54,21 @@ pub enum Origin {
 }
 
 impl Origin {
-    /// The envelope of an input of this origin fired at `fired_at`; `None` for a user's.
-    fn envelope(&self, fired_at: i64, delivery_id: Option<&str>) -> Option<TriggerEnvelope> {
+    /// The envelope of an input of this origin in `arrival`; `None` for a user's.
+    fn envelope(&self, arrival: &Arrival<'_>) -> Option<TriggerEnvelope> {
+        let delivered = || arrival.delivered.as_ref().map(|(headers, _)| headers);
         let (source, schedule_id, headers, auth_subject) = match self {
             Origin::User => return None,
-            Origin::Webhook {
-                headers,
-                auth_subject,
-            } => ("webhook", None, Some(headers), auth_subject),
-            Origin::Api {
-                headers,
-                auth_subject,
-            } => ("api", None, Some(headers), auth_subject),
+            Origin::Webhook { auth_subject } => ("webhook", None, delivered(), auth_subject),
+            Origin::Api { auth_subject } => ("api", None, delivered(), auth_subject),
             Origin::Schedule { id } => ("schedule", Some(id), None, &None),
             Origin::Wakeup { id } => ("self-schedule", Some(id), None, &None),
         };
         Some(TriggerEnvelope {
             source: source.into(),
-            fired_at,
+            fired_at: arrival.fired_at,
             schedule_id: schedule_id.cloned(),
-            delivery_id: delivery_id.map(str::to_owned),
+            delivery_id: arrival.delivery_id().map(str::to_owned),
             headers: headers.cloned(),
             auth_subject: auth_subject.clone(),
         })
@@ -141,17 +134,19 @@ pub(crate) struct Input {
 /// An arrival through the door, not yet accepted: while it lives, a repeat of its delivery id
 /// waits.
 pub(crate) struct Arrival<'a> {
-    delivery_id: Option<String>,
     fired_at: i64,
+    /// A delivery's headers an agent may see, and when it was received (RFC 3339).
+    delivered: Option<(Value, String)>,
+    /// Its delivery id, held at the door.
     serial: Option<Serial<'a>>,
 }
 
 impl Arrival<'_> {
-    /// An arrival without delivery id (never a repeat), e.g. a user's input.
+    /// An arrival that is no delivery (never a repeat): a user's input, a tick, a wakeup.
     pub(crate) fn new() -> Self {
         Arrival {
-            delivery_id: None,
             fired_at: now_ms(),
+            delivered: None,
             serial: None,
         }
     }
@@ -159,6 +154,27 @@ impl Arrival<'_> {
     /// When it arrived (epoch ms).
     pub(crate) fn fired_at(&self) -> i64 {
         self.fired_at
+    }
+
+    /// Its delivery id, if it has one.
+    fn delivery_id(&self) -> Option<&str> {
+        self.serial.as_ref().map(|s| s.id.as_str())
+    }
+
+    /// The delivery's event `name` with `payload`, as routing, filters, middleware and
+    /// `source.before` see it (`event`).
+    pub(crate) fn event(&self, name: &str, payload: &Value) -> Value {
+        let (headers, received_at) = match &self.delivered {
+            Some((headers, received_at)) => (headers, received_at.as_str()),
+            None => (&Value::Null, ""),
+        };
+        json!({
+            "name": name,
+            "payload": payload,
+            "headers": headers,
+            "delivery_id": self.delivery_id(),
+            "received_at": received_at,
+        })
     }
 
     /// Queues `inputs`, each with its origin's envelope, and remembers the arrival's
@@ -173,7 +189,7 @@ impl Arrival<'_> {
         run: Run,
     ) -> Result<Accepted> {
         let queued_at = now_ms();
-        if inputs.is_empty() && self.delivery_id.is_none() {
+        if inputs.is_empty() && self.serial.is_none() {
             return Ok(Accepted::Queued {
                 tasks: Vec::new(),
                 queued_at,
@@ -189,7 +205,7 @@ impl Arrival<'_> {
         let (tasks, entries): (Vec<String>, Vec<QueuedInput>) = inputs
             .into_iter()
             .map(|Input { task, io, origin }| {
-                let trigger = origin.envelope(self.fired_at, self.delivery_id.as_deref());
+                let trigger = origin.envelope(&self);
                 let input = QueuedInput {
                     io,
                     queued_at,
@@ -199,7 +215,7 @@ impl Arrival<'_> {
             })
             .unzip();
         let store = Arc::clone(&engine.inner.store);
-        let delivery = self.delivery_id.clone();
+        let delivery = self.delivery_id().map(str::to_owned);
         let write = move || {
             let refs: Vec<(&str, i64, &QueuedInput)> = tasks
                 .iter()
@@ -234,33 +250,36 @@ impl Arrival<'_> {
 }
 
 impl Engine {
-    /// Opens the door for an arrival: `None` when `delivery_id` was seen within the dedupe
-    /// window. Otherwise, until the [`Arrival`] is accepted or dropped, another arrival with
-    /// the same delivery id waits here.
-    pub(crate) async fn arrive(&self, delivery_id: Option<String>) -> Result<Option<Arrival<'_>>> {
-        let serial = match &delivery_id {
-            Some(id) => {
-                let door = &self.inner.door;
-                let gate = Arc::clone(lock(&door.arriving).entry(id.clone()).or_default());
-                let mut serial = Serial {
-                    door,
-                    id: id.clone(),
-                    lock: Arc::clone(&gate),
-                    guard: None,
-                };
-                serial.guard = Some(gate.lock_owned().await);
-                // Seen: `serial` lets the next one in as it goes.
-                if self.store().seen_delivery(id)? {
-                    return Ok(None);
-                }
-                Some(serial)
-            }
-            None => None,
+    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
+    /// seen within the dedupe window. Otherwise, until the [`Arrival`] is accepted or
+    /// dropped, another delivery with the same id waits here (a delivery without one is
+    /// never a repeat).
+    pub(crate) async fn arrive(&self, headers: &Headers) -> Result<Option<Arrival<'_>>> {
+        let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
+        let Some(id) = delivery_id(headers) else {
+            return Ok(Some(Arrival {
+                fired_at: now_ms(),
+                delivered,
+                serial: None,
+            }));
         };
+        let door = &self.inner.door;
+        let gate = Arc::clone(lock(&door.arriving).entry(id.to_owned()).or_default());
+        let mut serial = Serial {
+            door,
+            id: id.to_owned(),
+            lock: Arc::clone(&gate),
+            guard: None,
+        };
+        serial.guard = Some(gate.lock_owned().await);
+        // Seen: `serial` lets the next one in as it goes.
+        if self.store().seen_delivery(id)? {
+            return Ok(None);
+        }
         Ok(Some(Arrival {
-            delivery_id,
             fired_at: now_ms(),
-            serial,
+            delivered,
+            serial: Some(serial),
         }))
     }
 }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
-use agentmesh_routing::{Inbound, safe_headers};
+use agentmesh_routing::Inbound;
 use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle};
 use serde::{Deserialize, Serialize};
@@ -471,26 +471,15 @@ impl Engine {
             .map_err(|e| WebhookError::Unauthorized(e.0))?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
-        let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        let safe = Value::Object(safe_headers(headers));
-        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+        let Some(arrival) = self.arrive(headers).await? else {
             return Ok(SourceDelivery::Duplicate);
         };
-        let origin = Origin::Webhook {
-            headers: safe.clone(),
-            auth_subject,
-        };
+        let origin = Origin::Webhook { auth_subject };
         let name = headers
             .text("x-github-event")
             .and_then(Result::ok)
             .unwrap_or(source);
-        let event = json!({
-            "name": name,
-            "payload": payload,
-            "headers": safe,
-            "delivery_id": delivery_id,
-            "received_at": now_rfc3339(),
-        });
+        let event = arrival.event(name, &payload);
         let fired_at = arrival.fired_at();
         let mut triggers: Vec<&Arc<TriggerPlan>> = plan
             .triggers
@@ -594,22 +583,11 @@ impl Engine {
             .filter(|(k, _)| *k != "message")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let delivery_id = agentmesh_routing::delivery_id(headers).map(str::to_owned);
-        let safe = Value::Object(safe_headers(headers));
-        let Some(arrival) = self.arrive(delivery_id.clone()).await? else {
+        let Some(arrival) = self.arrive(headers).await? else {
             return Err(FireError::Duplicate);
         };
-        let origin = Origin::Api {
-            headers: safe.clone(),
-            auth_subject,
-        };
-        let event = json!({
-            "name": "api",
-            "payload": payload,
-            "headers": safe,
-            "delivery_id": delivery_id,
-            "received_at": now_rfc3339(),
-        });
+        let origin = Origin::Api { auth_subject };
+        let event = arrival.event("api", &payload);
         let fired_at = arrival.fired_at();
         let status = self.fire_status(TRIGGER_STATE, id)?;
         let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {

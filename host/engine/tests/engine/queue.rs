@@ -30,10 +30,7 @@ fn origin() -> impl Strategy<Value = Origin> {
 fn arrival(origin: Origin, n: usize) -> agentmesh_engine::Origin {
     match origin {
         Origin::Human => agentmesh_engine::Origin::User,
-        Origin::Webhook => agentmesh_engine::Origin::Webhook {
-            headers: json!({"x-github-delivery": format!("d-{n}")}),
-            auth_subject: None,
-        },
+        Origin::Webhook => agentmesh_engine::Origin::Webhook { auth_subject: None },
         Origin::Wakeup => agentmesh_engine::Origin::Wakeup {
             id: format!("wk_{n}"),
         },
