@@ -2,6 +2,7 @@
 //! then statistics and allow lists.
 
 use agentmesh_expr::{Activation, Needs};
+use agentmesh_model::allow_list::allow_value;
 use agentmesh_model::event::ToolCall;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
@@ -24,14 +25,6 @@ pub(crate) enum CallEnd {
     Fatal(String),
     /// A step said `lock_task`.
     Locked(String),
-}
-
-/// An allow-list value: strings as they are, anything else as JSON text.
-pub(crate) fn allow_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Runs one call. The record's statistics, counters and allow lists are updated; the caller

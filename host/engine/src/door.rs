@@ -13,13 +13,33 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentmesh_model::delivery::{Headers, delivery_id, safe_headers};
 use agentmesh_model::event::TriggerEnvelope;
-use agentmesh_routing::{Headers, delivery_id, safe_headers};
-use agentmesh_store::{Delivery, now_ms, now_rfc3339};
+use agentmesh_store::{Delivery, Store, now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::{Engine, EngineError, QueuedInput, Result, lock};
+
+/// Why a delivery was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// No tool `ns/name`, or it declares no webhook event.
+    #[error("no tool `{0}` with webhook events")]
+    UnknownTool(String),
+    /// No trigger source of this name in the host config.
+    #[error("no trigger source `{0}` in the host config")]
+    UnknownSource(String),
+    /// No event of the tool accepts the signature.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The body is not JSON.
+    #[error("the body is not JSON: {0}")]
+    NotJson(String),
+    /// The host failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
 
 /// How long delivery ids are remembered when the host config says nothing (30 days).
 pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -87,9 +107,14 @@ pub enum Run {
 
 /// What an accepted arrival became.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Accepted {
+pub enum Accepted {
     /// On disk in these tasks' queues (in the order given), at `queued_at` (epoch ms).
-    Queued { tasks: Vec<String>, queued_at: i64 },
+    Queued {
+        /// The tasks, one per input.
+        tasks: Vec<String>,
+        /// When (epoch ms).
+        queued_at: i64,
+    },
     /// A repeat of a delivery id seen within the dedupe window: nothing was queued.
     Duplicate,
 }
@@ -122,18 +147,18 @@ impl Drop for Serial<'_> {
 }
 
 /// An input for a task, as it arrived.
-pub(crate) struct Input {
+pub struct Input {
     /// The task's id.
-    pub(crate) task: String,
+    pub task: String,
     /// The TaskIO: `message` (content parts) and parameter values, normalized.
-    pub(crate) io: Value,
+    pub io: Value,
     /// Where it came from.
-    pub(crate) origin: Origin,
+    pub origin: Origin,
 }
 
 /// An arrival through the door, not yet accepted: while it lives, a repeat of its delivery id
 /// waits.
-pub(crate) struct Arrival<'a> {
+pub struct Arrival<'a> {
     fired_at: i64,
     /// A delivery's headers an agent may see, and when it was received (RFC 3339).
     delivered: Option<(Value, String)>,
@@ -141,9 +166,15 @@ pub(crate) struct Arrival<'a> {
     serial: Option<Serial<'a>>,
 }
 
+impl Default for Arrival<'_> {
+    fn default() -> Self {
+        Arrival::new()
+    }
+}
+
 impl Arrival<'_> {
     /// An arrival that is no delivery (never a repeat): a user's input, a tick, a wakeup.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Arrival {
             fired_at: now_ms(),
             delivered: None,
@@ -152,7 +183,7 @@ impl Arrival<'_> {
     }
 
     /// When it arrived (epoch ms).
-    pub(crate) fn fired_at(&self) -> i64 {
+    pub fn fired_at(&self) -> i64 {
         self.fired_at
     }
 
@@ -163,7 +194,7 @@ impl Arrival<'_> {
 
     /// The delivery's event `name` with `payload`, as routing, filters, middleware and
     /// `source.before` see it (`event`).
-    pub(crate) fn event(&self, name: &str, payload: &Value) -> Value {
+    pub fn event(&self, name: &str, payload: &Value) -> Value {
         let (headers, received_at) = match &self.delivered {
             Some((headers, received_at)) => (headers, received_at.as_str()),
             None => (&Value::Null, ""),
@@ -182,12 +213,7 @@ impl Arrival<'_> {
     /// the async workers); then, for [`Run::Background`], wakes each task's runner. With no
     /// input, only the delivery id is remembered (a delivery that created no task is still
     /// not taken twice).
-    pub(crate) async fn accept(
-        self,
-        engine: &Engine,
-        inputs: Vec<Input>,
-        run: Run,
-    ) -> Result<Accepted> {
+    pub async fn accept(self, engine: &Engine, inputs: Vec<Input>, run: Run) -> Result<Accepted> {
         let queued_at = now_ms();
         if inputs.is_empty() && self.serial.is_none() {
             return Ok(Accepted::Queued {
@@ -249,12 +275,13 @@ impl Arrival<'_> {
     }
 }
 
-impl Engine {
-    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
-    /// seen within the dedupe window. Otherwise, until the [`Arrival`] is accepted or
-    /// dropped, another delivery with the same id waits here (a delivery without one is
-    /// never a repeat).
-    pub(crate) async fn arrive(&self, headers: &Headers) -> Result<Option<Arrival<'_>>> {
+impl Door {
+    /// Opens the door for a webhook delivery with `headers` (see [`Engine::arrive`]).
+    pub(crate) async fn open<'d>(
+        &'d self,
+        store: &Store,
+        headers: &Headers,
+    ) -> Result<Option<Arrival<'d>>> {
         let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
         let Some(id) = delivery_id(headers) else {
             return Ok(Some(Arrival {
@@ -263,17 +290,16 @@ impl Engine {
                 serial: None,
             }));
         };
-        let door = &self.inner.door;
-        let gate = Arc::clone(lock(&door.arriving).entry(id.to_owned()).or_default());
+        let gate = Arc::clone(lock(&self.arriving).entry(id.to_owned()).or_default());
         let mut serial = Serial {
-            door,
+            door: self,
             id: id.to_owned(),
             lock: Arc::clone(&gate),
             guard: None,
         };
         serial.guard = Some(gate.lock_owned().await);
         // Seen: `serial` lets the next one in as it goes.
-        if self.store().seen_delivery(id)? {
+        if store.seen_delivery(id)? {
             return Ok(None);
         }
         Ok(Some(Arrival {

@@ -15,27 +15,32 @@
 //! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
 //!   event by them as it is logged (the published set is [`EngineOptions::secrets`]);
 //! - [`mount`]: the `file` mount backend;
+//! - `providers`: the LLM providers of the plan, made on first use;
+//! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
+//! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - [`triggers`]: trigger sources, cold-start triggers (webhook and API), their bounds and
 //!   status; `schedules`: schedules and the one scheduler; `wakeups`: the self-scheduling host
-//!   tools `request_wakeup` / `cancel_wakeup`.
-//!
+//!   tools `request_wakeup` / `cancel_wakeup`;
 //! - `door`: the one door every arrival enters by: dedupe, the trigger envelope, one durable
-//!   write of its queue entries, waking the runners ([`Origin`], [`Run`]).
+//!   write of its queue entries, waking the runners ([`Origin`], [`Run`], [`Arrival`]);
+//! - `admission`: whether a task takes a tool event routed to it (its filter component and
+//!   middleware), for `agentmesh-routing`;
+//! - [`watch`]: what other crates keep in step with the task records ([`Watcher`]: the
+//!   routing index).
 //!
 //! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably through the door
 //! ([`Engine::submit`]) and processed in `queued_at` order, never two turns of one task at
 //! once ([`Engine::run_until_idle`]). Operational errors go back to the LLM as call results;
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
 
+mod admission;
 mod call;
 mod condense;
-mod deliver;
 mod door;
 pub mod mount;
 pub mod plan;
 mod providers;
 mod records;
-mod routes;
 mod runtime;
 mod schedules;
 mod secrets;
@@ -46,6 +51,7 @@ pub mod triggers;
 mod turn;
 mod wakeups;
 mod wasm;
+pub mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -54,6 +60,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Bound, Needs};
+use agentmesh_model::delivery::Headers;
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
@@ -61,8 +68,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
-pub use deliver::{WebhookError, WebhookOutcome};
-pub use door::{DEFAULT_DEDUPE_WINDOW, Origin, Run};
+pub use door::{Accepted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, WebhookError};
 pub use plan::HostTool;
 pub use plan::Plan;
 pub use schedules::{ScheduleView, Scheduled};
@@ -70,8 +76,9 @@ pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, Wait
 pub use triggers::{FireError, SourceDelivery};
 pub use wakeups::WakeupRecord;
 pub use wasm::{async_runtime, check_components};
+pub use watch::Watcher;
 
-use plan::{AgentPlan, Target};
+use plan::{AgentPlan, EventPlan, Target, ToolPlan};
 use providers::Providers;
 use steps::Waiter;
 use task::{Crashed, Resume};
@@ -185,8 +192,8 @@ struct Inner {
     interrupts: Mutex<HashSet<String>>,
     /// Tasks with a runner (see [`Engine::kick`]); `true`: more input arrived while it ran.
     runners: Mutex<HashMap<String, bool>>,
-    /// Active subscriptions, indexed for routing.
-    routes: RwLock<routes::Routes>,
+    /// What is kept in step with the task records (see [`watch`]).
+    watchers: Mutex<Vec<Arc<dyn Watcher>>>,
     /// Reviews waiting for a decision, by review id.
     reviews: Mutex<HashMap<String, Waiter>>,
     http: reqwest::Client,
@@ -204,6 +211,8 @@ struct Inner {
     runtime: Bound,
     /// Whether [`Engine::recover`] recorded this host as running (cleared by a clean stop).
     marked_running: AtomicBool,
+    /// Whether [`Engine::recover`] has given the watchers every record.
+    recovered: AtomicBool,
 }
 
 /// The store's host-state namespace of the host's own marks.
@@ -244,7 +253,7 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 interrupts: Mutex::new(HashSet::new()),
                 runners: Mutex::new(HashMap::new()),
-                routes: RwLock::new(routes::Routes::default()),
+                watchers: Mutex::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
@@ -252,6 +261,7 @@ impl Engine {
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
                 marked_running: AtomicBool::new(false),
+                recovered: AtomicBool::new(false),
                 records: records::RecordCache::default(),
                 runtime,
             }),
@@ -317,7 +327,7 @@ impl Engine {
         // Models are made anew from the new plan: changed scripts, endpoints and keys apply
         // to the next LLM call (a call in flight finishes on the provider it has).
         self.inner.providers.clear();
-        self.rebuild_routes()?;
+        self.rebuild_watchers()?;
         self.register_triggers()?;
         self.arm_schedules(false)?;
         Ok(())
@@ -469,7 +479,7 @@ impl Engine {
             ));
         }
         self.save(&mut record, events)?;
-        self.sync_routes(&record);
+        self.tell_watchers(&record);
         // Its first turn starts from memory.
         let record = self.checkin(record);
         if let Some(io) = io {
@@ -499,7 +509,10 @@ impl Engine {
                 continue;
             };
             for (name, expr) in &cap.bindings {
-                let value = expr.evaluate(&act).ok().map(|v| call::allow_value(&v));
+                let value = expr
+                    .evaluate(&act)
+                    .ok()
+                    .map(|v| agentmesh_model::allow_list::allow_value(&v));
                 record.allow(&tool.id(), name, value);
                 record
                     .sealed
@@ -598,7 +611,7 @@ impl Engine {
             if triggered {
                 lock(&self.inner.triggered).remove(id);
             }
-            self.sync_routes(&record);
+            self.tell_watchers(&record);
             ran?;
             if record.crashed.take().is_some() {
                 self.save(&mut record, Vec::new())?;
@@ -684,7 +697,7 @@ impl Engine {
             ),
         ]);
         self.save(&mut record, events)?;
-        self.sync_routes(&record);
+        self.tell_watchers(&record);
         drop(_turn);
         if self.inner.store.queue_depth(id) > 0 {
             self.kick(id);
@@ -724,7 +737,7 @@ impl Engine {
             steps::status_event("terminated"),
         ]);
         self.save(&mut record, events)?;
-        self.sync_routes(&record);
+        self.tell_watchers(&record);
         self.delete_task_wakeups(id)?;
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
@@ -869,7 +882,8 @@ impl Engine {
             events.push(steps::status_event("idle"));
             self.save(&mut record, events)?;
         }
-        self.rebuild_routes()?;
+        self.rebuild_watchers()?;
+        self.inner.recovered.store(true, Ordering::Release);
         resumed.extend(self.inner.store.tasks_with_queued_input()?);
         if crashed {
             self.mark_crashed(in_flight.iter().chain(&resumed))?;
@@ -1036,62 +1050,89 @@ impl Engine {
         Ok(unanswered_calls(record.journal.view(), why))
     }
 
-    /// The routing state, for reading.
-    pub(crate) fn routes(&self) -> std::sync::RwLockReadGuard<'_, routes::Routes> {
-        self.inner
-            .routes
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Keeps `watcher` in step with the task records from now on: it is given every stored
+    /// record by [`Engine::recover`] (or now, when the engine has recovered already), after
+    /// each reload, and each record as it is saved. Register watchers before `recover`: a
+    /// record a resumed turn saves while a late watcher reads the store could reach it stale.
+    pub fn watch(&self, watcher: Arc<dyn Watcher>) -> Result<()> {
+        if self.inner.recovered.load(Ordering::Acquire) {
+            let records = self.stored_records()?;
+            watcher.rebuild(&self.plan(), &records);
+        }
+        lock(&self.inner.watchers).push(watcher);
+        Ok(())
     }
 
-    /// Brings the routing index in step with `record` (its subscriptions, allow lists and
-    /// deadlines).
-    pub(crate) fn sync_routes(&self, record: &TaskRecord) {
+    /// Tells the watchers of `record`, just saved.
+    pub(crate) fn tell_watchers(&self, record: &TaskRecord) {
+        let watchers = lock(&self.inner.watchers).clone();
+        if watchers.is_empty() {
+            return;
+        }
         let plan = self.plan();
-        self.inner
-            .routes
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .sync(&plan, record);
+        for w in watchers {
+            w.saved(&plan, record);
+        }
     }
 
-    /// Rebuilds the routing index from every task record (at start and after a reload).
-    pub fn rebuild_routes(&self) -> Result<usize> {
+    /// Gives the watchers every stored record (at start and after a reload).
+    fn rebuild_watchers(&self) -> Result<()> {
+        let watchers = lock(&self.inner.watchers).clone();
+        if watchers.is_empty() {
+            return Ok(());
+        }
         let plan = self.plan();
         let records = self.stored_records()?;
-        let routes = routes::Routes::build(&plan, &records);
-        let n = routes.len();
-        *self
-            .inner
-            .routes
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = routes;
-        Ok(n)
+        for w in watchers {
+            w.rebuild(&plan, &records);
+        }
+        Ok(())
     }
 
-    /// Removes the subscriptions that have expired by now (the tasks are otherwise
-    /// untouched), with an event in each task's log. Tasks in a turn are left for later.
-    /// Returns how many tasks lost subscriptions.
-    pub async fn expire_subscriptions(&self) -> Result<usize> {
+    /// Removes the subscriptions of `tasks` that have expired by now (the tasks are otherwise
+    /// untouched), with an event in each task's log. Tasks in a turn are left for later; a
+    /// task with nothing expired is left as it is. Returns how many tasks lost subscriptions.
+    pub async fn expire_subscriptions(&self, tasks: &[String]) -> Result<usize> {
         let now = now_ms();
         let mut n = 0;
-        let expired = self.routes().expired(now);
-        for id in expired {
-            let task_lock = self.task_lock(&id);
+        for id in tasks {
+            let task_lock = self.task_lock(id);
             let Ok(_turn) = task_lock.try_lock() else {
                 continue;
             };
-            let mut record = self.checkout(&id)?;
+            let mut record = self.checkout(id)?;
             if let Some(event) =
                 subscription::prune_expired(&mut record.subscriptions, record.last_activity_ms, now)
             {
                 self.save(&mut record, vec![event])?;
                 n += 1;
             }
-            self.sync_routes(&record);
+            self.tell_watchers(&record);
             self.checkin(record);
         }
         Ok(n)
+    }
+
+    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
+    /// seen within the dedupe window. Otherwise, until the [`Arrival`] is accepted or
+    /// dropped, another delivery with the same id waits here (a delivery without one is
+    /// never a repeat). See [`door`](crate#modules).
+    pub async fn arrive(&self, headers: &Headers) -> Result<Option<Arrival<'_>>> {
+        self.inner.door.open(&self.inner.store, headers).await
+    }
+
+    /// Whether task `task` takes tool event `event` of `tool` that routing matched to it
+    /// (`event_json`: the CEL variable `event`): its event filter component, then its
+    /// capability's middleware with `event` in scope. Returns the message to queue, or `None`
+    /// when the task does not take it. Changes nothing in the task.
+    pub async fn admit_event(
+        &self,
+        tool: &ToolPlan,
+        event: &EventPlan,
+        task: &str,
+        event_json: &Value,
+    ) -> Result<Option<String>> {
+        admission::admit(self, tool, event, task, event_json).await
     }
 
     fn task_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {

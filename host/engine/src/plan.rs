@@ -27,7 +27,6 @@ use agentmesh_manifest::model::script::Script;
 use agentmesh_manifest::model::tool::{Execute, HttpMethod, HttpRequest, Tool, WasmRuntime};
 use agentmesh_manifest::{Config, function_name, sanitize};
 use agentmesh_model::event::ToolSchema;
-use agentmesh_routing::Filter;
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
@@ -278,7 +277,7 @@ pub struct EventPlan {
     pub max_timeout: Option<Duration>,
     /// `receive.webhook.filter`, over `event` and `parameters` (allow-list sets); an event
     /// without one passes every event (`true`).
-    pub filter: Arc<Filter>,
+    pub filter: Arc<Expression>,
     /// `receive.webhook.secret`, rendered with `settings`.
     pub secret: Secret,
     /// `receive.webhook.filter_component`: an event-filter component.
@@ -647,9 +646,7 @@ fn tool_plan(
             message: template(&event.message)?,
             timeout: event.timeout.map(|d| d.0),
             max_timeout: event.max_timeout.map(|d| d.0),
-            filter: Arc::new(Filter::new(compile(
-                webhook.filter.as_deref().unwrap_or("true"),
-            )?)),
+            filter: Arc::new(compile(webhook.filter.as_deref().unwrap_or("true"))?),
             secret,
             filter_component: webhook.filter_component.as_ref().map(|c| base_dir.join(c)),
         });

@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
-use agentmesh_routing::Inbound;
+use agentmesh_model::delivery::Inbound;
 use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::deliver::WebhookError;
+use crate::door::WebhookError;
 use crate::door::{Accepted, Input, Origin, Run};
 use crate::plan::triggers::{DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan};
 use crate::{Engine, EngineError, NewTask, UserRef, lock, normalize_trigger_input};

@@ -463,7 +463,7 @@ async fn run_calls(
         engine.log(record, events)?;
         // The call may have grown an allow list, and it moved the subscriptions' deadlines:
         // events route by them now.
-        engine.sync_routes(record);
+        engine.tell_watchers(record);
     }
     Ok(None)
 }

@@ -126,6 +126,12 @@ impl Expression {
         &self.calls
     }
 
+    /// The parsed tree (macros expanded, `has(event)` read as `__h(event)`), for analyses
+    /// that read the expression's structure instead of parsing its source again.
+    pub fn tree(&self) -> &IdedExpr {
+        self.program.expression()
+    }
+
     pub(crate) fn program(&self) -> &Program {
         &self.program
     }

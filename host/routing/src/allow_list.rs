@@ -1,24 +1,9 @@
-//! Allow lists as routing reads them: the stored text form of a parameter value, the values
-//! a stored entry stands for, and the keys under which equal values meet in the index.
-
-use std::collections::{BTreeMap, BTreeSet};
+//! Allow lists as routing reads them: the values a stored entry (its text form is
+//! [`allow_value`]) stands for, and the keys under which equal values meet in the index.
 
 use serde_json::Value as Json;
 
-/// One tool's allow lists of a task: parameter name → the set of values the task may act on
-/// (CONTRACT §3, `allow_list` of a task object). Values are stored as text, see
-/// [`allow_value`].
-pub type AllowLists = BTreeMap<String, BTreeSet<String>>;
-
-/// The stored form of a parameter value: a JSON string as itself, anything else as its
-/// compact JSON text (`42`, `true`, `{"a":1}`). The engine stores action arguments and
-/// binding values this way when it grows or seals an allow list.
-pub fn allow_value(value: &Json) -> String {
-    match value {
-        Json::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
+pub use agentmesh_model::allow_list::{AllowLists, allow_value};
 
 /// A value a stored entry may stand for, with its [`value_key`].
 #[derive(Debug, Clone, PartialEq)]
@@ -118,13 +103,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn strings_are_stored_as_themselves_and_the_rest_as_json() {
-        assert_eq!(allow_value(&json!("alice")), "alice");
-        assert_eq!(allow_value(&json!(42)), "42");
-        assert_eq!(allow_value(&json!({"a": [1, true]})), r#"{"a":[1,true]}"#);
-    }
 
     #[test]
     fn json_text_reads_as_the_string_and_the_value() {

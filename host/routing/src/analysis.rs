@@ -1,14 +1,12 @@
 //! Reading a filter's syntax tree once: which allow-list sets it references and how, and which
 //! of its top-level conjuncts pin a parameter to a value computed from the event alone.
 //!
-//! The source is parsed again here with a parser that expands no macros: the compiled
-//! [`Expression`] keeps its tree to itself, and an unexpanded tree is closer to the text
-//! (`has(event)` stays a call, `list.exists(x, …)` stays a call whose `x` is a free name).
+//! It reads the tree the host compiled ([`Expression::tree`]), never the source again: macros
+//! are expanded there (`list.exists(x, …)` is a comprehension) and `has(event)` is `__h(event)`.
 //! Everything this module cannot read is treated conservatively: a use of `parameters` it
 //! cannot name references every set, and a conjunct it cannot render is not a pin.
 
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use agentmesh_expr::Expression;
 use cel::common::ast::operators;
@@ -78,26 +76,18 @@ impl Pin {
     }
 }
 
-/// Analyses `source`, the text of a filter that compiled.
-pub(crate) fn analyse(source: &str) -> Analysis {
-    let parser = cel::Env::default().parser();
-    // The source already went through the host's parser with the same guards; a panic here
-    // would be a parser bug, and costs only the optimisation.
-    let Ok(Ok(tree)) = catch_unwind(AssertUnwindSafe(|| parser.parse(source))) else {
-        return Analysis {
-            parameters: Parameters::All,
-            pins: Vec::new(),
-        };
-    };
+/// Analyses `expression`, a compiled filter.
+pub(crate) fn analyse(expression: &Expression) -> Analysis {
+    let tree = expression.tree();
     let mut refs = References::default();
-    refs.visit(&tree, false);
+    refs.visit(tree, false);
     let parameters = if refs.unnamed {
         Parameters::All
     } else {
         Parameters::Named(refs.named)
     };
     let mut conjuncts = Vec::new();
-    flatten_and(&tree, &mut conjuncts);
+    flatten_and(tree, &mut conjuncts);
     let pins = conjuncts
         .into_iter()
         .filter_map(|c| pin(c, &parameters))
@@ -306,6 +296,14 @@ fn render(expr: &IdedExpr, out: &mut String) -> Option<()> {
             out.push('.');
             out.push_str(&select.field);
         }
+        // `has(x.f)`, which the compiler expands into a testing selection.
+        Expr::Select(select) if is_identifier(&select.field) => {
+            out.push_str("has(");
+            render(&select.operand, out)?;
+            out.push('.');
+            out.push_str(&select.field);
+            out.push(')');
+        }
         Expr::Call(call) => render_call(call, out)?,
         Expr::List(list) if list.optional_indices.is_empty() => {
             out.push('[');
@@ -459,6 +457,10 @@ mod tests {
 
     fn named(pairs: &[(&str, Binding)]) -> Parameters {
         Parameters::Named(pairs.iter().map(|(n, b)| ((*n).to_owned(), *b)).collect())
+    }
+
+    fn analyse(source: &str) -> Analysis {
+        super::analyse(&Expression::compile(source).unwrap())
     }
 
     fn pins(source: &str) -> Vec<(String, String, bool)> {

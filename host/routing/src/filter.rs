@@ -8,6 +8,7 @@
 //! fail closed.
 
 use std::fmt;
+use std::sync::Arc;
 
 use agentmesh_expr::{Activation, CompileError, Expression};
 use serde_json::{Map, Value as Json};
@@ -53,14 +54,15 @@ impl fmt::Debug for Event {
 /// the sets it references and its [pins](Filter::pins).
 #[derive(Debug)]
 pub struct Filter {
-    expression: Expression,
+    expression: Arc<Expression>,
     analysis: Analysis,
 }
 
 impl Filter {
-    /// Analyses a compiled filter.
-    pub fn new(expression: Expression) -> Filter {
-        let analysis = analyse(expression.source());
+    /// Analyses a compiled filter (the plan's: filters are compiled once, with the rest of the
+    /// configuration).
+    pub fn new(expression: Arc<Expression>) -> Filter {
+        let analysis = analyse(&expression);
         Filter {
             expression,
             analysis,
@@ -69,7 +71,7 @@ impl Filter {
 
     /// Compiles and analyses `source`.
     pub fn compile(source: &str) -> Result<Filter, CompileError> {
-        Expression::compile(source).map(Filter::new)
+        Expression::compile(source).map(|e| Filter::new(Arc::new(e)))
     }
 
     /// The filter's expression.

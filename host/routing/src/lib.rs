@@ -1,20 +1,27 @@
-//! Inbound events for agentmesh: from a webhook request to the tasks it resumes.
+//! Inbound tool events for agentmesh: from a webhook delivery to the door of the tasks it
+//! resumes (CONTRACT §3, §5). The server does the HTTP and hands over an [`Inbound`] (raw
+//! body and [`Headers`]); the engine keeps the tasks and owns the door. In the order a
+//! delivery meets them:
 //!
-//! This crate is the pure logic of the webhook endpoints (CONTRACT §3, §5); the server does
-//! the HTTP and the engine keeps the tasks. In the order a request meets them:
-//!
-//! - [`signature`]: is the request from who it claims? GitHub's `X-Hub-Signature-256`,
-//!   Standard Webhooks and bearer tokens, checked on the raw body in constant time.
-//! - [`delivery`]: a delivery as it arrived ([`Inbound`]: raw body and [`Headers`], no HTTP
-//!   types), the delivery id that makes redelivery idempotent ([`delivery_id`]), and the
-//!   headers an agent may see ([`safe_headers`]).
-//! - [`filter`]: a tool event's `receive.filter` against one task's allow lists
-//!   ([`Filter::matches`]): `parameters.X` is the task's set for X, some choice of one value
-//!   per set must make the filter true, an empty set discards, errors fail closed.
+//! - `webhooks`: the pipeline, [`EventRouter::deliver_tool_webhook`]: the tool's events whose
+//!   signature the raw body passes ([`signature`], from `agentmesh-secrets`), the delivery id
+//!   at the engine's door (dedupe: [`Engine::arrive`](agentmesh_engine::Engine::arrive)),
+//!   routing, admission by each matched task
+//!   ([`Engine::admit_event`](agentmesh_engine::Engine::admit_event): filter component,
+//!   middleware, message), one durable write of the queue entries
+//!   ([`Arrival::accept`](agentmesh_engine::Arrival::accept));
+//! - `routes`: every active subscription of every task, kept in step with the task records
+//!   (an engine [`Watcher`](agentmesh_engine::Watcher)), with their deadlines;
 //! - [`index`]: the [`SubscriptionIndex`], which finds the subscriptions an event can match
 //!   from the values its filter pins (`event.payload.user.login == parameters.author`) instead
-//!   of evaluating every subscription's filter.
+//!   of evaluating every subscription's filter;
+//! - [`filter`]: a tool event's `receive.filter` against one task's allow lists
+//!   ([`Filter::matches`]): `parameters.X` is the task's set for X, some choice of one value
+//!   per set must make the filter true, an empty set discards, errors fail closed;
+//! - `analysis`: what a filter's compiled tree pins and which sets it reads, worked out once;
+//! - `allow_list`: the values a stored allow-list entry stands for, and their index keys.
 //!
+//! [`delivery`] (the delivery id, the headers an agent may see) is `agentmesh-model`'s.
 //! Allow lists are [`AllowLists`] (parameter → set of stored values, see [`allow_value`]).
 //! `benches/routing.rs` measures the index against a scan at 10k to 1M subscriptions.
 //!
@@ -44,16 +51,15 @@
 
 mod allow_list;
 mod analysis;
-pub mod delivery;
-mod error;
 pub mod filter;
 pub mod index;
-pub mod signature;
+mod routes;
+mod webhooks;
 
+pub use agentmesh_model::delivery::{self, Headers, Inbound, delivery_id, safe_headers};
+pub use agentmesh_secrets::signature;
 pub use allow_list::{AllowLists, allow_value};
 pub use analysis::Pin;
-pub use delivery::{Headers, Inbound, delivery_id, safe_headers};
-pub use error::{Error, Result};
 pub use filter::{Event, Filter, MAX_COMBINATIONS};
 pub use index::SubscriptionIndex;
-pub use signature::{BearerTokens, Scheme};
+pub use webhooks::{EventRouter, WebhookOutcome};

@@ -10,7 +10,10 @@
 //! - [`Secrets`]: one set, searched for every secret at once (Aho-Corasick);
 //! - [`SharedSecrets`]: the set in force, for output that outlives one configuration (the
 //!   log writer of a host that reloads);
-//! - [`Scrubbed`]: an [`std::io::Write`] that scrubs what passes through it.
+//! - [`Scrubbed`]: an [`std::io::Write`] that scrubs what passes through it;
+//! - [`signature`]: proofs that a request comes from a holder of a shared secret (GitHub's
+//!   `X-Hub-Signature-256`, Standard Webhooks), checked on the raw body in constant time;
+//! - [`tokens`]: bearer tokens ([`BearerTokens`]), kept only as digests.
 //!
 //! ```
 //! use agentmesh_secrets::Secrets;
@@ -19,6 +22,11 @@
 //! assert_eq!(secrets.scrub("nothing to hide"), "nothing to hide");
 //! # Ok::<(), agentmesh_secrets::Error>(())
 //! ```
+
+pub mod signature;
+pub mod tokens;
+
+pub use tokens::{BearerTokens, TokenError};
 
 use std::borrow::Cow;
 use std::io::Write;

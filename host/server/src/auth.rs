@@ -5,7 +5,7 @@
 
 use agentmesh_engine::Decider;
 use agentmesh_manifest::model::host::HostConfig;
-use agentmesh_routing::{BearerTokens, Error as RoutingError};
+use agentmesh_secrets::{BearerTokens, TokenError};
 use axum::http::HeaderMap;
 
 use crate::error::ApiError;
@@ -114,7 +114,7 @@ impl Auth {
             .map(|v| v.as_bytes());
         match self.tokens.find_authorization(authorization) {
             Ok(caller) => Ok(caller.clone()),
-            Err(RoutingError::UnknownToken) => {
+            Err(TokenError::Unknown) => {
                 Err(ApiError::unauthorized("the bearer token is not valid"))
             }
             Err(_) => Err(ApiError::unauthorized(

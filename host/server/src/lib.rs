@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use agentmesh_engine::Engine;
+use agentmesh_routing::EventRouter;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
@@ -55,6 +56,8 @@ pub use metrics::Metrics;
 /// What the handlers share.
 pub struct AppState {
     engine: Engine,
+    /// Inbound tool events, routed to the engine's tasks.
+    router: EventRouter,
     /// Who may call the task API (replaced when a reload changes `api_tokens`).
     auth: RwLock<Arc<Auth>>,
     /// Counters for `/metrics`.
@@ -92,8 +95,9 @@ pub struct Serving {
 }
 
 impl AppState {
-    /// State over `engine`; hooks the store's appends to the live event streams.
-    pub fn new(engine: Engine, serving: Serving) -> Self {
+    /// State over `router`'s engine; hooks the store's appends to the live event streams.
+    pub fn new(router: EventRouter, serving: Serving) -> Self {
+        let engine = router.engine().clone();
         let (appended, _) = broadcast::channel(1024);
         let sender = appended.clone();
         engine.store().set_append_hook(Box::new(move |task| {
@@ -103,6 +107,7 @@ impl AppState {
         let at_start = reload::StartOnly::of(&engine.plan().host);
         AppState {
             engine,
+            router,
             auth: RwLock::new(Arc::new(serving.auth)),
             metrics: Metrics::default(),
             appended,
@@ -135,6 +140,11 @@ impl AppState {
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The router of inbound tool events.
+    pub fn router(&self) -> &EventRouter {
+        &self.router
     }
 }
 

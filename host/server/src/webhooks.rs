@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use agentmesh_engine::{WebhookError, WebhookOutcome};
-use agentmesh_routing::{Headers, Inbound};
+use agentmesh_engine::WebhookError;
+use agentmesh_routing::{Headers, Inbound, WebhookOutcome};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -40,7 +40,7 @@ pub async fn tool(
         body: &body,
     };
     let outcome = state
-        .engine()
+        .router()
         .deliver_tool_webhook(&tool_id, delivery)
         .await;
     match outcome {

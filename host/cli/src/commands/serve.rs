@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions};
+use agentmesh_routing::EventRouter;
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_server::health::Probe;
 use agentmesh_server::reload::max_body_of;
@@ -83,12 +84,14 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             .load_components()
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // The routing index follows the task records from the first one `recover` reads.
+        let router = EventRouter::new(engine.clone())?;
         let resumed = engine.recover()?;
         // Schedules and wakeups are armed (what was missed while down fires now) before the
         // first request: a wakeup the API revokes is already known.
         engine.start_scheduler().await?;
         let state = Arc::new(AppState::new(
-            engine.clone(),
+            router.clone(),
             Serving {
                 auth: Auth::new(tokens),
                 config_dir: args.dir.clone(),
@@ -109,7 +112,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             Arc::clone(&state),
             RELOAD_POLL,
         ));
-        let sweeper = tokio::spawn(sweep(engine.clone()));
+        let sweeper = tokio::spawn(sweep(router));
         let scheduler = tokio::spawn(engine.clone().run_scheduler());
         agentmesh_server::serve(Arc::clone(&state), listener, limits, shutdown_signal()).await;
         watcher.abort();
@@ -124,12 +127,13 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
 }
 
 /// Expires subscriptions and forgets old delivery ids, every [`SWEEP_EVERY`].
-async fn sweep(engine: Engine) {
+async fn sweep(router: EventRouter) {
+    let engine = router.engine();
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     let mut rounds: u64 = 0;
     loop {
         tick.tick().await;
-        if let Err(e) = engine.expire_subscriptions().await {
+        if let Err(e) = router.expire_subscriptions().await {
             tracing::warn!("expiring subscriptions failed: {e}");
         }
         rounds += 1;

@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime};
 use agentmesh_expr::{Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
-use agentmesh_routing::{BearerTokens, Inbound, signature};
+use agentmesh_model::delivery::Inbound;
+use agentmesh_secrets::signature;
+use agentmesh_secrets::{BearerTokens, TokenError};
 use agentmesh_triggers::Timing;
 use serde_json::{Map, Value};
 
@@ -69,7 +71,7 @@ impl SourcePlan {
             }
             SourcePlan::Bearer(tokens) => match tokens.find(headers) {
                 Ok(subject) => Ok(Some(subject.clone())),
-                Err(agentmesh_routing::Error::UnknownToken) => Err(Unauthenticated(
+                Err(TokenError::Unknown) => Err(Unauthenticated(
                     "the bearer token is not valid for this source".to_owned(),
                 )),
                 Err(_) => Err(Unauthenticated(
@@ -286,7 +288,7 @@ pub(crate) fn schedule_plan(s: &Schedule, host: &HostConfig) -> Result<ScheduleP
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use agentmesh_routing::Headers;
+    use agentmesh_model::delivery::Headers;
 
     use super::*;
 

@@ -27,7 +27,7 @@ impl Headers {
     /// The first value of header `name` as text: `None` when absent, `Some(Err(()))` when it
     /// is not visible ASCII (HTTP's rule for a value read as text).
     pub fn text(&self, name: &str) -> Option<Result<&str, ()>> {
-        self.get(name).map(visible_ascii)
+        self.get(name).map(|v| visible_ascii(v).ok_or(()))
     }
 
     /// Whether header `name` (any case) was sent.
@@ -48,14 +48,14 @@ impl Headers {
 }
 
 /// A header value as text, if it is visible ASCII (tabs allowed), as HTTP reads one.
-pub(crate) fn visible_ascii(value: &[u8]) -> Result<&str, ()> {
+pub fn visible_ascii(value: &[u8]) -> Option<&str> {
     if value
         .iter()
         .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
     {
-        std::str::from_utf8(value).map_err(|_| ())
+        std::str::from_utf8(value).ok()
     } else {
-        Err(())
+        None
     }
 }
 

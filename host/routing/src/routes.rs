@@ -1,14 +1,17 @@
 //! The routing state: every active subscription of every task in the subscription index,
 //! with each task's allow lists and subscription deadlines, kept in step with the task
-//! records (rebuilt from them at start and on reload).
+//! records by the engine ([`Watcher`]: rebuilt from them at start and on reload, updated as
+//! each is saved). Filters are the plan's compiled expressions, analysed once per plan.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentmesh_routing::{AllowLists, Event, SubscriptionIndex};
+use std::sync::RwLock;
 
-use crate::plan::Plan;
-use crate::task::TaskRecord;
+use agentmesh_engine::plan::{EventPlan, Plan};
+use agentmesh_engine::{TaskRecord, Watcher};
+
+use crate::{AllowLists, Event, Filter, SubscriptionIndex};
 
 /// A subscription: task, tool, event.
 type SubId = (Arc<str>, Arc<str>, Arc<str>);
@@ -26,21 +29,44 @@ struct TaskRoutes {
 pub(crate) struct Routes {
     index: SubscriptionIndex<SubId>,
     tasks: HashMap<Arc<str>, TaskRoutes>,
+    /// The analysed filter of each (tool, event), for the plan whose expression it holds.
+    filters: HashMap<(Arc<str>, Arc<str>), Arc<Filter>>,
 }
 
-impl Routes {
-    /// Every active subscription of `records`.
-    pub(crate) fn build<'a>(
-        plan: &Plan,
-        records: impl IntoIterator<Item = &'a TaskRecord>,
-    ) -> Routes {
+/// The routing state, shared by the engine (which keeps it in step) and the router.
+#[derive(Default)]
+pub(crate) struct SharedRoutes(pub(crate) RwLock<Routes>);
+
+impl SharedRoutes {
+    /// The routing state, for reading.
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, Routes> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Routes> {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Watcher for SharedRoutes {
+    fn rebuild(&self, plan: &Plan, records: &[TaskRecord]) {
         let mut routes = Routes::default();
         for record in records {
             routes.sync(plan, record);
         }
-        routes
+        *self.write() = routes;
     }
 
+    fn saved(&self, plan: &Plan, record: &TaskRecord) {
+        self.write().sync(plan, record);
+    }
+}
+
+impl Routes {
     /// Brings task `record`'s entries in step with it: its active subscriptions with its
     /// current allow lists and deadlines (none while interrupted or terminated).
     pub(crate) fn sync(&mut self, plan: &Plan, record: &TaskRecord) {
@@ -62,13 +88,14 @@ impl Routes {
             };
             let tool: Arc<str> = Arc::from(sub.tool.as_str());
             let name: Arc<str> = Arc::from(sub.event.as_str());
+            let filter = self.filter(&tool, &name, event);
             let empty = AllowLists::new();
             let lists = record.allow_lists.get(&sub.tool).unwrap_or(&empty);
             self.index.insert(
                 (Arc::clone(&task), Arc::clone(&tool), Arc::clone(&name)),
                 &sub.tool,
                 &sub.event,
-                &event.filter,
+                &filter,
                 lists,
             );
             deadlines.insert((tool, name), sub.expires_at(record.last_activity_ms));
@@ -80,6 +107,20 @@ impl Routes {
                 deadlines,
             },
         );
+    }
+
+    /// The analysed filter of `event` (of `tool`, named `name`): analysed once for the
+    /// expression the plan compiled, again only when a reload compiled a new one.
+    fn filter(&mut self, tool: &Arc<str>, name: &Arc<str>, event: &EventPlan) -> Arc<Filter> {
+        let key = (Arc::clone(tool), Arc::clone(name));
+        match self.filters.get(&key) {
+            Some(f) if std::ptr::eq(f.expression(), &*event.filter) => Arc::clone(f),
+            _ => {
+                let f = Arc::new(Filter::new(Arc::clone(&event.filter)));
+                self.filters.insert(key, Arc::clone(&f));
+                f
+            }
+        }
     }
 
     /// Removes every entry of task `id`.
@@ -133,10 +174,5 @@ impl Routes {
             })
             .map(|(id, _)| id.to_string())
             .collect()
-    }
-
-    /// The number of indexed subscriptions.
-    pub(crate) fn len(&self) -> usize {
-        self.index.len()
     }
 }

@@ -1,6 +1,6 @@
 //! Proving where an inbound request came from (CONTRACT §5, "Signatures"): GitHub's
-//! `X-Hub-Signature-256`, [Standard Webhooks](https://www.standardwebhooks.com/) and bearer
-//! tokens.
+//! `X-Hub-Signature-256` and [Standard Webhooks](https://www.standardwebhooks.com/) (bearer
+//! tokens are [`crate::tokens`]).
 //!
 //! Signatures are checked on the raw body, before it is parsed, and every comparison that
 //! involves secret material runs in constant time. Headers are [`Headers`] (built by whoever
@@ -15,25 +15,51 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::delivery::{Headers, visible_ascii};
+use agentmesh_model::delivery::Headers;
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
-use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
-use crate::{Error, Result};
+/// Why an inbound request did not prove where it came from. Every variant except
+/// [`Error::InvalidSecret`] is the sender's fault (the server answers 401);
+/// [`Error::InvalidSecret`] is a configuration error of this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A header the scheme needs is absent.
+    #[error("missing {0} header")]
+    MissingHeader(&'static str),
+    /// A header is present but not in the scheme's format.
+    #[error("malformed {header} header: {reason}")]
+    MalformedHeader {
+        /// The header, as the scheme's documentation spells it.
+        header: &'static str,
+        /// What is wrong with its value.
+        reason: &'static str,
+    },
+    /// The signature was computed with another secret, or over another body.
+    #[error("signature does not match")]
+    SignatureMismatch,
+    /// A Standard Webhooks timestamp too far from now: a replay, or a badly wrong clock.
+    #[error("timestamp outside the ±5 minute window")]
+    TimestampOutsideWindow,
+    /// The configured Standard Webhooks secret is not `whsec_<base64>` (or bare base64).
+    #[error("the Standard Webhooks secret is not base64 (expected `whsec_<base64 key>`)")]
+    InvalidSecret,
+}
+
+/// The module's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// GitHub's signature header: `sha256=<hex HMAC-SHA256 of the body>`.
 pub const GITHUB_SIGNATURE: &str = "X-Hub-Signature-256";
-/// The Standard Webhooks message id (also the delivery id, see [`crate::delivery_id`]).
+/// The Standard Webhooks message id (also the delivery id, see [`agentmesh_model::delivery::delivery_id`]).
 pub const WEBHOOK_ID: &str = "webhook-id";
 /// The Standard Webhooks send time, in Unix seconds.
 pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
 /// The Standard Webhooks signatures: space-separated `v1,<base64 HMAC-SHA256>` entries.
 pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
-/// The header a bearer token comes in.
-pub const AUTHORIZATION: &str = "Authorization";
 
 /// How far a Standard Webhooks timestamp may be from now, in seconds. A captured request
 /// replayed later than this is refused even though its signature is valid; the delivery-id
@@ -181,99 +207,6 @@ pub fn sign_standard_webhooks(
         &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
     );
     Ok(format!("v1,{}", BASE64.encode(mac)))
-}
-
-/// Bearer tokens, kept only as SHA-256 digests, each with what it stands for (a subject, a
-/// caller with a role, …).
-#[derive(Clone)]
-pub struct BearerTokens<T> {
-    entries: Vec<(T, [u8; 32])>,
-}
-
-impl<T> Default for BearerTokens<T> {
-    fn default() -> Self {
-        BearerTokens {
-            entries: Vec::new(),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for BearerTokens<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BearerTokens({} tokens)", self.entries.len())
-    }
-}
-
-impl<T> BearerTokens<T> {
-    /// Digests `tokens` (`(what it stands for, token)` pairs); the tokens are not kept.
-    pub fn new<S: AsRef<str>>(tokens: impl IntoIterator<Item = (T, S)>) -> Self {
-        BearerTokens {
-            entries: tokens
-                .into_iter()
-                .map(|(value, token)| (value, Sha256::digest(token.as_ref().as_bytes()).into()))
-                .collect(),
-        }
-    }
-
-    /// Whether there are no tokens.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// What the token in `Authorization: Bearer <token>` stands for. Every entry is compared,
-    /// in constant time over the digests, so neither which entry matched nor how long a token
-    /// is leaks through timing.
-    pub fn find(&self, headers: &Headers) -> Result<&T> {
-        self.find_authorization(headers.get(AUTHORIZATION))
-    }
-
-    /// [`BearerTokens::find`] given the `Authorization` header's value (`None`: not sent).
-    pub fn find_authorization(&self, authorization: Option<&[u8]>) -> Result<&T> {
-        let value = visible_ascii(authorization.ok_or(Error::MissingHeader(AUTHORIZATION))?)
-            .map_err(|()| Error::MalformedHeader {
-                header: AUTHORIZATION,
-                reason: "not visible ASCII",
-            })?;
-        let presented = value
-            .split_once(' ')
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|token| !token.is_empty())
-            .ok_or(Error::MalformedHeader {
-                header: AUTHORIZATION,
-                reason: "expected `Bearer <token>`",
-            })?;
-        let presented = Sha256::digest(presented.as_bytes());
-        let mut found = Choice::from(0);
-        let mut index = 0u64;
-        for (i, (_, digest)) in self.entries.iter().enumerate() {
-            let hit = digest.as_slice().ct_eq(presented.as_slice());
-            index.conditional_assign(&(i as u64), hit);
-            found |= hit;
-        }
-        if !bool::from(found) {
-            return Err(Error::UnknownToken);
-        }
-        self.entries
-            .get(index as usize)
-            .map(|(value, _)| value)
-            .ok_or(Error::UnknownToken)
-    }
-}
-
-/// The subject of the bearer token in `Authorization: Bearer <token>`, looked up in
-/// `tokens` (`(subject, token)` pairs), as [`BearerTokens::find`] does.
-pub fn bearer_subject<'a, S: AsRef<str>>(
-    tokens: &'a [(S, S)],
-    headers: &Headers,
-) -> Result<&'a str> {
-    BearerTokens::new(
-        tokens
-            .iter()
-            .map(|(subject, token)| (subject.as_ref(), token)),
-    )
-    .find(headers)
-    .copied()
 }
 
 /// The key of a Standard Webhooks secret: `whsec_` (optional) then base64.
@@ -541,38 +474,6 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "missing X-Hub-Signature-256 or webhook-signature header"
-        );
-    }
-
-    #[test]
-    fn bearer_token_names_its_subject() {
-        let tokens = [("ci", "tok-ci"), ("ops", "tok-ops-longer")];
-        let auth = |value: &str| headers(&[("authorization", value)]);
-        assert_eq!(
-            bearer_subject(&tokens, &auth("Bearer tok-ops-longer")),
-            Ok("ops")
-        );
-        assert_eq!(bearer_subject(&tokens, &auth("bearer tok-ci")), Ok("ci"));
-        assert_eq!(
-            bearer_subject(&tokens, &auth("Bearer tok-c")),
-            Err(Error::UnknownToken)
-        );
-        assert!(matches!(
-            bearer_subject(&tokens, &auth("Basic dG9rLWNp")),
-            Err(Error::MalformedHeader { .. })
-        ));
-        assert!(matches!(
-            bearer_subject(&tokens, &auth("Bearer ")),
-            Err(Error::MalformedHeader { .. })
-        ));
-        assert_eq!(
-            bearer_subject(&tokens, &Headers::default()),
-            Err(Error::MissingHeader("Authorization"))
-        );
-        let none: [(String, String); 0] = [];
-        assert_eq!(
-            bearer_subject(&none, &auth("Bearer tok-ci")),
-            Err(Error::UnknownToken)
         );
     }
 }

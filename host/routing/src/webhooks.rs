@@ -1,0 +1,166 @@
+//! Tool events arriving by webhook (CONTRACT §3, §5), from the delivery to the door: the
+//! signature of each event on the raw bytes, the delivery id at the door (dedupe), routing
+//! through the subscription index, admission by each matched task (the engine's
+//! [`Engine::admit_event`]: filter component, middleware, message), and one durable queue
+//! entry per admitted task with the trigger envelope ([`Arrival::accept`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan};
+use agentmesh_engine::{Accepted, Engine, EngineError, Input, Origin, Run, WebhookError};
+use agentmesh_model::event::ContentPart;
+use agentmesh_store::now_ms;
+use serde_json::{Value, json};
+
+use crate::routes::SharedRoutes;
+use crate::{Event, Headers, Inbound, delivery_id, signature};
+
+/// What became of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    /// Queued (durably) on these tasks.
+    Accepted(Vec<String>),
+    /// A repeat of a delivery id seen within the dedupe window: nothing was queued.
+    Duplicate,
+    /// No subscription matched; nothing was stored.
+    Unmatched,
+}
+
+/// Inbound tool events for one engine: the routing index, kept in step with the engine's
+/// task records, and the pipeline from a delivery to the door.
+#[derive(Clone)]
+pub struct EventRouter {
+    engine: Engine,
+    routes: Arc<SharedRoutes>,
+}
+
+impl EventRouter {
+    /// A router for `engine`, its index kept in step with the engine's task records from now
+    /// on (see [`Engine::watch`]: create it before [`Engine::recover`]).
+    pub fn new(engine: Engine) -> Result<EventRouter, EngineError> {
+        let routes = Arc::new(SharedRoutes::default());
+        engine.watch(Arc::clone(&routes) as Arc<dyn agentmesh_engine::Watcher>)?;
+        Ok(EventRouter { engine, routes })
+    }
+
+    /// The engine it routes to.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Delivers a webhook for tool `tool_id` (`namespace/name`): see the module docs. A 2xx
+    /// may be answered once this returns `Ok`: what was queued is on disk.
+    pub async fn deliver_tool_webhook(
+        &self,
+        tool_id: &str,
+        delivery: Inbound<'_>,
+    ) -> Result<WebhookOutcome, WebhookError> {
+        let Inbound { headers, body } = delivery;
+        let plan = self.engine.plan();
+        let tool = plan
+            .tools
+            .get(tool_id)
+            .filter(|t| !t.events.is_empty())
+            .ok_or_else(|| WebhookError::UnknownTool(tool_id.to_owned()))?;
+        let events = verified_events(tool, headers, body)?;
+        let payload: Value =
+            serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
+        let Some(arrival) = self.engine.arrive(headers).await? else {
+            return Ok(WebhookOutcome::Duplicate);
+        };
+        let fired_at = arrival.fired_at();
+        let mut inputs: Vec<Input> = Vec::new();
+        for event in events {
+            let event_json = arrival.event(&event.name, &payload);
+            let routed = Event::new(event_json.clone());
+            let tasks = self
+                .routes
+                .read()
+                .route(&tool.id(), &event.name, &routed, fired_at);
+            for task in tasks {
+                let admitted = self
+                    .engine
+                    .admit_event(tool, event, &task, &event_json)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(task.id = %task, tool.name = %tool.id(), "event dropped: {e}");
+                        None
+                    });
+                let Some(text) = admitted else {
+                    continue;
+                };
+                inputs.push(Input {
+                    task,
+                    io: json!({"message": [ContentPart::text(text)]}),
+                    origin: Origin::Webhook { auth_subject: None },
+                });
+            }
+        }
+        if inputs.is_empty() {
+            tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers), "webhook matched no subscription");
+            return Ok(WebhookOutcome::Unmatched);
+        }
+        match arrival
+            .accept(&self.engine, inputs, Run::Background)
+            .await?
+        {
+            Accepted::Duplicate => Ok(WebhookOutcome::Duplicate),
+            Accepted::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
+        }
+    }
+
+    /// Removes the subscriptions that have expired by now (see
+    /// [`Engine::expire_subscriptions`]). Returns how many tasks lost subscriptions.
+    pub async fn expire_subscriptions(&self) -> Result<usize, EngineError> {
+        let expired = self.routes.read().expired(now_ms());
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        self.engine.expire_subscriptions(&expired).await
+    }
+}
+
+/// The events of `tool` whose signature check `body` passes; when none does, the first
+/// failure says why.
+fn verified_events<'t>(
+    tool: &'t ToolPlan,
+    headers: &Headers,
+    body: &[u8],
+) -> Result<Vec<&'t EventPlan>, WebhookError> {
+    let now = SystemTime::now();
+    let mut passed = Vec::new();
+    let mut first_error = None;
+    // Several events often share one secret: check each distinct secret once.
+    let mut checked: HashMap<&str, bool> = HashMap::new();
+    for event in &tool.events {
+        let ok = match &event.secret {
+            Secret::None => true,
+            Secret::Key(key) => *checked.entry(key.as_str()).or_insert_with(|| {
+                match signature::verify(key, headers, body, now) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        first_error.get_or_insert_with(|| e.to_string());
+                        false
+                    }
+                }
+            }),
+            Secret::Unavailable(why) => {
+                first_error.get_or_insert_with(|| {
+                    format!("event `{}` cannot verify signatures: {why}", event.name)
+                });
+                false
+            }
+        };
+        if ok {
+            passed.push(event);
+        }
+    }
+    if passed.is_empty() {
+        return Err(WebhookError::Unauthorized(
+            first_error.unwrap_or_else(|| "no event accepts this delivery".into()),
+        ));
+    }
+    Ok(passed)
+}
