@@ -598,7 +598,7 @@ fn self_schedule_past_its_ttl_fires_once_more_and_disappears() {
 #[test]
 fn schedules_and_pending_wakeups_survive_sigkill_and_fire_once_after_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let at = agentmesh_triggers::clock::rfc3339(agentmesh_triggers::clock::now_ms() + 6_000);
+    let at = agentmesh_timing::clock::rfc3339(agentmesh_timing::clock::now_ms() + 6_000);
     config(
         dir.path(),
         "",

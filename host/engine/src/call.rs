@@ -45,12 +45,10 @@ pub(crate) async fn run(
     };
     if let Some(tool) = function.host {
         engine.write_ahead(record)?;
-        return Ok(
-            match crate::wakeups::call(engine, record, tool, &call.arguments) {
-                Ok(v) => CallEnd::Observation(v),
-                Err(message) => CallEnd::Error(message),
-            },
-        );
+        return Ok(match engine.host_tool(record, tool, &call.arguments) {
+            Ok(v) => CallEnd::Observation(v),
+            Err(message) => CallEnd::Error(message),
+        });
     }
     let cap = &agent.capabilities[function.capability];
     let args = match &call.arguments {

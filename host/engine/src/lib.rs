@@ -18,15 +18,13 @@
 //! - `providers`: the LLM providers of the plan, made on first use;
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
-//! - [`triggers`]: trigger sources, cold-start triggers (webhook and API), their bounds and
-//!   status; `schedules`: schedules and the one scheduler; `wakeups`: the self-scheduling host
-//!   tools `request_wakeup` / `cancel_wakeup`;
 //! - `door`: the one door every arrival enters by: dedupe, the trigger envelope, one durable
 //!   write of its queue entries, waking the runners ([`Origin`], [`Run`], [`Arrival`]);
 //! - `admission`: whether a task takes a tool event routed to it (its filter component and
 //!   middleware), for `agentmesh-routing`;
-//! - [`watch`]: what other crates keep in step with the task records ([`Watcher`]: the
-//!   routing index).
+//! - [`watch`]: what other crates keep in step with the engine ([`Watcher`]: the routing
+//!   index, the scheduler) and the host tools another crate runs ([`HostTools`]: the wakeup
+//!   tools of `agentmesh-triggers`).
 //!
 //! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably through the door
 //! ([`Engine::submit`]) and processed in `queued_at` order, never two turns of one task at
@@ -42,14 +40,11 @@ pub mod plan;
 mod providers;
 mod records;
 mod runtime;
-mod schedules;
 mod secrets;
 mod steps;
 pub mod subscription;
 pub mod task;
-pub mod triggers;
 mod turn;
-mod wakeups;
 mod wasm;
 pub mod watch;
 
@@ -71,12 +66,9 @@ pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use door::{Accepted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, WebhookError};
 pub use plan::HostTool;
 pub use plan::Plan;
-pub use schedules::{ScheduleView, Scheduled};
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
-pub use triggers::{FireError, SourceDelivery};
-pub use wakeups::WakeupRecord;
 pub use wasm::{async_runtime, check_components};
-pub use watch::Watcher;
+pub use watch::{HostTools, Watcher};
 
 use plan::{AgentPlan, EventPlan, Target, ToolPlan};
 use providers::Providers;
@@ -199,8 +191,8 @@ struct Inner {
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
-    /// Firing triggers, schedules and wakeups: the timer, throttles, quota.
-    firing: triggers::Firing,
+    /// The host tools another crate runs (see [`watch`]).
+    host_tools: RwLock<Option<Arc<dyn HostTools>>>,
     /// The locks of delivery ids, for arrivals (see [`door`]).
     door: door::Door,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
@@ -257,7 +249,7 @@ impl Engine {
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
-                firing: triggers::Firing::default(),
+                host_tools: RwLock::new(None),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
                 marked_running: AtomicBool::new(false),
@@ -328,8 +320,9 @@ impl Engine {
         // to the next LLM call (a call in flight finishes on the provider it has).
         self.inner.providers.clear();
         self.rebuild_watchers()?;
-        self.register_triggers()?;
-        self.arm_schedules(false)?;
+        for w in lock(&self.inner.watchers).clone() {
+            w.reloaded(self)?;
+        }
         Ok(())
     }
 
@@ -384,13 +377,14 @@ impl Engine {
 
     /// Makes every write so far durable. The fsync (and, while another caller's runs, the wait
     /// for it) holds up no async worker.
-    pub(crate) fn flush(&self) -> std::result::Result<(), StoreError> {
+    pub fn flush(&self) -> std::result::Result<(), StoreError> {
         let mut flushed = Ok(());
         off_the_workers(&mut || flushed = self.inner.store.flush());
         flushed
     }
 
-    fn agent(&self, id: &str) -> Result<Arc<AgentPlan>> {
+    /// The plan of agent `id` (`namespace/name`) in force.
+    pub fn agent(&self, id: &str) -> Result<Arc<AgentPlan>> {
         self.plan()
             .agents
             .get(id)
@@ -738,7 +732,9 @@ impl Engine {
         ]);
         self.save(&mut record, events)?;
         self.tell_watchers(&record);
-        self.delete_task_wakeups(id)?;
+        for w in lock(&self.inner.watchers).clone() {
+            w.deleted(self, id)?;
+        }
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
         }
@@ -1063,6 +1059,37 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs `tool` with the crate that provides it ([`Engine::provide_host_tools`]).
+    pub fn provide_host_tools(&self, tools: Arc<dyn HostTools>) {
+        *self
+            .inner
+            .host_tools
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tools);
+    }
+
+    /// Runs host tool `tool` for task `record`: its result, or the error the LLM is told.
+    pub(crate) fn host_tool(
+        &self,
+        record: &TaskRecord,
+        tool: HostTool,
+        args: &Value,
+    ) -> std::result::Result<Value, String> {
+        let tools = self
+            .inner
+            .host_tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match tools {
+            Some(tools) => tools.call(self, record, tool, args),
+            None => Err(format!(
+                "`{}` is not available: this host runs no scheduler",
+                tool.name()
+            )),
+        }
+    }
+
     /// Tells the watchers of `record`, just saved.
     pub(crate) fn tell_watchers(&self, record: &TaskRecord) {
         let watchers = lock(&self.inner.watchers).clone();
@@ -1277,7 +1304,7 @@ pub fn normalize_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
 
 /// [`normalize_input`] for a trigger's input, which may have no `message` (trigger.md: a
 /// trigger without one creates its task with no initial message).
-pub(crate) fn normalize_trigger_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
+pub fn normalize_trigger_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
     checked_input(agent, input, false)
 }
 

@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use agentmesh_engine::Engine;
 use agentmesh_routing::EventRouter;
+use agentmesh_triggers::Triggers;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
@@ -58,6 +59,8 @@ pub struct AppState {
     engine: Engine,
     /// Inbound tool events, routed to the engine's tasks.
     router: EventRouter,
+    /// Trigger sources, API fires, schedules and wakeups.
+    triggers: Triggers,
     /// Who may call the task API (replaced when a reload changes `api_tokens`).
     auth: RwLock<Arc<Auth>>,
     /// Counters for `/metrics`.
@@ -95,8 +98,9 @@ pub struct Serving {
 }
 
 impl AppState {
-    /// State over `router`'s engine; hooks the store's appends to the live event streams.
-    pub fn new(router: EventRouter, serving: Serving) -> Self {
+    /// State over `router`'s engine (which `triggers` fires into too); hooks the store's
+    /// appends to the live event streams.
+    pub fn new(router: EventRouter, triggers: Triggers, serving: Serving) -> Self {
         let engine = router.engine().clone();
         let (appended, _) = broadcast::channel(1024);
         let sender = appended.clone();
@@ -108,6 +112,7 @@ impl AppState {
         AppState {
             engine,
             router,
+            triggers,
             auth: RwLock::new(Arc::new(serving.auth)),
             metrics: Metrics::default(),
             appended,
@@ -145,6 +150,11 @@ impl AppState {
     /// The router of inbound tool events.
     pub fn router(&self) -> &EventRouter {
         &self.router
+    }
+
+    /// Trigger sources, API fires, schedules and wakeups.
+    pub fn triggers(&self) -> &Triggers {
+        &self.triggers
     }
 }
 

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use agentmesh_engine::task::rfc3339 as task_time;
-use agentmesh_engine::triggers::{FireStatus, TriggerView};
-use agentmesh_engine::{ScheduleView, TaskRecord, WaitingReview, WakeupRecord};
-use agentmesh_triggers::clock::rfc3339;
+use agentmesh_engine::{TaskRecord, WaitingReview};
+use agentmesh_timing::clock::rfc3339;
+use agentmesh_triggers::{FireStatus, ScheduleView, TriggerView, WakeupRecord};
 use serde_json::{Value, json};
 
 /// The task object, with the number of inputs waiting in its queue.
@@ -123,7 +123,7 @@ fn fire_status(status: &FireStatus, ttl: Option<Duration>) -> Value {
     });
     if let Value::Object(m) = &mut v {
         if let Some(ttl) = ttl {
-            let expires = agentmesh_triggers::ttl::expires_at(status.created_ms, ttl);
+            let expires = agentmesh_timing::ttl::expires_at(status.created_ms, ttl);
             m.insert("expires_at".into(), json!(rfc3339(expires)));
         }
         if status.expired {

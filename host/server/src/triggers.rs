@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use agentmesh_engine::{FireError, SourceDelivery};
 use agentmesh_routing::Inbound;
+use agentmesh_triggers::{FireError, SourceDelivery};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -46,7 +46,7 @@ pub async fn source(
         body: &body,
     };
     match state
-        .engine()
+        .triggers()
         .deliver_source_webhook(&source, delivery)
         .await
     {
@@ -89,7 +89,7 @@ pub async fn fire(
         headers: &headers,
         body: &body,
     };
-    match state.engine().fire_trigger(&id, delivery).await {
+    match state.triggers().fire_trigger(&id, delivery).await {
         Ok(task_id) => {
             Metrics::inc(&metrics.trigger_fires);
             Ok((StatusCode::ACCEPTED, Json(json!({"task_id": task_id}))).into_response())
@@ -128,7 +128,7 @@ pub async fn list(
     let caller = state.auth().caller(&headers)?;
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
     let triggers: Vec<Value> = state
-        .engine()
+        .triggers()
         .triggers(owner)?
         .iter()
         .map(resources::trigger)
@@ -144,7 +144,7 @@ pub async fn get(
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth().caller(&headers)?;
     let id = format!("{namespace}/{name}");
-    let trigger = state.engine().trigger(&id)?;
+    let trigger = state.triggers().trigger(&id)?;
     if !caller.may_see(&trigger.plan.owner) {
         return Err(ApiError::not_found(format!("not found: trigger `{id}`")));
     }
@@ -165,15 +165,15 @@ pub async fn schedules(
     ApiQuery(q): ApiQuery<SchedulesQuery>,
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth().caller(&headers)?;
-    let engine = state.engine();
+    let triggers = state.triggers();
     if let Some(task) = &q.task {
-        let record = engine.task(task)?;
+        let record = triggers.engine().task(task)?;
         if !caller.may_see(&record.user.id) {
             return Err(ApiError::not_found(format!("not found: task `{task}`")));
         }
     }
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
-    let scheduled = engine.schedules(q.task.as_deref(), owner)?;
+    let scheduled = triggers.schedules(q.task.as_deref(), owner)?;
     let schedules: Vec<Value> = scheduled
         .schedules
         .iter()
@@ -191,11 +191,11 @@ pub async fn revoke(
 ) -> ApiResult<StatusCode> {
     let caller = state.auth().caller(&headers)?;
     caller.require_write()?;
-    let engine = state.engine();
-    let owner = engine.schedule_owner(&id)?;
+    let triggers = state.triggers();
+    let owner = triggers.schedule_owner(&id)?;
     if !caller.may_see(&owner) {
         return Err(ApiError::not_found(format!("not found: schedule `{id}`")));
     }
-    engine.revoke_schedule(&id)?;
+    triggers.revoke_schedule(&id)?;
     Ok(StatusCode::NO_CONTENT)
 }

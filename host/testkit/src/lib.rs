@@ -6,6 +6,7 @@
 //! - [`client`]: HTTP/1.1 clients of that server over loopback: one request per connection
 //!   ([`client::Request`], what tests use) and a keep-alive [`client::Connection`] (what load
 //!   generators use).
+//! - [`engine`]: an engine in-process over a config dir (for the crates that drive one).
 //! - [`fixtures`]: config dirs in temp dirs, and the manifests several tests and benches write.
 //! - [`serve`]: a small HTTP/1.1 server on loopback standing in for a remote service (a REST
 //!   API a tool calls, an LLM endpoint), which records what it receives.
@@ -29,6 +30,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod client;
+pub mod engine;
 pub mod fixtures;
 mod remote;
 pub mod server;

@@ -1,61 +1,128 @@
-//! Timing for agentmesh triggers and schedules: when a schedule fires, the timer that waits for
-//! thousands of them at once, and the bounds every trigger carries. Pure logic — no HTTP, no
-//! store, no engine; the host reads schedules from the manifests and the store and drives
-//! these types.
+//! Trigger, schedule and wakeup firing for agentmesh (CONTRACT §1, §3, §5; the Trigger and
+//! Schedule pages): everything that starts or wakes a task without a user typing, from the
+//! fire to the engine's door. Timing itself (cron, the timer, throttles) is
+//! `agentmesh-timing`; sources, triggers and schedules are compiled with the engine's plan.
 //!
-//! - [`timing`]: [`Timing`], a schedule's `cron` read in an IANA `timezone` (daylight saving is
-//!   decided there), `interval` or one-shot `at`; its next fire and the tick missed while the
-//!   host was down.
-//! - [`wakeup`]: the `when` of the `request_wakeup` host tool, checked against
-//!   `policy.max_wakeup_horizon`.
-//! - [`timer`]: [`Timer`], many armed deadlines, and [`TimerHandle`], the same shared between
-//!   tokio tasks with an async driver.
-//! - [`throttle`]: [`Throttle`], a trigger's fires per rolling hour, and [`DailyQuota`], triggered
-//!   turns per user per UTC day.
-//! - [`ttl`]: when a trigger with a `ttl` expires.
-//! - [`clock`]: the unit of every time here, milliseconds since the Unix epoch (`i64`, UTC).
+//! - `triggers`: trigger sources and cold-start triggers (a source webhook, an API fire):
+//!   authentication, `source.before`, the message, the bounds (throttle, daily quota, `ttl`),
+//!   one new task per passing trigger, and each trigger's [`FireStatus`];
+//! - `schedules`: schedules and the one scheduler ([`Triggers::run`]) that fires them and the
+//!   wakeups;
+//! - `wakeups`: the self-scheduling host tools `request_wakeup` / `cancel_wakeup` and the
+//!   wakeups they keep.
 //!
-//! Errors are one [`Error`] enum, each message written for the author of the value.
-//!
-//! ```
-//! use std::time::Duration;
-//!
-//! use agentmesh_triggers::{TimerHandle, Timing, clock::now_ms};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> agentmesh_triggers::Result<()> {
-//! // As in a schedule manifest: `cron` + `timezone`, or `interval`, or `at`.
-//! let standup = Timing::from_parts(Some("0 9 * * 1-5"), Some("Australia/Sydney"), None, None)?;
-//! let heartbeat = Timing::from_parts(None, None, Some(Duration::from_millis(50)), None)?;
-//!
-//! let timer = TimerHandle::new();
-//! let now = now_ms();
-//! for (id, timing) in [("eng/standup", &standup), ("ops/heartbeat", &heartbeat)] {
-//!     if let Some(at) = timing.next_after(now) {
-//!         timer.arm(id, at);
-//!     }
-//! }
-//!
-//! // The driver: wait for what is due, fire it, arm its next tick.
-//! let due = timer.next_due().await;
-//! assert_eq!(due[0].id, "ops/heartbeat");
-//! if let Some(next) = heartbeat.next_after(now_ms()) {
-//!     timer.arm(due[0].id, next);
-//! }
-//! # Ok(())
-//! # }
-//! ```
+//! [`Triggers::new`] hooks a [`Triggers`] to its engine: the engine runs the wakeup tools
+//! through it, and tells it of reloads (schedules re-armed) and deleted tasks (their wakeups
+//! deleted).
 
-pub mod clock;
-mod error;
-pub mod throttle;
-pub mod timer;
-pub mod timing;
-pub mod ttl;
-pub mod wakeup;
+mod schedules;
+mod triggers;
+mod wakeups;
 
-pub use error::{Error, Result};
-pub use throttle::{DailyQuota, Throttle};
-pub use timer::{Due, Timer, TimerHandle};
-pub use timing::{Cron, Interval, Timing};
-pub use wakeup::{Wakeup, When};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use agentmesh_engine::plan::HostTool;
+use agentmesh_engine::{Engine, EngineError, HostTools, TaskRecord, Watcher};
+use agentmesh_timing::{DailyQuota, Throttle, TimerHandle};
+use serde_json::Value;
+
+pub use schedules::{ScheduleView, Scheduled};
+pub use triggers::{FireError, FireStatus, SourceDelivery, TriggerView};
+pub use wakeups::WakeupRecord;
+
+/// The crate's result.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// What the scheduler's timer waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum TimerId {
+    /// A schedule manifest, by `namespace/name`.
+    Schedule(String),
+    /// A self-scheduled wakeup, by its `schedule_id`.
+    Wakeup(String),
+}
+
+/// The live state of firing triggers, schedules and wakeups: one per engine, shared by its
+/// [`Triggers`] handles and the hooks the engine calls.
+#[derive(Default)]
+pub(crate) struct Firing {
+    /// Every armed schedule and wakeup; one driver ([`Triggers::run`]) fires them.
+    pub(crate) timer: TimerHandle<TimerId>,
+    /// Schedule ids armed (so a reload can disarm the ones that went).
+    pub(crate) armed: Mutex<HashSet<String>>,
+    /// Fire-rate bounds by `trigger:ID` / `schedule:ID` / `wakeup:ID`, with the limit they
+    /// were made for: the counts kept in the store, read on first use.
+    pub(crate) throttles: Mutex<HashMap<String, (u32, Throttle)>>,
+    /// The per-user daily quota, with the limit it was made for (its counts kept in the store
+    /// too).
+    pub(crate) quota: Mutex<Option<(u32, DailyQuota)>>,
+    /// Read-modify-writes of statuses and wakeups, one at a time.
+    pub(crate) state: Mutex<()>,
+}
+
+/// Firing for one engine: a cheap handle (clone it freely).
+#[derive(Clone)]
+pub struct Triggers {
+    engine: Engine,
+    firing: Arc<Firing>,
+}
+
+/// What the engine calls: the wakeup tools, reloads and deletions.
+struct Hooks(Arc<Firing>);
+
+impl Hooks {
+    fn triggers(&self, engine: &Engine) -> Triggers {
+        Triggers {
+            engine: engine.clone(),
+            firing: Arc::clone(&self.0),
+        }
+    }
+}
+
+impl Watcher for Hooks {
+    fn reloaded(&self, engine: &Engine) -> Result<()> {
+        let triggers = self.triggers(engine);
+        triggers.register_triggers()?;
+        triggers.arm_schedules(false)
+    }
+
+    fn deleted(&self, engine: &Engine, task: &str) -> Result<()> {
+        self.triggers(engine).delete_task_wakeups(task).map(drop)
+    }
+}
+
+impl HostTools for Hooks {
+    fn call(
+        &self,
+        engine: &Engine,
+        record: &TaskRecord,
+        tool: HostTool,
+        args: &Value,
+    ) -> std::result::Result<Value, String> {
+        wakeups::call(&self.triggers(engine), record, tool, args)
+    }
+}
+
+impl Triggers {
+    /// Firing for `engine`: it runs the wakeup tools through this from now on and tells it of
+    /// reloads and deleted tasks. Call [`Triggers::start`], then run [`Triggers::run`], to
+    /// fire schedules and wakeups as they come due (`agentmesh run` never does: a wakeup it
+    /// keeps fires once a host serves).
+    pub fn new(engine: Engine) -> Result<Triggers> {
+        let firing = Arc::new(Firing::default());
+        let hooks = Arc::new(Hooks(Arc::clone(&firing)));
+        engine.watch(Arc::clone(&hooks) as Arc<dyn Watcher>)?;
+        engine.provide_host_tools(hooks);
+        Ok(Triggers { engine, firing })
+    }
+
+    /// The engine it fires into.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

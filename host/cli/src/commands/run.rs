@@ -67,6 +67,8 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     };
     let runtime = agentmesh_engine::async_runtime(&plan.host.policy)?;
     let engine = Engine::new(plan, store, options);
+    // The wakeup tools keep their wakeups for the next host that serves (`run` fires none).
+    agentmesh_triggers::Triggers::new(engine.clone())?;
     let input = input(args)?;
     let no_input = input.is_none();
     let record = runtime.block_on(async {

@@ -13,6 +13,7 @@ use agentmesh_server::health::Probe;
 use agentmesh_server::reload::max_body_of;
 use agentmesh_server::{AppState, Auth, Limits, Serving, tokens_of};
 use agentmesh_store::Store;
+use agentmesh_triggers::Triggers;
 use anyhow::{Context, bail};
 
 /// Arguments of `serve`.
@@ -86,12 +87,14 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // The routing index follows the task records from the first one `recover` reads.
         let router = EventRouter::new(engine.clone())?;
+        let triggers = Triggers::new(engine.clone())?;
         let resumed = engine.recover()?;
         // Schedules and wakeups are armed (what was missed while down fires now) before the
         // first request: a wakeup the API revokes is already known.
-        engine.start_scheduler().await?;
+        triggers.start().await?;
         let state = Arc::new(AppState::new(
             router.clone(),
+            triggers.clone(),
             Serving {
                 auth: Auth::new(tokens),
                 config_dir: args.dir.clone(),
@@ -113,7 +116,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             RELOAD_POLL,
         ));
         let sweeper = tokio::spawn(sweep(router));
-        let scheduler = tokio::spawn(engine.clone().run_scheduler());
+        let scheduler = tokio::spawn(triggers.run());
         agentmesh_server::serve(Arc::clone(&state), listener, limits, shutdown_signal()).await;
         watcher.abort();
         sweeper.abort();

@@ -9,7 +9,7 @@ use agentmesh_manifest::model::{Schedule, Trigger};
 use agentmesh_model::delivery::Inbound;
 use agentmesh_secrets::signature;
 use agentmesh_secrets::{BearerTokens, TokenError};
-use agentmesh_triggers::Timing;
+use agentmesh_timing::Timing;
 use serde_json::{Map, Value};
 
 use super::{compile, resolve_env, template};

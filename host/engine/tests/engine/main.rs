@@ -11,6 +11,5 @@ mod lifecycle;
 mod limits;
 mod queue;
 mod reviews;
-mod schedules;
 mod secrets;
 mod util;

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, Run, TaskRecord, UserRef};
+use agentmesh_engine::{Engine, NewTask, Run, TaskRecord, UserRef};
 use agentmesh_model::event::{Event, EventKind};
-use agentmesh_store::Store;
+use agentmesh_testkit::engine::write_config;
 use serde_json::{Value, json};
 
 pub struct Harness {
@@ -23,10 +23,7 @@ pub fn harness(manifests: &str, script: &str) -> Harness {
 /// Like [`harness`], with any files (model scripts) beside the manifests.
 pub fn harness_with(manifests: &str, files: &[(&str, &str)]) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("manifests.yaml"), manifests).unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
+    write_config(dir.path(), manifests, files);
     let engine = engine_at(dir.path());
     Harness { dir, engine }
 }
@@ -38,22 +35,7 @@ pub fn engine_at(dir: &Path) -> Engine {
 
 /// Like [`engine_at`], with reviews timing out after `review_timeout`.
 pub fn engine_with_review_timeout(dir: &Path, review_timeout: Option<Duration>) -> Engine {
-    let report = agentmesh_manifest::validate(dir);
-    let errors: Vec<String> = report
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .map(ToString::to_string)
-        .collect();
-    assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
-    let plan = Plan::build(&report.config, &|_| None).unwrap();
-    let store = Arc::new(Store::open(&dir.join("data")).unwrap());
-    let options = EngineOptions {
-        mount_root: dir.join("data/mounts"),
-        review_timeout,
-        ..EngineOptions::default()
-    };
-    Engine::new(plan, store, options)
+    agentmesh_testkit::engine::engine_at(dir, review_timeout)
 }
 
 impl Harness {
@@ -124,13 +106,7 @@ pub fn limit(events: &[Event]) -> Option<String> {
 }
 
 /// An agent `t/a` on the scripted model (`script.yaml`), with no capabilities.
-pub const SCRIPTED_AGENT: &str = "kind: commonagents.info/v1beta2/agent
-namespace: t
-name: a
-description: Answers.
-prompt: Answer.
-model: scripted/script.yaml
-";
+pub use agentmesh_testkit::engine::SCRIPTED_AGENT;
 
 /// [`ECHO_TOOL`] and an agent `t/a` on the scripted model (`script.yaml`), its manifest
 /// ending with `rest` (capabilities, limits, parameters, …).

@@ -1,14 +1,17 @@
 //! The scheduler firing concurrently: a burst of schedules due at one instant fires each tick
 //! once, and wakeups of one task due together still reach its queue in due order.
 
+// Test code may panic: a panic is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use agentmesh_engine::{Engine, NewTask, Run, UserRef};
 use agentmesh_model::event::{EventKind, EventSource};
-use agentmesh_triggers::clock::{now_ms, rfc3339};
-
-use crate::util::{SCRIPTED_AGENT, harness};
+use agentmesh_testkit::engine::{SCRIPTED_AGENT, engine_at, write_config};
+use agentmesh_timing::clock::{now_ms, rfc3339};
+use agentmesh_triggers::Triggers;
 
 /// Polls `check` until it gives a value, for at most `limit`.
 async fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
@@ -24,10 +27,30 @@ async fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> O
     }
 }
 
-/// Arms the engine's schedules and runs its scheduler until the returned task is aborted.
-async fn scheduler(engine: &Engine) -> tokio::task::JoinHandle<()> {
-    engine.start_scheduler().await.unwrap();
-    tokio::spawn(engine.clone().run_scheduler())
+/// A config dir and an engine over it, with firing hooked to it.
+struct Harness {
+    _dir: tempfile::TempDir,
+    engine: Engine,
+    triggers: Triggers,
+}
+
+/// `manifests` and the model script `script` in a fresh config dir, and an engine over it.
+fn harness(manifests: &str, script: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), manifests, &[("script.yaml", script)]);
+    let engine = engine_at(dir.path(), Some(Duration::from_secs(5)));
+    let triggers = Triggers::new(engine.clone()).unwrap();
+    Harness {
+        _dir: dir,
+        engine,
+        triggers,
+    }
+}
+
+/// Arms the schedules and runs the scheduler until the returned task is aborted.
+async fn scheduler(triggers: &Triggers) -> tokio::task::JoinHandle<()> {
+    triggers.start().await.unwrap();
+    tokio::spawn(triggers.clone().run())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,9 +75,9 @@ inputs:
         .unwrap();
     }
     let h = harness(&manifests, "responses:\n  - text: Done.\n");
-    let running = scheduler(&h.engine).await;
+    let running = scheduler(&h.triggers).await;
     let listed = wait_for(Duration::from_secs(30), || {
-        let listed = h.engine.schedules(None, None).unwrap().schedules;
+        let listed = h.triggers.schedules(None, None).unwrap().schedules;
         listed
             .iter()
             .all(|s| s.status.total_triggers > 0)
@@ -93,7 +116,7 @@ async fn wakeups_of_one_task_due_together_reach_its_queue_in_due_order() {
     }
     let script = format!("responses:\n  - tool_calls:\n{calls}  - text: Sleeping.\n");
     let h = harness(SCRIPTED_AGENT, &script);
-    let running = scheduler(&h.engine).await;
+    let running = scheduler(&h.triggers).await;
     let task = h
         .engine
         .create_task(

@@ -1,4 +1,4 @@
-//! `cargo bench -p agentmesh-triggers --bench schedules`: 10,000 schedules driven by the timer on
+//! `cargo bench -p agentmesh-timing --bench schedules`: 10,000 schedules driven by the timer on
 //! a multi-threaded tokio runtime for 20 s. Nine in ten are intervals of 1–5 s with random
 //! phases, so that they tick throughout the run; one in ten is `* * * * *` in one of three
 //! zones, which fire together at a minute boundary (a burst of 1,000, if the run crosses one).
@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentmesh_triggers::clock::now_ms;
-use agentmesh_triggers::{Due, Interval, TimerHandle, Timing};
+use agentmesh_timing::clock::now_ms;
+use agentmesh_timing::{Due, Interval, TimerHandle, Timing};
 use chrono_tz::Tz;
 
 const SCHEDULES: u32 = 10_000;
@@ -40,7 +40,7 @@ async fn run() {
             .map(|i| {
                 if i % 10 == 0 {
                     let tz = ZONES[rng.below(3) as usize];
-                    Timing::Cron(agentmesh_triggers::Cron::new("* * * * *", tz).unwrap())
+                    Timing::Cron(agentmesh_timing::Cron::new("* * * * *", tz).unwrap())
                 } else {
                     let every = Duration::from_millis(1_000 + rng.below(4_001));
                     Timing::Interval(Interval::new(every, now + rng.below(5_000) as i64).unwrap())

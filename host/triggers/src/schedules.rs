@@ -4,14 +4,14 @@
 //! Every schedule creates a new task on every tick, time-driven: a task of an earlier tick
 //! still running does not hold the next one back. Each schedule's status (with the last tick
 //! fired) is in the store, so a tick missed while the host was down fires once at start,
-//! however many were missed ([`Timing::missed`](agentmesh_triggers::Timing::missed)). A tick is
+//! however many were missed ([`Timing::missed`](agentmesh_timing::Timing::missed)). A tick is
 //! recorded as fired before its task is created: a crash in between loses that tick rather
 //! than firing it twice.
 //!
-//! The scheduler is one tokio task ([`Engine::run_scheduler`]) waiting on one
-//! [`TimerHandle`](agentmesh_triggers::TimerHandle) for every schedule and wakeup. It fires
+//! The scheduler is one tokio task ([`Triggers::run`]) waiting on one
+//! [`TimerHandle`](agentmesh_timing::TimerHandle) for every schedule and wakeup. It fires
 //! what is due concurrently and never blocks on a fire: the ticks due together as one batch
-//! ([`Engine::fire_schedules`], three fsyncs whatever its size, so a burst due at one instant
+//! (`fire_schedules`, three fsyncs whatever its size, so a burst due at one instant
 //! is not fired one fsync after another), each wakeup on its own. One schedule never fires
 //! twice at once, nor do two wakeups of one task: their inputs join its queue in due order.
 
@@ -21,15 +21,16 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use agentmesh_store::now_ms;
-use agentmesh_triggers::ttl::expires_at;
+use agentmesh_timing::ttl::expires_at;
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use crate::door::{Arrival, Input, Origin, Run};
-use crate::plan::{Plan, SchedulePlan};
-use crate::triggers::{FireOutcome, FireStatus, SCHEDULE_STATE, TimerId, fire_recorded};
+use agentmesh_engine::plan::{Plan, SchedulePlan};
+use agentmesh_engine::{Arrival, EngineError, Input, Origin, Run, normalize_input};
+
+use crate::triggers::{FireOutcome, FireStatus, SCHEDULE_STATE, fire_recorded};
 use crate::wakeups::WakeupRecord;
-use crate::{Engine, EngineError, lock, normalize_input};
+use crate::{Result, TimerId, Triggers, lock};
 
 /// How many schedule ticks may be firing at once, in one batch or several. A fire mostly waits
 /// for the store, which performs writes one at a time (a flush holds back every transaction),
@@ -133,11 +134,11 @@ pub struct Scheduled {
     pub wakeups: Vec<WakeupRecord>,
 }
 
-impl Engine {
+impl Triggers {
     /// Arms every schedule and pending wakeup; what was missed while the host was down is
-    /// armed to fire (once) as soon as [`run_scheduler`](Self::run_scheduler) runs. Call once
+    /// armed to fire (once) as soon as [`run`](Self::run) runs. Call once
     /// at start, before it.
-    pub async fn start_scheduler(&self) -> crate::Result<()> {
+    pub async fn start(&self) -> Result<()> {
         self.register_triggers()?;
         self.arm_schedules(true)?;
         self.arm_wakeups().await
@@ -150,8 +151,8 @@ impl Engine {
     /// task. The timer is read again while they run, so a slow fire holds back only its own
     /// schedule or task. Aborting cuts the fires in flight short: a tick recorded but not yet
     /// queued is lost, as in a crash, and never fired twice.
-    pub async fn run_scheduler(self) {
-        let timer = self.inner.firing.timer.clone();
+    pub async fn run(self) {
+        let timer = self.firing.timer.clone();
         // Ticks by schedule id; wakeups by the task they wake.
         let mut ticks: Backlog<String, i64> = Backlog::default();
         let mut wakeups: Backlog<String, String> = Backlog::default();
@@ -227,8 +228,8 @@ impl Engine {
     /// Brings the timer in step with the plan's schedules: arms the enabled ones, disarms the
     /// rest. `start`: the host just started, so a tick missed while it was down is armed at
     /// its (past) time, and the scheduler fires it first thing.
-    pub(crate) fn arm_schedules(&self, start: bool) -> crate::Result<()> {
-        let plan = self.plan();
+    pub(crate) fn arm_schedules(&self, start: bool) -> Result<()> {
+        let plan = self.engine.plan();
         let now = now_ms();
         let mut keep = std::collections::HashSet::new();
         let mut ids: Vec<&String> = plan.schedules.keys().collect();
@@ -237,7 +238,11 @@ impl Engine {
             let Some(s) = plan.schedules.get(id) else {
                 continue;
             };
-            let status = match self.store().state::<FireStatus>(SCHEDULE_STATE, id)? {
+            let status = match self
+                .engine
+                .store()
+                .state::<FireStatus>(SCHEDULE_STATE, id)?
+            {
                 Some(status) => status,
                 None => self.update_status(SCHEDULE_STATE, id, |_| {})?,
             };
@@ -253,20 +258,14 @@ impl Engine {
                 .flatten();
             if let Some(tick) = missed {
                 tracing::info!(schedule.id = %id, "a tick missed while the host was down fires now");
-                self.inner
-                    .firing
-                    .timer
-                    .arm(TimerId::Schedule(id.clone()), tick);
+                self.firing.timer.arm(TimerId::Schedule(id.clone()), tick);
             } else {
                 self.arm_schedule(s, &status, now);
             }
         }
-        let mut armed = lock(&self.inner.firing.armed);
+        let mut armed = lock(&self.firing.armed);
         for gone in armed.difference(&keep) {
-            self.inner
-                .firing
-                .timer
-                .disarm(&TimerId::Schedule(gone.clone()));
+            self.firing.timer.disarm(&TimerId::Schedule(gone.clone()));
         }
         *armed = keep;
         Ok(())
@@ -280,14 +279,14 @@ impl Engine {
             (Some(next), Some(exp)) => Some(next.min(exp.max(now))),
             (next, _) => next,
         };
-        let timer = &self.inner.firing.timer;
+        let timer = &self.firing.timer;
         match next {
             Some(at) => timer.arm(TimerId::Schedule(s.id()), at),
             None => {
                 timer.disarm(&TimerId::Schedule(s.id()));
             }
         }
-        lock(&self.inner.firing.armed).insert(s.id());
+        lock(&self.firing.armed).insert(s.id());
         next
     }
 
@@ -297,7 +296,7 @@ impl Engine {
     /// created; the tasks' inputs are queued in one transaction; the outcomes are recorded
     /// last. Three fsyncs in all, however many ticks.
     pub(crate) async fn fire_schedules(&self, ticks: Vec<(String, i64)>) {
-        let plan = self.plan();
+        let plan = self.engine.plan();
         let arrival = Arrival::new();
         let now = arrival.fired_at();
         let recorded = {
@@ -337,7 +336,7 @@ impl Engine {
                 }
             }
         }
-        match arrival.accept(self, inputs, Run::Background).await {
+        match arrival.accept(&self.engine, inputs, Run::Background).await {
             Ok(_) => {
                 for (id, task) in &queued {
                     outcomes.push((id.clone(), fire_recorded(Ok(task))));
@@ -361,7 +360,7 @@ impl Engine {
                         tracing::warn!(schedule.id = %id, "recording a fire failed: {e}");
                     }
                 }
-                Ok(engine.store().flush()?)
+                Ok(engine.engine.store().flush()?)
             })
             .await;
         if let Err(e) = recorded {
@@ -370,7 +369,7 @@ impl Engine {
         for r in &fired {
             if r.last {
                 tracing::info!(schedule.id = %r.schedule.id(), "fired its final time: its ttl has passed");
-                lock(&self.inner.firing.armed).remove(&r.schedule.id());
+                lock(&self.firing.armed).remove(&r.schedule.id());
             } else {
                 self.arm_schedule(&r.schedule, &r.status, now);
             }
@@ -383,7 +382,7 @@ impl Engine {
         plan: &Plan,
         ticks: &[(String, i64)],
         now: i64,
-    ) -> crate::Result<Vec<Recorded>> {
+    ) -> Result<Vec<Recorded>> {
         let mut fired = Vec::new();
         for (id, tick_ms) in ticks {
             let Some(s) = plan.schedules.get(id) else {
@@ -395,7 +394,7 @@ impl Engine {
             }
             let last = s
                 .ttl
-                .is_some_and(|ttl| agentmesh_triggers::ttl::expired(status.created_ms, ttl, now));
+                .is_some_and(|ttl| agentmesh_timing::ttl::expired(status.created_ms, ttl, now));
             let status = self.change_status(SCHEDULE_STATE, id, |st| {
                 st.last_fired_ms = Some((*tick_ms).max(st.last_fired_ms.unwrap_or(i64::MIN)));
                 st.expired |= last;
@@ -406,18 +405,14 @@ impl Engine {
                 last,
             });
         }
-        self.flush()?;
+        self.engine.flush()?;
         Ok(fired)
     }
 
     /// The task of one tick, created, and its input (for the caller to queue); `None` when a
     /// bound dropped it.
-    async fn schedule_task(
-        &self,
-        s: &SchedulePlan,
-        now: i64,
-    ) -> crate::Result<Option<(String, Value)>> {
-        let agent = self.agent(&s.agent)?;
+    async fn schedule_task(&self, s: &SchedulePlan, now: i64) -> Result<Option<(String, Value)>> {
+        let agent = self.engine.agent(&s.agent)?;
         let io = normalize_input(&agent, &Value::Object(s.inputs.clone()))?;
         if let Some(why) = self.bound_fire(
             &format!("schedule:{}", s.id()),
@@ -433,10 +428,10 @@ impl Engine {
 
     /// The schedules (optionally only those `owner` owns), sorted by id, and pending wakeups
     /// (oldest first); `task` lists only that task's wakeups.
-    pub fn schedules(&self, task: Option<&str>, owner: Option<&str>) -> crate::Result<Scheduled> {
+    pub fn schedules(&self, task: Option<&str>, owner: Option<&str>) -> Result<Scheduled> {
         let mut schedules = Vec::new();
         if task.is_none() {
-            let plan = self.plan();
+            let plan = self.engine.plan();
             let mut plans: Vec<&Arc<SchedulePlan>> = plan
                 .schedules
                 .values()
@@ -446,7 +441,7 @@ impl Engine {
             for s in plans {
                 schedules.push(ScheduleView {
                     status: self.fire_status(SCHEDULE_STATE, &s.id())?,
-                    next_ms: self.inner.firing.timer.deadline(&TimerId::Schedule(s.id())),
+                    next_ms: self.firing.timer.deadline(&TimerId::Schedule(s.id())),
                     plan: Arc::clone(s),
                 });
             }
@@ -458,26 +453,23 @@ impl Engine {
     }
 
     /// The owner of schedule or wakeup `id` (for access checks).
-    pub fn schedule_owner(&self, id: &str) -> crate::Result<String> {
-        if let Some(s) = self.plan().schedules.get(id) {
+    pub fn schedule_owner(&self, id: &str) -> Result<String> {
+        if let Some(s) = self.engine.plan().schedules.get(id) {
             return Ok(s.owner.clone());
         }
         match self.wakeup(id)? {
-            Some(w) => Ok(self.task(&w.task_id).map_or(w.owner, |t| t.user.id)),
+            Some(w) => Ok(self.engine.task(&w.task_id).map_or(w.owner, |t| t.user.id)),
             None => Err(EngineError::NotFound(format!("schedule `{id}`"))),
         }
     }
 
     /// Revokes schedule or wakeup `id`: a wakeup is deleted; a schedule of the config dir
     /// stops ticking (its manifest stays; the revocation is kept in the store).
-    pub fn revoke_schedule(&self, id: &str) -> crate::Result<()> {
-        if self.plan().schedules.contains_key(id) {
+    pub fn revoke_schedule(&self, id: &str) -> Result<()> {
+        if self.engine.plan().schedules.contains_key(id) {
             self.update_status(SCHEDULE_STATE, id, |s| s.revoked = true)?;
-            self.inner
-                .firing
-                .timer
-                .disarm(&TimerId::Schedule(id.to_owned()));
-            lock(&self.inner.firing.armed).remove(id);
+            self.firing.timer.disarm(&TimerId::Schedule(id.to_owned()));
+            lock(&self.firing.armed).remove(id);
             return Ok(());
         }
         if self.delete_wakeup(id)? {

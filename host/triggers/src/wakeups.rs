@@ -13,20 +13,19 @@ use std::time::Duration;
 
 use agentmesh_model::event::ContentPart;
 use agentmesh_store::now_ms;
-use agentmesh_triggers::clock::rfc3339;
-use agentmesh_triggers::{Cron, Wakeup, When};
+use agentmesh_timing::clock::rfc3339;
+use agentmesh_timing::{Cron, Wakeup, When};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::door::{Arrival, Input, Origin, Run};
-use crate::plan::HostTool;
-use crate::plan::triggers::{
+use agentmesh_engine::plan::HostTool;
+use agentmesh_engine::plan::triggers::{
     DEFAULT_MAX_WAKEUP_HORIZON, DEFAULT_MAX_WAKEUPS_PER_TASK, DEFAULT_TRIGGER_MAX_PER_HOUR,
     DEFAULT_TRIGGER_TTL,
 };
-use crate::task::{Status, TaskRecord};
-use crate::triggers::TimerId;
-use crate::{Engine, lock};
+use agentmesh_engine::{Arrival, Input, Origin, Run, Status, TaskRecord};
+
+use crate::{Result, TimerId, Triggers, lock};
 
 /// The store namespace of wakeups.
 const WAKEUP_STATE: &str = "wakeup";
@@ -117,25 +116,21 @@ fn millis(d: Duration) -> i64 {
 
 /// Runs host tool `tool` for task `record`: its result, or the error the LLM is told.
 pub(crate) fn call(
-    engine: &Engine,
+    triggers: &Triggers,
     record: &TaskRecord,
     tool: HostTool,
     args: &Value,
 ) -> Result<Value, String> {
     let result = match tool {
-        HostTool::RequestWakeup => engine.request_wakeup(record, args),
-        HostTool::CancelWakeup => engine.cancel_wakeup(record, args),
+        HostTool::RequestWakeup => triggers.request_wakeup(record, args),
+        HostTool::CancelWakeup => triggers.cancel_wakeup(record, args),
     };
     result.unwrap_or_else(|e| Err(format!("the host could not do it: {e}")))
 }
 
-impl Engine {
+impl Triggers {
     /// `request_wakeup`: the outer error is the host's, the inner one the agent's.
-    fn request_wakeup(
-        &self,
-        record: &TaskRecord,
-        args: &Value,
-    ) -> crate::Result<Result<Value, String>> {
+    fn request_wakeup(&self, record: &TaskRecord, args: &Value) -> Result<Result<Value, String>> {
         let Some(when) = args.get("when") else {
             return Ok(Err("missing `when`".into()));
         };
@@ -150,7 +145,7 @@ impl Engine {
             .get("reason")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let policy = self.plan().host.policy.clone();
+        let policy = self.engine.plan().host.policy.clone();
         let horizon = policy
             .max_wakeup_horizon
             .map_or(DEFAULT_MAX_WAKEUP_HORIZON, |d| d.0);
@@ -163,7 +158,7 @@ impl Engine {
             Ok(w) => w,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let _serial = lock(&self.inner.firing.state);
+        let _serial = lock(&self.firing.state);
         let pending = self
             .wakeups()?
             .iter()
@@ -174,7 +169,7 @@ impl Engine {
                 "this task already has {pending} pending wakeups, the most this host allows; cancel one first"
             )));
         }
-        let id = format!("wk_{:x}{:06x}", now, self.store().generate_id()?);
+        let id = format!("wk_{:x}{:06x}", now, self.engine.store().generate_id()?);
         let expires_ms = now.saturating_add(millis(ttl));
         let w = WakeupRecord {
             id: id.clone(),
@@ -192,9 +187,8 @@ impl Engine {
             expires_ms,
             fires: 0,
         };
-        self.store().set_state(WAKEUP_STATE, &id, &w)?;
-        self.inner
-            .firing
+        self.engine.store().set_state(WAKEUP_STATE, &id, &w)?;
+        self.firing
             .timer
             .arm(TimerId::Wakeup(id.clone()), w.next_ms);
         tracing::info!(task.id = %record.id, schedule.id = %id, reason, "wakeup requested");
@@ -206,11 +200,7 @@ impl Engine {
     }
 
     /// `cancel_wakeup`: only a wakeup of this task.
-    fn cancel_wakeup(
-        &self,
-        record: &TaskRecord,
-        args: &Value,
-    ) -> crate::Result<Result<Value, String>> {
+    fn cancel_wakeup(&self, record: &TaskRecord, args: &Value) -> Result<Result<Value, String>> {
         let Some(id) = args.get("schedule_id").and_then(Value::as_str) else {
             return Ok(Err("missing `schedule_id` (a string)".into()));
         };
@@ -224,8 +214,9 @@ impl Engine {
     }
 
     /// Every stored wakeup.
-    fn wakeups(&self) -> crate::Result<Vec<WakeupRecord>> {
+    fn wakeups(&self) -> Result<Vec<WakeupRecord>> {
         Ok(self
+            .engine
             .store()
             .states::<WakeupRecord>(WAKEUP_STATE)?
             .into_iter()
@@ -234,26 +225,23 @@ impl Engine {
     }
 
     /// Wakeup `id`.
-    pub(crate) fn wakeup(&self, id: &str) -> crate::Result<Option<WakeupRecord>> {
-        Ok(self.store().state(WAKEUP_STATE, id)?)
+    pub(crate) fn wakeup(&self, id: &str) -> Result<Option<WakeupRecord>> {
+        Ok(self.engine.store().state(WAKEUP_STATE, id)?)
     }
 
     /// Deletes wakeup `id`; whether there was one.
-    pub(crate) fn delete_wakeup(&self, id: &str) -> crate::Result<bool> {
-        self.inner
-            .firing
-            .timer
-            .disarm(&TimerId::Wakeup(id.to_owned()));
+    pub(crate) fn delete_wakeup(&self, id: &str) -> Result<bool> {
+        self.firing.timer.disarm(&TimerId::Wakeup(id.to_owned()));
         if self.wakeup(id)?.is_none() {
             return Ok(false);
         }
         self.forget_throttle(&throttle_key(id))?;
-        self.store().delete_state(WAKEUP_STATE, id)?;
+        self.engine.store().delete_state(WAKEUP_STATE, id)?;
         Ok(true)
     }
 
     /// Deletes every wakeup of task `task` (the task is being deleted); returns how many.
-    pub(crate) fn delete_task_wakeups(&self, task: &str) -> crate::Result<usize> {
+    pub(crate) fn delete_task_wakeups(&self, task: &str) -> Result<usize> {
         let mut n = 0;
         for w in self.wakeups()?.iter().filter(|w| w.task_id == task) {
             n += usize::from(self.delete_wakeup(&w.id)?);
@@ -263,15 +251,15 @@ impl Engine {
 
     /// Arms every stored wakeup; one whose time passed while the host was down fires now,
     /// once. Wakeups of tasks that are gone or terminated are deleted.
-    pub(crate) async fn arm_wakeups(&self) -> crate::Result<()> {
+    pub(crate) async fn arm_wakeups(&self) -> Result<()> {
         let now = now_ms();
         for w in self.wakeups()? {
             if self
+                .engine
                 .task(&w.task_id)
                 .is_ok_and(|t| t.status() != Status::Terminated)
             {
-                self.inner
-                    .firing
+                self.firing
                     .timer
                     .arm(TimerId::Wakeup(w.id.clone()), w.next_ms.max(now));
             } else {
@@ -291,7 +279,7 @@ impl Engine {
         }
     }
 
-    async fn try_fire_wakeup(&self, id: &str) -> crate::Result<()> {
+    async fn try_fire_wakeup(&self, id: &str) -> Result<()> {
         let owned = id.to_owned();
         let Some((w, message, now)) = self
             .off_workers(move |engine| engine.wakeup_due(&owned))
@@ -306,7 +294,7 @@ impl Engine {
                 origin: Origin::Wakeup { id: id.to_owned() },
             };
             Arrival::new()
-                .accept(self, vec![input], Run::Background)
+                .accept(&self.engine, vec![input], Run::Background)
                 .await?;
         }
         let owned = id.to_owned();
@@ -316,12 +304,13 @@ impl Engine {
 
     /// Wakeup `id` when it is due and its task alive (a wakeup of a task that ended is
     /// deleted), with the message to queue unless a bound drops this fire, and the time.
-    fn wakeup_due(&self, id: &str) -> crate::Result<Option<(WakeupRecord, Option<Value>, i64)>> {
+    fn wakeup_due(&self, id: &str) -> Result<Option<(WakeupRecord, Option<Value>, i64)>> {
         let Some(w) = self.wakeup(id)? else {
             return Ok(None);
         };
         let now = now_ms();
         let alive = self
+            .engine
             .task(&w.task_id)
             .is_ok_and(|t| t.status() != Status::Terminated);
         if !alive {
@@ -329,6 +318,7 @@ impl Engine {
             return Ok(None);
         }
         let max_per_hour = self
+            .engine
             .plan()
             .host
             .policy
@@ -345,7 +335,7 @@ impl Engine {
     }
 
     /// After wakeup `id` fired at `now`: its next fire armed, or it is deleted.
-    fn after_wakeup(&self, id: &str, mut w: WakeupRecord, now: i64) -> crate::Result<()> {
+    fn after_wakeup(&self, id: &str, mut w: WakeupRecord, now: i64) -> Result<()> {
         let last = now >= w.expires_ms;
         let next = w
             .cron
@@ -357,9 +347,8 @@ impl Engine {
             Some(next) => {
                 w.fires += 1;
                 w.next_ms = next.min(w.expires_ms);
-                self.store().set_state(WAKEUP_STATE, id, &w)?;
-                self.inner
-                    .firing
+                self.engine.store().set_state(WAKEUP_STATE, id, &w)?;
+                self.firing
                     .timer
                     .arm(TimerId::Wakeup(id.to_owned()), w.next_ms);
             }
@@ -378,7 +367,7 @@ impl Engine {
         &self,
         task: Option<&str>,
         owner: Option<&str>,
-    ) -> crate::Result<Vec<WakeupRecord>> {
+    ) -> Result<Vec<WakeupRecord>> {
         let mut wakeups: Vec<WakeupRecord> = self
             .wakeups()?
             .into_iter()

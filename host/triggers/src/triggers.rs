@@ -2,7 +2,8 @@
 //! authenticated API call, *cold-starts* a new task for the trigger's agent, running as the
 //! trigger's `owner` (never as the sender).
 //!
-//! - sources, triggers and schedules are compiled with the plan ([`crate::plan::triggers`]):
+//! - sources, triggers and schedules are compiled with the plan
+//!   ([`agentmesh_engine::plan::triggers`]):
 //!   `github` and `standard-webhooks` HMAC secrets, or `bearer` tokens kept only as SHA-256
 //!   digests and compared in constant time;
 //! - [`Engine::deliver_source_webhook`] (`POST /v1/webhooks/sources/{source}`) and
@@ -16,21 +17,25 @@
 //!
 //! Schedules are driven by `schedules`, self-scheduled wakeups by `wakeups`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
 use agentmesh_model::delivery::Inbound;
 use agentmesh_store::{now_ms, now_rfc3339};
-use agentmesh_triggers::{DailyQuota, Throttle, TimerHandle};
+use agentmesh_timing::{DailyQuota, Throttle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::door::WebhookError;
-use crate::door::{Accepted, Input, Origin, Run};
-use crate::plan::triggers::{DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan};
-use crate::{Engine, EngineError, NewTask, UserRef, lock, normalize_trigger_input};
+use agentmesh_engine::plan::triggers::{
+    DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan,
+};
+use agentmesh_engine::{
+    Accepted, EngineError, Input, NewTask, Origin, Run, UserRef, WebhookError,
+    normalize_trigger_input,
+};
+
+use crate::{Result, Triggers, lock};
 
 /// The store namespace of trigger statuses.
 pub(crate) const TRIGGER_STATE: &str = "trigger";
@@ -97,32 +102,6 @@ pub struct TriggerView {
     pub status: FireStatus,
 }
 
-/// What the scheduler's timer waits for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum TimerId {
-    /// A schedule manifest, by `namespace/name`.
-    Schedule(String),
-    /// A self-scheduled wakeup, by its `schedule_id`.
-    Wakeup(String),
-}
-
-/// The live state of firing triggers, schedules and wakeups: one per engine.
-#[derive(Default)]
-pub(crate) struct Firing {
-    /// Every armed schedule and wakeup; one driver ([`Engine::run_scheduler`]) fires them.
-    pub(crate) timer: TimerHandle<TimerId>,
-    /// Schedule ids armed (so a reload can disarm the ones that went).
-    pub(crate) armed: Mutex<HashSet<String>>,
-    /// Fire-rate bounds by `trigger:ID` / `schedule:ID` / `wakeup:ID`, with the limit they
-    /// were made for: the counts kept in the store, read on first use.
-    throttles: Mutex<HashMap<String, (u32, Throttle)>>,
-    /// The per-user daily quota, with the limit it was made for (its counts kept in the store
-    /// too).
-    quota: Mutex<Option<(u32, DailyQuota)>>,
-    /// Read-modify-writes of statuses and wakeups, one at a time.
-    pub(crate) state: Mutex<()>,
-}
-
 /// What became of a source delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceDelivery {
@@ -176,7 +155,7 @@ enum Admit {
     Failed(String),
 }
 
-impl Engine {
+impl Triggers {
     /// The bounds of one fire at `now`: the throttle of `key`, then `owner`'s daily quota.
     /// `Some(reason)` when the fire is dropped. Both counts are kept in the store, so they
     /// hold across a restart: read on first use, written (not flushed) when a fire passes, so
@@ -189,7 +168,7 @@ impl Engine {
         now: i64,
     ) -> Option<String> {
         {
-            let mut throttles = lock(&self.inner.firing.throttles);
+            let mut throttles = lock(&self.firing.throttles);
             let entry = throttles.entry(key.to_owned()).or_insert_with(|| {
                 let stored = self.stored::<ThrottleRecord>(THROTTLE_STATE, key);
                 let recent = stored.map(|r| r.recent).unwrap_or_default();
@@ -212,12 +191,13 @@ impl Engine {
             self.keep(THROTTLE_STATE, key, &record);
         }
         let per_day = self
+            .engine
             .plan()
             .host
             .policy
             .triggered_turns_per_user_per_day
             .unwrap_or(DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY);
-        let mut quota = lock(&self.inner.firing.quota);
+        let mut quota = lock(&self.firing.quota);
         let q = match &mut *quota {
             Some((limit, q)) if *limit == per_day => q,
             slot => &mut slot.insert((per_day, DailyQuota::new(per_day))).1,
@@ -242,14 +222,14 @@ impl Engine {
 
     /// Forgets the throttle of `key` (a wakeup being deleted), in memory and in the store
     /// (durable with the caller's next flush).
-    pub(crate) fn forget_throttle(&self, key: &str) -> crate::Result<()> {
-        lock(&self.inner.firing.throttles).remove(key);
-        Ok(self.store().remove_state(THROTTLE_STATE, key)?)
+    pub(crate) fn forget_throttle(&self, key: &str) -> Result<()> {
+        lock(&self.firing.throttles).remove(key);
+        Ok(self.engine.store().remove_state(THROTTLE_STATE, key)?)
     }
 
     /// Host state `key` in `ns`; a read error is logged and reads as none.
     fn stored<T: serde::de::DeserializeOwned>(&self, ns: &str, key: &str) -> Option<T> {
-        self.store().state(ns, key).unwrap_or_else(|e| {
+        self.engine.store().state(ns, key).unwrap_or_else(|e| {
             tracing::warn!(
                 state.ns = ns,
                 state.key = key,
@@ -261,7 +241,7 @@ impl Engine {
 
     /// Writes host state `key` in `ns` without flushing; a write error is logged.
     fn keep(&self, ns: &str, key: &str, value: &impl Serialize) {
-        if let Err(e) = self.store().put_state(ns, key, value) {
+        if let Err(e) = self.engine.store().put_state(ns, key, value) {
             tracing::warn!(
                 state.ns = ns,
                 state.key = key,
@@ -271,8 +251,8 @@ impl Engine {
     }
 
     /// The status of trigger or schedule `id` in store namespace `ns`.
-    pub(crate) fn fire_status(&self, ns: &str, id: &str) -> crate::Result<FireStatus> {
-        Ok(self.store().state(ns, id)?.unwrap_or_default())
+    pub(crate) fn fire_status(&self, ns: &str, id: &str) -> Result<FireStatus> {
+        Ok(self.engine.store().state(ns, id)?.unwrap_or_default())
     }
 
     /// Changes the status of `id` in `ns` durably; creates it (created now) when absent.
@@ -281,9 +261,9 @@ impl Engine {
         ns: &str,
         id: &str,
         change: impl FnOnce(&mut FireStatus),
-    ) -> crate::Result<FireStatus> {
+    ) -> Result<FireStatus> {
         let status = self.change_status(ns, id, change)?;
-        self.flush()?;
+        self.engine.flush()?;
         Ok(status)
     }
 
@@ -294,24 +274,28 @@ impl Engine {
         ns: &str,
         id: &str,
         change: impl FnOnce(&mut FireStatus),
-    ) -> crate::Result<FireStatus> {
-        let _serial = lock(&self.inner.firing.state);
-        let mut status: FireStatus = self.store().state(ns, id)?.unwrap_or_else(|| FireStatus {
-            created_ms: now_ms(),
-            ..FireStatus::default()
-        });
+    ) -> Result<FireStatus> {
+        let _serial = lock(&self.firing.state);
+        let mut status: FireStatus =
+            self.engine
+                .store()
+                .state(ns, id)?
+                .unwrap_or_else(|| FireStatus {
+                    created_ms: now_ms(),
+                    ..FireStatus::default()
+                });
         change(&mut status);
-        self.store().put_state(ns, id, &status)?;
+        self.engine.store().put_state(ns, id, &status)?;
         Ok(status)
     }
 
     /// Runs `work` (store writes that wait for an fsync) on tokio's blocking pool.
     pub(crate) async fn off_workers<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Engine) -> crate::Result<T> + Send + 'static,
-    ) -> crate::Result<T> {
-        let engine = self.clone();
-        tokio::task::spawn_blocking(move || work(&engine))
+        work: impl FnOnce(&Triggers) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let triggers = self.clone();
+        tokio::task::spawn_blocking(move || work(&triggers))
             .await
             .map_err(|e| EngineError::Internal(format!("a store write did not finish: {e}")))?
     }
@@ -330,7 +314,7 @@ impl Engine {
 
     /// Creates the task of a cold start, without input: the caller queues its input through
     /// the door, with the arrival's other inputs.
-    pub(crate) async fn cold_start(&self, agent: &str, owner: &str) -> crate::Result<String> {
+    pub(crate) async fn cold_start(&self, agent: &str, owner: &str) -> Result<String> {
         let new = NewTask {
             agent: agent.to_owned(),
             input: None,
@@ -339,7 +323,7 @@ impl Engine {
                 email: None,
             },
         };
-        Ok(self.create(new, None, 0, Run::Background).await?.id)
+        Ok(self.engine.create_task(new, Run::Background).await?.id)
     }
 
     /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
@@ -386,7 +370,7 @@ impl Engine {
                 }));
             }
         }
-        let agent = match self.agent(&t.agent) {
+        let agent = match self.engine.agent(&t.agent) {
             Ok(a) => a,
             Err(e) => return Admit::Failed(e.to_string()),
         };
@@ -442,7 +426,7 @@ impl Engine {
         now: i64,
     ) -> bool {
         let Some(ttl) = ttl else { return false };
-        if !agentmesh_triggers::ttl::expired(status.created_ms, ttl, now) {
+        if !agentmesh_timing::ttl::expired(status.created_ms, ttl, now) {
             return false;
         }
         if let Err(e) = self.update_status(ns, id, |s| s.expired = true) {
@@ -461,7 +445,7 @@ impl Engine {
         delivery: Inbound<'_>,
     ) -> std::result::Result<SourceDelivery, WebhookError> {
         let Inbound { headers, body } = delivery;
-        let plan = self.plan();
+        let plan = self.engine.plan();
         let src = plan
             .sources
             .get(source)
@@ -471,7 +455,7 @@ impl Engine {
             .map_err(|e| WebhookError::Unauthorized(e.0))?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
-        let Some(arrival) = self.arrive(headers).await? else {
+        let Some(arrival) = self.engine.arrive(headers).await? else {
             return Ok(SourceDelivery::Duplicate);
         };
         let origin = Origin::Webhook { auth_subject };
@@ -527,7 +511,10 @@ impl Engine {
                 }
             }
         }
-        if let Accepted::Duplicate = arrival.accept(self, inputs, Run::Background).await? {
+        if let Accepted::Duplicate = arrival
+            .accept(&self.engine, inputs, Run::Background)
+            .await?
+        {
             return Ok(SourceDelivery::Duplicate);
         }
         let mut tasks = Vec::new();
@@ -550,7 +537,7 @@ impl Engine {
         delivery: Inbound<'_>,
     ) -> std::result::Result<String, FireError> {
         let Inbound { headers, body } = delivery;
-        let plan = self.plan();
+        let plan = self.engine.plan();
         let t = plan
             .triggers
             .get(id)
@@ -583,7 +570,7 @@ impl Engine {
             .filter(|(k, _)| *k != "message")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let Some(arrival) = self.arrive(headers).await? else {
+        let Some(arrival) = self.engine.arrive(headers).await? else {
             return Err(FireError::Duplicate);
         };
         let origin = Origin::Api { auth_subject };
@@ -609,7 +596,9 @@ impl Engine {
             io,
             origin,
         };
-        let accepted = arrival.accept(self, vec![input], Run::Background).await?;
+        let accepted = arrival
+            .accept(&self.engine, vec![input], Run::Background)
+            .await?;
         if let Accepted::Duplicate = accepted {
             return Err(FireError::Duplicate);
         }
@@ -619,8 +608,8 @@ impl Engine {
 
     /// The triggers (optionally only those `owner` owns), with their read-only status, sorted
     /// by id.
-    pub fn triggers(&self, owner: Option<&str>) -> crate::Result<Vec<TriggerView>> {
-        let plan = self.plan();
+    pub fn triggers(&self, owner: Option<&str>) -> Result<Vec<TriggerView>> {
+        let plan = self.engine.plan();
         let mut triggers: Vec<&Arc<TriggerPlan>> = plan
             .triggers
             .values()
@@ -631,8 +620,8 @@ impl Engine {
     }
 
     /// Trigger `id` with its read-only status.
-    pub fn trigger(&self, id: &str) -> crate::Result<TriggerView> {
-        let plan = self.plan();
+    pub fn trigger(&self, id: &str) -> Result<TriggerView> {
+        let plan = self.engine.plan();
         let t = plan
             .triggers
             .get(id)
@@ -640,7 +629,7 @@ impl Engine {
         self.trigger_view(t)
     }
 
-    fn trigger_view(&self, t: &Arc<TriggerPlan>) -> crate::Result<TriggerView> {
+    fn trigger_view(&self, t: &Arc<TriggerPlan>) -> Result<TriggerView> {
         Ok(TriggerView {
             status: self.fire_status(TRIGGER_STATE, &t.id())?,
             plan: Arc::clone(t),
@@ -649,10 +638,11 @@ impl Engine {
 
     /// Gives every trigger with a `ttl` its creation time (the first time this host saw it),
     /// so its lifetime counts from there.
-    pub(crate) fn register_triggers(&self) -> crate::Result<()> {
-        let plan = self.plan();
+    pub(crate) fn register_triggers(&self) -> Result<()> {
+        let plan = self.engine.plan();
         for t in plan.triggers.values().filter(|t| t.ttl.is_some()) {
             if self
+                .engine
                 .store()
                 .state::<FireStatus>(TRIGGER_STATE, &t.id())?
                 .is_none()

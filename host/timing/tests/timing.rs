@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use agentmesh_triggers::clock::rfc3339;
+use agentmesh_timing::clock::rfc3339;
 
 /// An RFC 3339 instant as epoch ms.
 fn ms(text: &str) -> i64 {
@@ -17,7 +17,7 @@ fn ms(text: &str) -> i64 {
 }
 
 mod timing {
-    use agentmesh_triggers::{Error, Interval, Timing};
+    use agentmesh_timing::{Error, Interval, Timing};
 
     use super::*;
 
@@ -274,7 +274,7 @@ mod timing {
 }
 
 mod wakeup {
-    use agentmesh_triggers::{Error, Timing, Wakeup, When};
+    use agentmesh_timing::{Error, Timing, Wakeup, When};
 
     use super::*;
 
@@ -371,8 +371,8 @@ mod wakeup {
 mod timer {
     use std::time::Duration;
 
-    use agentmesh_triggers::clock::now_ms;
-    use agentmesh_triggers::{Due, Timer, TimerHandle};
+    use agentmesh_timing::clock::now_ms;
+    use agentmesh_timing::{Due, Timer, TimerHandle};
 
     fn ids<Id>(due: Vec<Due<Id>>) -> Vec<Id> {
         due.into_iter().map(|d| d.id).collect()
@@ -508,7 +508,7 @@ mod timer {
 }
 
 mod bounds {
-    use agentmesh_triggers::{DailyQuota, Throttle, ttl};
+    use agentmesh_timing::{DailyQuota, Throttle, ttl};
 
     use super::*;
 

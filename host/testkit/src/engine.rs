@@ -1,0 +1,46 @@
+//! An engine in-process over a config dir, for the tests of the crates that drive one.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_engine::{Engine, EngineOptions, Plan};
+use agentmesh_store::Store;
+
+/// An agent `t/a` on the scripted model (`script.yaml` beside the manifests).
+pub const SCRIPTED_AGENT: &str = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Answers.
+prompt: Answer.
+model: scripted/script.yaml
+";
+
+/// Writes `manifests` (as `manifests.yaml`) and `files` (model scripts) into `dir`.
+pub fn write_config(dir: &Path, manifests: &str, files: &[(&str, &str)]) {
+    std::fs::write(dir.join("manifests.yaml"), manifests).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+}
+
+/// An engine over the config dir at `dir` (which must validate) and a store in `dir/data` (a
+/// second one reopens it), its reviews timing out after `review_timeout`.
+pub fn engine_at(dir: &Path, review_timeout: Option<Duration>) -> Engine {
+    let report = agentmesh_manifest::validate(dir);
+    let errors: Vec<String> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(ToString::to_string)
+        .collect();
+    assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
+    let plan = Plan::build(&report.config, &|_| None).unwrap();
+    let store = Arc::new(Store::open(&dir.join("data")).unwrap());
+    let options = EngineOptions {
+        mount_root: dir.join("data/mounts"),
+        review_timeout,
+        ..EngineOptions::default()
+    };
+    Engine::new(plan, store, options)
+}
