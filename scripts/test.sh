@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
 cargo fmt --all --check
+# No module of a crate imports a module that imports it back.
+python3 scripts/module-cycles.py
 if [ -f guests/Cargo.toml ]; then
   cargo fmt --manifest-path guests/Cargo.toml --all --check
   cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use crate::Engine;
 use crate::plan::{AgentPlan, EventPlan, Target, ToolPlan};
-use crate::steps::{self, Phase, Replay, StepVars, Verdict};
+use crate::review::Replay;
+use crate::steps::{self, Phase, StepVars, Verdict};
 use crate::task::Status;
 
 /// Whether task `task` takes `event`: the filter component, then the capability's

@@ -8,8 +8,9 @@ use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
 use crate::plan::{AgentPlan, CapabilityPlan, Target};
+use crate::review::Replay;
 use crate::runtime::{self, ActionResult};
-use crate::steps::{self, Phase, Replay, StepVars, Verdict};
+use crate::steps::{self, Phase, StepVars, Verdict};
 use crate::task::{Outcome, TaskRecord};
 use crate::{Engine, Result};
 
@@ -44,7 +45,7 @@ pub(crate) async fn run(
         )));
     };
     if let Some(tool) = function.host {
-        engine.write_ahead(record)?;
+        engine.records().write_ahead(record)?;
         return Ok(match engine.host_tool(record, tool, &call.arguments) {
             Ok(v) => CallEnd::Observation(v),
             Err(message) => CallEnd::Error(message),
@@ -130,7 +131,7 @@ pub(crate) async fn run(
     let (result, child) = match (&cap.target, function.action) {
         (Target::Tool(tool), Some(action)) => {
             if !runtime::stays_inside(agent, tool, action) {
-                engine.write_ahead(record)?;
+                engine.records().write_ahead(record)?;
             }
             (
                 runtime::run_action(engine, agent, record, tool, action, &input).await,
@@ -138,7 +139,7 @@ pub(crate) async fn run(
             )
         }
         (Target::Agent(child), _) => {
-            engine.write_ahead(record)?;
+            engine.records().write_ahead(record)?;
             record.delegation_count += 1;
             runtime::delegate(engine, record, child, input.clone()).await
         }

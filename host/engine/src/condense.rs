@@ -178,7 +178,7 @@ pub(crate) async fn maybe_condense(
         tools: Vec::new().into(),
     };
     if !provider.in_process() {
-        engine.write_ahead(record)?;
+        engine.records().write_ahead(record)?;
     }
     let response = match provider.complete(&request).await {
         Ok(r) => r,
@@ -209,7 +209,7 @@ pub(crate) async fn maybe_condense(
             },
         ),
     ];
-    engine.log(record, events)
+    engine.records().log(record, events)
 }
 
 #[cfg(test)]

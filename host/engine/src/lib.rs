@@ -6,10 +6,12 @@
 //! - `turn`: one input at a time per task: guardrails, the LLM loop, limits, outputs; and
 //!   the rest of a turn whose `review()` was pending across a restart;
 //! - `records`: records between turns (a cache) and a turn's journal, written in one
-//!   write wherever the turn reaches outside the process and when it ends;
+//!   write wherever the turn reaches outside the process and when it ends; `journal`: what a
+//!   record carries for it (the journal, what the store holds);
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
-//! - `steps`: assert / invoke / transform steps and `review()`;
+//! - `steps`: assert / invoke / transform steps and their failure policy; `review`: a
+//!   person's decision in an expression (`review()`), the wait for it and its replay;
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends and sub-agent delegation;
 //! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
@@ -35,10 +37,12 @@ mod admission;
 mod call;
 mod condense;
 mod door;
+mod journal;
 pub mod mount;
 pub mod plan;
 mod providers;
 mod records;
+mod review;
 mod runtime;
 mod secrets;
 mod steps;
@@ -72,7 +76,7 @@ pub use watch::{HostTools, Watcher};
 
 use plan::{AgentPlan, EventPlan, Target, ToolPlan};
 use providers::Providers;
-use steps::Waiter;
+use review::Waiter;
 use task::{Crashed, Resume};
 
 /// How long a `review()` of a triggered turn (input with a trigger envelope: no human typed
@@ -197,8 +201,8 @@ struct Inner {
     door: door::Door,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
     triggered: Mutex<HashSet<String>>,
-    /// Records of tasks between turns.
-    records: records::RecordCache,
+    /// Task records: reads through a cache, journals, writes.
+    records: records::Records,
     /// `options.runtime`, bound once for every activation that reads it.
     runtime: Bound,
     /// Whether [`Engine::recover`] recorded this host as running (cleared by a clean stop).
@@ -236,6 +240,7 @@ impl Engine {
         agentmesh_expr::budget::offload_iterating_with(off_the_workers);
         let runtime = Bound::new(options.runtime.clone());
         options.secrets.set(Arc::clone(&plan.secrets));
+        let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -254,7 +259,7 @@ impl Engine {
                 triggered: Mutex::new(HashSet::new()),
                 marked_running: AtomicBool::new(false),
                 recovered: AtomicBool::new(false),
-                records: records::RecordCache::default(),
+                records,
                 runtime,
             }),
         }
@@ -394,7 +399,7 @@ impl Engine {
 
     /// Task `id`'s record.
     pub fn task(&self, id: &str) -> Result<TaskRecord> {
-        self.peek(id, TaskRecord::clone)
+        self.records().peek(id, TaskRecord::clone)
     }
 
     /// Task `id`'s events after `after`.
@@ -407,14 +412,15 @@ impl Engine {
     /// turn reads it: after a condensation, from the system prompt and the events past the
     /// forgotten range only.
     pub fn conversation(&self, id: &str) -> Result<Vec<agentmesh_llm::ChatMessage>> {
-        let mut record = self.stored_record(id)?;
-        self.log_view(&mut record)?;
+        let mut record = self.records().stored_record(id)?;
+        self.records().log_view(&mut record)?;
         Ok(agentmesh_llm::to_messages(record.journal.view()))
     }
 
     /// `f` of task `id`'s record, read in place (no copy), and of its queue depth.
     pub fn read_task<T>(&self, id: &str, f: impl FnOnce(&TaskRecord, usize) -> T) -> Result<T> {
-        self.peek(id, |record| f(record, self.inner.store.queue_depth(id)))
+        self.records()
+            .peek(id, |record| f(record, self.inner.store.queue_depth(id)))
     }
 
     /// Creates a task and queues its first input (when given), as a user's, run as `run` says.
@@ -447,7 +453,7 @@ impl Engine {
             depth,
             last_activity_ms: now_ms(),
             subscriptions: subscription::for_agent(&agent),
-            journal: records::Journal::new_task(),
+            journal: journal::Journal::new_task(),
             ..TaskRecord::default()
         };
         self.seal_allow_lists(&agent, &mut record);
@@ -472,10 +478,10 @@ impl Engine {
                 },
             ));
         }
-        self.save(&mut record, events)?;
+        self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
         // Its first turn starts from memory.
-        let record = self.checkin(record);
+        let record = self.records().checkin(record);
         if let Some(io) = io {
             self.queue(&id, io, Origin::User, run).await?;
         }
@@ -520,7 +526,7 @@ impl Engine {
     /// Queues `input` (`{"message": …, …params}`) for task `id` through the door every
     /// arrival takes, on disk before it returns, run as `run` says; returns `queued_at`.
     pub async fn submit(&self, id: &str, input: &Value, origin: Origin, run: Run) -> Result<i64> {
-        let (status, agent) = self.peek(id, |r| (r.status(), r.agent.clone()))?;
+        let (status, agent) = self.records().peek(id, |r| (r.status(), r.agent.clone()))?;
         if status == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
@@ -550,26 +556,26 @@ impl Engine {
     pub async fn run_until_idle(&self, id: &str) -> Result<Arc<TaskRecord>> {
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
-        let mut record = self.checkout(id)?;
+        let mut record = self.records().checkout(id)?;
         loop {
             if self.interrupt_requested(id) {
-                return Ok(self.checkin(record));
+                return Ok(self.records().checkin(record));
             }
             // A review pending across a restart holds the turn: input waits for the decision,
             // which resumes the turn (`resume`).
             if record.status() == Status::Waiting {
-                return Ok(self.checkin(record));
+                return Ok(self.records().checkin(record));
             }
             let work = match record.resume.take() {
                 Some(resume) if record.status() == Status::Running => Work::Resume(resume),
                 _ => {
                     let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)?
                     else {
-                        return Ok(self.checkin(record));
+                        return Ok(self.records().checkin(record));
                     };
                     record.journal.take(key);
                     if record.status() == Status::Terminated {
-                        self.save(&mut record, Vec::new())?;
+                        self.records().save(&mut record, Vec::new())?;
                         continue;
                     }
                     Work::Input(input)
@@ -587,7 +593,7 @@ impl Engine {
                 // Durable before the turn runs: if it brings the host down again, the next
                 // start ends the task instead of running it once more.
                 record.crashed = Some(Crashed::Retried);
-                self.save(&mut record, Vec::new())?;
+                self.records().save(&mut record, Vec::new())?;
                 self.flush()?;
             }
             let ran = match work {
@@ -596,7 +602,7 @@ impl Engine {
                     // Written (without `resume`, taken above) before the call runs again: if
                     // the host stops during it, the next start reports the call as interrupted
                     // instead of running it again.
-                    match self.save(&mut record, Vec::new()) {
+                    match self.records().save(&mut record, Vec::new()) {
                         Ok(()) => turn::resume(self, &agent, &mut record, &resume).await,
                         Err(e) => Err(e),
                     }
@@ -608,10 +614,10 @@ impl Engine {
             self.tell_watchers(&record);
             ran?;
             if record.crashed.take().is_some() {
-                self.save(&mut record, Vec::new())?;
+                self.records().save(&mut record, Vec::new())?;
             }
             // A turn that stopped early (an interrupt) keeps what it did.
-            self.write_ahead(&mut record)?;
+            self.records().write_ahead(&mut record)?;
             if record.status() == Status::Terminated
                 && let Some(Ok(p)) = self.inner.plugins.get()
             {
@@ -660,21 +666,21 @@ impl Engine {
     /// Interrupts task `id`: its running turn stops at the next step, and its subscriptions
     /// are suspended until it takes new input. Returns once the interrupt is recorded.
     pub async fn interrupt(&self, id: &str) -> Result<()> {
-        if self.peek(id, TaskRecord::status)? == Status::Terminated {
+        if self.records().peek(id, TaskRecord::status)? == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
         lock(&self.inner.interrupts).insert(id.to_owned());
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
-        let mut record = self.checkout(id)?;
+        let mut record = self.records().checkout(id)?;
         if record.status() == Status::Terminated {
             return Ok(());
         }
         let mut events =
             self.end_suspended_turn(&mut record, "not run: the task was interrupted")?;
         if !events.is_empty() {
-            events.push(steps::status_event("idle"));
+            events.push(task::status_event("idle"));
         }
         record.interrupted = true;
         if record.status() != Status::Idle {
@@ -690,7 +696,7 @@ impl Engine {
                 },
             ),
         ]);
-        self.save(&mut record, events)?;
+        self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
         drop(_turn);
         if self.inner.store.queue_depth(id) > 0 {
@@ -712,7 +718,7 @@ impl Engine {
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
-        let mut record = self.checkout(id)?;
+        let mut record = self.records().checkout(id)?;
         self.inner.store.clear_queue(id)?;
         let mut events = self.end_suspended_turn(&mut record, "not run: the task ended")?;
         if record.status() != Status::Terminated {
@@ -728,9 +734,9 @@ impl Engine {
                     value: json!({"reason": "deleted"}),
                 },
             ),
-            steps::status_event("terminated"),
+            task::status_event("terminated"),
         ]);
-        self.save(&mut record, events)?;
+        self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
         for w in lock(&self.inner.watchers).clone() {
             w.deleted(self, id)?;
@@ -794,6 +800,7 @@ impl Engine {
         owner: Option<&str>,
     ) -> Result<Vec<TaskRecord>> {
         Ok(self
+            .records()
             .stored_records()?
             .into_iter()
             .filter(|t| agent.is_none_or(|a| t.agent == a))
@@ -820,7 +827,7 @@ impl Engine {
         let crashed = self.mark_running()?;
         let mut resumed = HashSet::new();
         let mut in_flight = HashSet::new();
-        for mut record in self.stored_records()? {
+        for mut record in self.records().stored_records()? {
             if record.crashed == Some(Crashed::Retried) && record.status() != Status::Terminated {
                 self.end_after_crashes(&mut record)?;
                 continue;
@@ -854,7 +861,7 @@ impl Engine {
                     resumed.insert(record.id);
                     continue;
                 }
-                self.save(&mut record, events)?;
+                self.records().save(&mut record, events)?;
                 lock(&self.inner.reviews).insert(pending.review_id.clone(), Waiter::Stored);
                 if let Some(deadline) = deadline {
                     self.time_out_review(record.id, pending.review_id, deadline);
@@ -875,8 +882,8 @@ impl Engine {
                     value: json!({"message": "the host restarted during a turn"}),
                 },
             ));
-            events.push(steps::status_event("idle"));
-            self.save(&mut record, events)?;
+            events.push(task::status_event("idle"));
+            self.records().save(&mut record, events)?;
         }
         self.rebuild_watchers()?;
         self.inner.recovered.store(true, Ordering::Release);
@@ -904,13 +911,13 @@ impl Engine {
     fn mark_crashed<'a>(&self, ids: impl Iterator<Item = &'a String>) -> Result<()> {
         let mut marked = 0;
         for id in ids {
-            let mut record = self.checkout(id)?;
+            let mut record = self.records().checkout(id)?;
             if record.crashed.is_none() && record.status() != Status::Terminated {
                 record.crashed = Some(Crashed::Marked);
-                self.save(&mut record, Vec::new())?;
+                self.records().save(&mut record, Vec::new())?;
                 marked += 1;
             }
-            self.checkin(record);
+            self.records().checkin(record);
         }
         if marked > 0 {
             tracing::warn!(
@@ -942,7 +949,7 @@ impl Engine {
             &mut events,
         );
         tracing::error!(task.id = %record.id, "ended: the host went down twice during its turns");
-        self.save(record, events)?;
+        self.records().save(record, events)?;
         self.flush()?;
         Ok(())
     }
@@ -977,7 +984,7 @@ impl Engine {
                 pending.review_id, record.id
             )));
         };
-        events.extend(steps::decision_events(
+        events.extend(review::decision_events(
             record,
             pending.review_id,
             approve,
@@ -987,7 +994,7 @@ impl Engine {
             call_id,
             triggered: pending.triggered,
         });
-        self.save(record, events)
+        self.records().save(record, events)
     }
 
     /// At `deadline_ms`, denies review `review_id` of task `task_id` as timed out, unless it
@@ -1042,7 +1049,7 @@ impl Engine {
         record: &mut TaskRecord,
         why: &str,
     ) -> Result<Vec<(EventSource, EventKind)>> {
-        self.log_view(record)?;
+        self.records().log_view(record)?;
         Ok(unanswered_calls(record.journal.view(), why))
     }
 
@@ -1052,11 +1059,16 @@ impl Engine {
     /// record a resumed turn saves while a late watcher reads the store could reach it stale.
     pub fn watch(&self, watcher: Arc<dyn Watcher>) -> Result<()> {
         if self.inner.recovered.load(Ordering::Acquire) {
-            let records = self.stored_records()?;
+            let records = self.records().stored_records()?;
             watcher.rebuild(&self.plan(), &records);
         }
         lock(&self.inner.watchers).push(watcher);
         Ok(())
+    }
+
+    /// Task records: reads through the cache, journals, writes.
+    pub(crate) fn records(&self) -> &records::Records {
+        &self.inner.records
     }
 
     /// Runs `tool` with the crate that provides it ([`Engine::provide_host_tools`]).
@@ -1109,7 +1121,7 @@ impl Engine {
             return Ok(());
         }
         let plan = self.plan();
-        let records = self.stored_records()?;
+        let records = self.records().stored_records()?;
         for w in watchers {
             w.rebuild(&plan, &records);
         }
@@ -1127,15 +1139,15 @@ impl Engine {
             let Ok(_turn) = task_lock.try_lock() else {
                 continue;
             };
-            let mut record = self.checkout(id)?;
+            let mut record = self.records().checkout(id)?;
             if let Some(event) =
                 subscription::prune_expired(&mut record.subscriptions, record.last_activity_ms, now)
             {
-                self.save(&mut record, vec![event])?;
+                self.records().save(&mut record, vec![event])?;
                 n += 1;
             }
             self.tell_watchers(&record);
-            self.checkin(record);
+            self.records().checkin(record);
         }
         Ok(n)
     }
@@ -1182,7 +1194,7 @@ impl Engine {
         approve: bool,
         decider: Decider<'_>,
     ) -> Result<()> {
-        let pending = self.peek(task_id, |r| {
+        let pending = self.records().peek(task_id, |r| {
             r.pending_review
                 .as_ref()
                 .filter(|r| r.review_id == review_id)
@@ -1208,7 +1220,7 @@ impl Engine {
                     EngineError::Conflict(format!("review `{review_id}` is no longer waited for"))
                 };
                 let (recorded, written) = tokio::sync::oneshot::channel();
-                let decision = steps::ReviewDecision {
+                let decision = review::ReviewDecision {
                     approve,
                     user: user.to_owned(),
                     recorded,
@@ -1241,13 +1253,13 @@ impl Engine {
     ) -> Result<()> {
         let task_lock = self.task_lock(task_id);
         let turn = task_lock.lock().await;
-        let mut record = self.checkout(task_id)?;
+        let mut record = self.records().checkout(task_id)?;
         let pending = record
             .pending_review
             .clone()
             .filter(|p| p.review_id == review_id && record.status() == Status::Waiting);
         let Some(pending) = pending else {
-            self.checkin(record);
+            self.records().checkin(record);
             return Err(EngineError::NotFound(format!(
                 "review `{review_id}` of task `{task_id}`"
             )));
@@ -1255,7 +1267,7 @@ impl Engine {
         self.decide_stored(&mut record, pending, approve, user, Vec::new())?;
         // Durable before the decision is acknowledged.
         let flushed = self.flush();
-        self.checkin(record);
+        self.records().checkin(record);
         drop(turn);
         self.kick(task_id);
         Ok(flushed?)

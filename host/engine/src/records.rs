@@ -17,8 +17,8 @@
 //! stored parts hold; reading a record joins its parts back in.
 //!
 //! The cache holds the records of tasks between turns, exactly as written: a turn takes its
-//! record out ([`Engine::checkout`]) and puts it back once everything is written
-//! ([`Engine::checkin`]); every other write removes the entry. Readers that miss read the
+//! record out ([`Records::checkout`]) and puts it back once everything is written
+//! ([`Records::checkin`]); every other write removes the entry. Readers that miss read the
 //! store, which always has the last written record. It is bounded by bytes (as stored): a
 //! record keeps its log only while that is small, a big record is not kept, and past the
 //! total arbitrary entries go.
@@ -27,13 +27,17 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use agentmesh_model::event::{Event, EventKind, EventSource};
-use agentmesh_store::{Parts, QueueKey, RecordWrite};
+use agentmesh_store::{Parts, RecordWrite};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agentmesh_secrets::SharedSecrets;
+use agentmesh_store::Store;
+
+use crate::journal::{Journal, Stored};
 use crate::task::{CapStats, TaskRecord, allow_list};
-use crate::{Engine, EngineError, Result, lock};
+use crate::{EngineError, Result, lock};
 
 /// The most the cache holds, in bytes as stored; past it, arbitrary entries are dropped (and
 /// read from the store when next needed).
@@ -48,74 +52,6 @@ const CACHED_ENTRY_BYTES: usize = 16 << 20;
 /// bytes; a longer one is read from the store at the next turn, and converted again (~60 ms
 /// per turn at 4 MiB here). A task with condensation configured stays far below it.
 const CACHED_LOG_BYTES: usize = 4 << 20;
-
-/// A task's log as far as it is in memory, with what a turn has not written yet.
-#[derive(Debug, Default)]
-pub struct Journal {
-    /// Numbered events, in order: the log as far as the LLM's view reaches once `complete`
-    /// (see [`Engine::log_view`]), otherwise only those logged since the record was read.
-    /// The last `pending` are not written yet.
-    log: Vec<Event>,
-    /// `log` is all of the log the view reaches ([`Engine::log_view`]).
-    complete: bool,
-    /// How many events at the end of `log` are not written yet.
-    pending: usize,
-    /// The queue entry the turn is processing, removed by the next write.
-    take: Option<QueueKey>,
-    /// The written part of `log`, in bytes as stored.
-    log_bytes: usize,
-    /// The record as last written, in bytes (0: not known).
-    record_bytes: usize,
-    /// `log` as chat messages, kept up to date as it grows.
-    conversation: agentmesh_llm::Conversation,
-}
-
-/// A copy of a record (what readers get) is a snapshot of the task: it carries no journal, so
-/// reading a task never copies its log.
-impl Clone for Journal {
-    fn clone(&self) -> Journal {
-        Journal::default()
-    }
-}
-
-impl Journal {
-    /// The journal of a task with no log yet: what it logs is its whole log.
-    pub(crate) fn new_task() -> Journal {
-        Journal {
-            complete: true,
-            ..Journal::default()
-        }
-    }
-
-    /// Makes the next write also remove queue entry `key` (the input being processed).
-    pub(crate) fn take(&mut self, key: QueueKey) {
-        self.take = Some(key);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.pending == 0 && self.take.is_none()
-    }
-
-    fn unwritten(&self) -> &[Event] {
-        &self.log[self.log.len() - self.pending..]
-    }
-
-    /// The log as far as the view reaches, written and pending, after [`Engine::log_view`].
-    pub(crate) fn view(&self) -> &[Event] {
-        &self.log
-    }
-
-    /// The view as chat messages, after [`Engine::log_view`]; give them back with
-    /// [`Journal::restore_messages`] once the request is done.
-    pub(crate) fn messages(&mut self) -> Vec<agentmesh_llm::ChatMessage> {
-        self.conversation.messages(&self.log)
-    }
-
-    /// Takes back what [`Journal::messages`] returned.
-    pub(crate) fn restore_messages(&mut self, messages: Vec<agentmesh_llm::ChatMessage>) {
-        self.conversation.restore(messages);
-    }
-}
 
 /// The `seq` of the system prompt's event among `events`, if it is there.
 fn prompt_seq(events: &[Event]) -> Option<u64> {
@@ -146,44 +82,29 @@ fn trim(journal: &mut Journal, prompt_seq: u64, condensed_to: u64) -> Option<usi
     )
 }
 
-/// How much of a record's growing fields its stored parts hold (the rest is new since the
-/// last write).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Stored {
-    /// The number of parts.
-    parts: u64,
-    /// Their bytes as stored.
-    bytes: usize,
-    history: usize,
-    inputs: usize,
-    outputs: usize,
-    invocations: usize,
-    /// Per function: its calls, and its child task ids.
-    calls: HashMap<String, (usize, usize)>,
-}
-
-impl Stored {
-    /// Everything `record` holds, in `parts` parts of `bytes`.
-    fn of(record: &TaskRecord, parts: u64, bytes: usize) -> Stored {
+impl TaskRecord {
+    /// What the store holds once everything the record holds is written, in `parts` parts
+    /// of `bytes`.
+    fn stored_as(&self, parts: u64, bytes: usize) -> Stored {
         let mut stored = Stored::default();
-        stored.advance(record, parts, bytes);
+        self.advance_stored(&mut stored, parts, bytes);
         stored
     }
 
-    /// Now everything `record` holds is stored, in `parts` parts of `bytes`.
-    fn advance(&mut self, record: &TaskRecord, parts: u64, bytes: usize) {
-        self.parts = parts;
-        self.bytes = bytes;
-        self.history = record.history.len();
-        self.inputs = record.inputs.len();
-        self.outputs = record.outputs.len();
-        self.invocations = record.invocations.len();
-        for (name, stats) in &record.capabilities {
+    /// `stored` advanced to everything the record holds, in `parts` parts of `bytes`.
+    fn advance_stored(&self, stored: &mut Stored, parts: u64, bytes: usize) {
+        stored.parts = parts;
+        stored.bytes = bytes;
+        stored.history = self.history.len();
+        stored.inputs = self.inputs.len();
+        stored.outputs = self.outputs.len();
+        stored.invocations = self.invocations.len();
+        for (name, stats) in &self.capabilities {
             let counts = call_counts(stats);
-            match self.calls.get_mut(name) {
-                Some(stored) => *stored = counts,
+            match stored.calls.get_mut(name) {
+                Some(s) => *s = counts,
                 None => {
-                    self.calls.insert(name.clone(), counts);
+                    stored.calls.insert(name.clone(), counts);
                 }
             }
         }
@@ -343,7 +264,7 @@ impl TaskRecord {
             for part in parts.parts {
                 record.join(part);
             }
-            record.stored = Stored::of(&record, count, parts.bytes);
+            record.stored = record.stored_as(count, parts.bytes);
         }
         // Sealed lists exist even when empty (a binding that did not evaluate).
         for (tool, names) in &record.sealed {
@@ -388,12 +309,19 @@ fn prepend<T>(list: &mut VecDeque<T>, newer: VecDeque<T>) {
     }
 }
 
+/// Task records between the store and the turns: reads (through the cache), the journal
+/// and writes. One per engine.
+pub(crate) struct Records {
+    store: Arc<Store>,
+    /// Records of tasks between turns.
+    cache: Mutex<Cached>,
+    /// The secrets of the plan in force, scrubbed from every event logged.
+    secrets: SharedSecrets,
+}
+
 /// Records of tasks between turns, by task id, with their size; and the total size.
 #[derive(Default)]
-pub(crate) struct RecordCache(Mutex<Cached>);
-
-#[derive(Default)]
-pub(crate) struct Cached {
+struct Cached {
     entries: HashMap<String, (Arc<TaskRecord>, usize)>,
     bytes: usize,
 }
@@ -406,10 +334,19 @@ impl Cached {
     }
 }
 
-impl Engine {
+impl Records {
+    /// The records of `store`, events scrubbed of the secrets `secrets` holds at the time.
+    pub(crate) fn new(store: Arc<Store>, secrets: SharedSecrets) -> Records {
+        Records {
+            store,
+            cache: Mutex::new(Cached::default()),
+            secrets,
+        }
+    }
+
     /// Task `id`'s record, read-only: from the cache, or from the store.
     pub(crate) fn peek<T>(&self, id: &str, f: impl FnOnce(&TaskRecord) -> T) -> Result<T> {
-        let cached = lock(&self.inner.records.0)
+        let cached = lock(&self.cache)
             .entries
             .get(id)
             .map(|(record, _)| Arc::clone(record));
@@ -421,7 +358,7 @@ impl Engine {
 
     /// Task `id`'s record as the store has it.
     pub(crate) fn stored_record(&self, id: &str) -> Result<TaskRecord> {
-        match self.inner.store.task_with_parts(id)? {
+        match self.store.task_with_parts(id)? {
             Some((record, parts)) => Ok(TaskRecord::from_stored(record, parts)),
             None => Err(EngineError::NotFound(format!("task `{id}`"))),
         }
@@ -430,7 +367,6 @@ impl Engine {
     /// Every task's record as the store has it, in id order.
     pub(crate) fn stored_records(&self) -> Result<Vec<TaskRecord>> {
         Ok(self
-            .inner
             .store
             .tasks_with_parts()?
             .into_iter()
@@ -439,16 +375,16 @@ impl Engine {
     }
 
     /// Task `id`'s record to change, taken out of the cache. Hold the task's lock until
-    /// [`Engine::checkin`].
+    /// [`Records::checkin`].
     pub(crate) fn checkout(&self, id: &str) -> Result<TaskRecord> {
-        let cached = lock(&self.inner.records.0).remove(id);
+        let cached = lock(&self.cache).remove(id);
         match cached {
             Some(record) => Ok(Arc::unwrap_or_clone(record)),
             None => self.stored_record(id),
         }
     }
 
-    /// Puts back a record taken by [`Engine::checkout`], once all of it is written.
+    /// Puts back a record taken by [`Records::checkout`], once all of it is written.
     pub(crate) fn checkin(&self, mut record: TaskRecord) -> Arc<TaskRecord> {
         let journal = &mut record.journal;
         if !journal.is_empty() {
@@ -474,7 +410,7 @@ impl Engine {
         if record.journal.record_bytes == 0 || bytes > CACHED_ENTRY_BYTES {
             return record;
         }
-        let mut cache = lock(&self.inner.records.0);
+        let mut cache = lock(&self.cache);
         cache.remove(&record.id);
         while cache.bytes + bytes > CACHE_BYTES {
             let Some(evict) = cache.entries.keys().next().cloned() else {
@@ -491,16 +427,16 @@ impl Engine {
 
     /// Adds `events` to the record's journal, numbered, with every secret replaced (the one
     /// door to the log, so to the API, SSE and the LLM's conversation); they are written with
-    /// the record at the next [`Engine::save`] or [`Engine::write_ahead`].
+    /// the record at the next [`Records::save`] or [`Records::write_ahead`].
     pub(crate) fn log(
         &self,
         record: &mut TaskRecord,
         mut events: Vec<(EventSource, EventKind)>,
     ) -> Result<()> {
-        let plan = self.plan();
-        if !plan.secrets.is_empty() {
+        let secrets = self.secrets.get();
+        if !secrets.is_empty() {
             for (_, kind) in &mut events {
-                crate::secrets::scrub_event(&plan.secrets, kind);
+                crate::secrets::scrub_event(&secrets, kind);
             }
         }
         let journal = &mut record.journal;
@@ -509,10 +445,10 @@ impl Engine {
         let next = match journal.log.last() {
             Some(last) => last.seq + 1,
             None if journal.complete => 1,
-            None => self.inner.store.last_seq(&record.id)? + 1,
+            None => self.store.last_seq(&record.id)? + 1,
         };
         let n = events.len();
-        journal.log.extend(self.inner.store.stamp(next, events));
+        journal.log.extend(self.store.stamp(next, events));
         journal.pending += n;
         if let Some(seq) = prompt_seq(&journal.log[journal.log.len() - n..]) {
             record.prompt_seq = seq;
@@ -529,7 +465,7 @@ impl Engine {
         if record.journal.complete {
             return Ok(());
         }
-        let store = &self.inner.store;
+        let store = &self.store;
         let (mut log, mut bytes) = if record.condensed_to > 0 {
             let (mut log, bytes) = if (1..=record.condensed_to).contains(&record.prompt_seq) {
                 store.events_in(&record.id, record.prompt_seq, record.prompt_seq)?
@@ -582,11 +518,11 @@ impl Engine {
     }
 
     fn write_journal(&self, record: &mut TaskRecord) -> Result<()> {
-        lock(&self.inner.records.0).remove(&record.id);
+        lock(&self.cache).remove(&record.id);
         let new_part = record.new_part();
         let parts = record.stored.parts + u64::from(new_part.is_some());
         let journal = &record.journal;
-        let written = self.inner.store.write(
+        let written = self.store.write(
             &record.id,
             RecordWrite {
                 head: &*record,
@@ -604,7 +540,8 @@ impl Engine {
         };
         if new_part.is_some() {
             let mut stored = std::mem::take(&mut record.stored);
-            stored.advance(record, parts, stored.bytes + written.part_bytes);
+            let bytes = stored.bytes + written.part_bytes;
+            record.advance_stored(&mut stored, parts, bytes);
             record.stored = stored;
             record.allow_added.clear();
         }

@@ -89,7 +89,7 @@ pub(crate) async fn run_action(
             }
             if expr.calls_review() {
                 let asked = (plan.name.as_str(), input);
-                act = match crate::steps::tool_reviews(engine, record, expr, act, asked).await {
+                act = match crate::review::tool_reviews(engine, record, expr, act, asked).await {
                     Ok(act) => act,
                     Err(e) => return ActionResult::Fatal(e.to_string()),
                 };

@@ -3,14 +3,14 @@
 
 use agentmesh_expr::{Activation, Bound, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
-use agentmesh_model::event::{ContentPart, EventKind, EventSource};
-use agentmesh_store::{now_ms, now_rfc3339};
+use agentmesh_model::event::ContentPart;
+use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use crate::plan::{AgentPlan, Reads, Step, StepKind, Steps};
-use crate::task::{Outcome, PendingReview, Status, TaskRecord};
-use crate::{Engine, EngineError, Result, lock, runtime};
+use crate::review::{self, Asking, At, Replay};
+use crate::task::{Outcome, TaskRecord};
+use crate::{Engine, Result, runtime};
 
 /// What a list of steps decided.
 pub(crate) enum Verdict {
@@ -31,27 +31,41 @@ pub(crate) enum Phase {
     After,
 }
 
-/// Where a step asking for a review is, as the pending review names it.
-#[derive(Clone, Copy)]
-struct At<'a> {
-    /// The action the step is run for (what a step's `match` names); `None` in a guardrail.
-    action: Option<&'a str>,
-    /// `before`, `after`, `action` (a `cel` tool's expression), `guardrails.before` or
-    /// `guardrails.after`.
-    phase: &'static str,
+/// Where a step of a list run in `phase` for `action` is, as a pending review names it.
+fn at(phase: Phase, action: Option<&str>) -> At<'_> {
+    let phase = match (phase, action.is_none()) {
+        (Phase::Before, false) => "before",
+        (Phase::After, false) => "after",
+        (Phase::Before, true) => "guardrails.before",
+        (Phase::After, true) => "guardrails.after",
+    };
+    At { action, phase }
 }
 
-impl<'a> At<'a> {
-    /// A step of a list run in `phase` for `action`.
-    fn step(phase: Phase, action: Option<&'a str>) -> Self {
-        let phase = match (phase, action.is_none()) {
-            (Phase::Before, false) => "before",
-            (Phase::After, false) => "after",
-            (Phase::Before, true) => "guardrails.before",
-            (Phase::After, true) => "guardrails.after",
-        };
-        At { action, phase }
+/// [`review::with_reviews`] for a step in `phase` at `at` with `vars`: events being routed
+/// deny at once, and only a call's `before` steps wait across a restart.
+async fn with_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    act: Activation,
+    (phase, at): (Phase, At<'_>),
+    vars: &mut StepVars,
+) -> Result<Activation> {
+    if !expr.calls_review() {
+        return Ok(act);
     }
+    let asking = Asking {
+        at,
+        routing: !vars.event.is_null() && !vars.guardrail,
+        call_id: match phase {
+            Phase::Before => vars.call_id.clone(),
+            Phase::After => None,
+        },
+        subject: vars.subject(),
+        replay: &mut vars.replay,
+    };
+    review::with_reviews(engine, record, expr, act, asking).await
 }
 
 /// Runs `steps` for function `name`. `input` and `output` are the activation's values, and
@@ -88,31 +102,15 @@ pub(crate) async fn run(
         }
         let failure = match &step.kind {
             StepKind::Assert(expr) => {
-                match decide(
-                    engine,
-                    record,
-                    expr,
-                    &act,
-                    (phase, At::step(phase, name)),
-                    vars,
-                )
-                .await?
-                {
+                match decide(engine, record, expr, &act, (phase, at(phase, name)), vars).await? {
                     Ok(true) => None,
                     Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
                     Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
                 }
             }
             StepKind::Transform(expr) => {
-                let act = with_reviews(
-                    engine,
-                    record,
-                    expr,
-                    act,
-                    (phase, At::step(phase, name)),
-                    vars,
-                )
-                .await?;
+                let act =
+                    with_reviews(engine, record, expr, act, (phase, at(phase, name)), vars).await?;
                 match expr.evaluate(&act) {
                     Ok(v) => vars
                         .replace(phase, v)
@@ -138,7 +136,7 @@ pub(crate) async fn run(
                     ),
                     Ok(input) => {
                         if !runtime::stays_inside(agent, tool, *action) {
-                            engine.write_ahead(record)?;
+                            engine.records().write_ahead(record)?;
                         }
                         match runtime::run_action(engine, agent, record, tool, *action, &input)
                             .await
@@ -164,7 +162,7 @@ pub(crate) async fn run(
                 failure
             }
             StepKind::Wasm { .. } => {
-                engine.write_ahead(record)?;
+                engine.records().write_ahead(record)?;
                 match wasm_step(
                     engine,
                     record,
@@ -247,7 +245,7 @@ async fn invoke_input(
             record,
             e,
             act.clone(),
-            (phase, At::step(phase, name)),
+            (phase, at(phase, name)),
             vars,
         )
         .await?;
@@ -336,229 +334,6 @@ async fn decide(
     }
     let act = with_reviews(engine, record, expr, act.clone(), place, vars).await?;
     Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
-}
-
-/// For an expression that calls `review(user)`: suspends the task until each reviewer
-/// decides (or the review times out: a denial), and returns the activation with the decisions.
-/// A decision recorded for the call already ([`StepVars::replay`]) is used instead of asking.
-/// `(phase, at)`: where the step is.
-async fn with_reviews(
-    engine: &Engine,
-    record: &mut TaskRecord,
-    expr: &Expression,
-    mut act: Activation,
-    (phase, at): (Phase, At<'_>),
-    vars: &mut StepVars,
-) -> Result<Activation> {
-    if !expr.calls_review() {
-        return Ok(act);
-    }
-    let reviewers = expr.reviewers(&act).unwrap_or_default();
-    // Routing an event cannot wait for a person: in an event activation every review is a
-    // denial, decided at once, and nothing is written to the task.
-    let routing = !vars.event.is_null() && !vars.guardrail;
-    // Only a call's steps before its action can wait across a restart: running the call again
-    // from its start repeats nothing that left the process.
-    let call_id = match phase {
-        Phase::Before => vars.call_id.clone(),
-        Phase::After => None,
-    };
-    for reviewer in reviewers {
-        let approve = if routing {
-            false
-        } else if let Some(approve) = vars.replay.take(&reviewer) {
-            approve
-        } else {
-            let step = json!({
-                "action": at.action,
-                "phase": at.phase,
-                "expression": expr.source(),
-            });
-            let asked = Asked {
-                reviewer: &reviewer,
-                step,
-                subject: vars.subject(),
-            };
-            review(engine, record, asked, call_id.clone()).await?
-        };
-        act.set_review(&reviewer, approve);
-    }
-    Ok(act)
-}
-
-/// Obtains the decisions of the `review()` calls of a `cel` tool's expression, whose
-/// reviewers see the call's `input`. The action runs once its steps have passed, so, like a
-/// review in an `after` step, this one does not wait across a restart.
-pub(crate) async fn tool_reviews(
-    engine: &Engine,
-    record: &mut TaskRecord,
-    expr: &Expression,
-    act: Activation,
-    (action, input): (&str, &Value),
-) -> Result<Activation> {
-    let mut vars = StepVars {
-        input: input.clone(),
-        output: None,
-        event: Value::Null,
-        guardrail: false,
-        call_id: None,
-        replay: Replay::default(),
-    };
-    let at = At {
-        action: Some(action),
-        phase: "action",
-    };
-    let place = (Phase::After, at);
-    with_reviews(engine, record, expr, act, place, &mut vars).await
-}
-
-/// A review to ask for: who decides, the step asking and what it shows them.
-struct Asked<'a> {
-    reviewer: &'a str,
-    step: Value,
-    subject: Value,
-}
-
-/// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision. `call_id`: the
-/// call whose steps ask, when the review may wait across a restart.
-async fn review(
-    engine: &Engine,
-    record: &mut TaskRecord,
-    Asked {
-        reviewer,
-        step,
-        subject,
-    }: Asked<'_>,
-    call_id: Option<String>,
-) -> Result<bool> {
-    let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
-    let (tx, rx) = oneshot::channel();
-    lock(&engine.inner.reviews).insert(review_id.clone(), Waiter::Turn(tx));
-    record.status = Some(Status::Waiting);
-    record.pending_review = Some(PendingReview {
-        review_id: review_id.clone(),
-        reviewer: reviewer.to_owned(),
-        call_id,
-        requested_ms: now_ms(),
-        triggered: engine.is_triggered(&record.id),
-        step,
-        subject: subject.clone(),
-    });
-    engine.save(
-        record,
-        vec![
-            (
-                EventSource::Environment,
-                EventKind::ReviewRequestEvent {
-                    review_id: review_id.clone(),
-                    reviewer: reviewer.to_owned(),
-                    subject,
-                },
-            ),
-            status_event("waiting"),
-        ],
-    )?;
-    // Durable before a reviewer can answer it: the review survives a crash too.
-    engine.flush()?;
-    let decision = match engine.review_timeout(&record.id) {
-        Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
-        None => rx.await.ok(),
-    };
-    lock(&engine.inner.reviews).remove(&review_id);
-    let (approve, decided_by, recorded) = match decision {
-        Some(ReviewDecision {
-            approve,
-            user,
-            recorded,
-        }) => (approve, user, Some(recorded)),
-        None => (false, "timeout".into(), None),
-    };
-    let events = decision_events(record, review_id, approve, decided_by);
-    // Durable before the decider is answered: what it was told is what the log says.
-    let saved = engine
-        .save(record, events)
-        .and_then(|()| Ok(engine.flush()?));
-    if let Some(recorded) = recorded {
-        let answer = match &saved {
-            Ok(()) => Ok(()),
-            Err(EngineError::Store(e)) if e.is_io() => Err(EngineError::Store(
-                agentmesh_store::StoreError::Io(e.to_string()),
-            )),
-            Err(e) => Err(EngineError::Internal(e.to_string())),
-        };
-        // The decider may have gone (its connection closed): the decision stands.
-        let _ = recorded.send(answer);
-    }
-    saved?;
-    Ok(approve)
-}
-
-/// A decision sent to a turn waiting in [`review`]; the turn answers on `recorded` once the
-/// decision is in the log and on disk (or why it could not be written).
-pub(crate) struct ReviewDecision {
-    pub(crate) approve: bool,
-    pub(crate) user: String,
-    pub(crate) recorded: oneshot::Sender<Result<()>>,
-}
-
-/// Ends the wait on a review: the task `running` again, and the events recording the decision.
-pub(crate) fn decision_events(
-    record: &mut TaskRecord,
-    review_id: String,
-    approve: bool,
-    decided_by: String,
-) -> Vec<(EventSource, EventKind)> {
-    record.status = Some(Status::Running);
-    record.pending_review = None;
-    vec![
-        (
-            EventSource::User,
-            EventKind::ReviewDecisionEvent {
-                review_id,
-                approve,
-                decided_by,
-            },
-        ),
-        status_event("running"),
-    ]
-}
-
-/// Who waits for a review's decision.
-pub(crate) enum Waiter {
-    /// A turn of this process, suspended in [`review`].
-    Turn(oneshot::Sender<ReviewDecision>),
-    /// Nobody: the review was pending when the host restarted, and is kept in the task record
-    /// (the decision resumes the turn, see [`Engine::decide_review`]).
-    Stored,
-}
-
-/// Review decisions already recorded for a call, by reviewer, in the order they were made: a
-/// call run again after a restart answers its reviews from them instead of asking again.
-#[derive(Debug, Default)]
-pub(crate) struct Replay(Vec<(String, bool)>);
-
-impl Replay {
-    /// Records `reviewer`'s decision.
-    pub(crate) fn push(&mut self, reviewer: String, approve: bool) {
-        self.0.push((reviewer, approve));
-    }
-
-    /// Takes `reviewer`'s first decision not used yet.
-    fn take(&mut self, reviewer: &str) -> Option<bool> {
-        let at = self.0.iter().position(|(r, _)| r == reviewer)?;
-        Some(self.0.remove(at).1)
-    }
-}
-
-/// A `status` state update.
-pub(crate) fn status_event(status: &str) -> (EventSource, EventKind) {
-    (
-        EventSource::Environment,
-        EventKind::ConversationStateUpdateEvent {
-            key: "status".into(),
-            value: json!(status),
-        },
-    )
 }
 
 /// The values steps see and change.

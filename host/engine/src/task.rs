@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use agentmesh_expr::Needs;
+use agentmesh_model::event::{EventKind, EventSource};
 
 use crate::plan::AgentPlan;
 pub use crate::subscription::Subscription;
@@ -324,10 +325,10 @@ pub struct TaskRecord {
     pub interrupted: bool,
     /// What the running turn has done but not written yet.
     #[serde(skip)]
-    pub(crate) journal: crate::records::Journal,
+    pub(crate) journal: crate::journal::Journal,
     /// How much of the growing fields the stored parts hold.
     #[serde(skip)]
-    pub(crate) stored: crate::records::Stored,
+    pub(crate) stored: crate::journal::Stored,
 }
 
 impl TaskRecord {
@@ -511,4 +512,15 @@ pub(crate) fn allow_list<'a>(
         .or_default()
         .entry(param.to_owned())
         .or_default()
+}
+
+/// A `status` state update.
+pub(crate) fn status_event(status: &str) -> (EventSource, EventKind) {
+    (
+        EventSource::Environment,
+        EventKind::ConversationStateUpdateEvent {
+            key: "status".into(),
+            value: json!(status),
+        },
+    )
 }

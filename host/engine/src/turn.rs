@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 
 use crate::call::{self, CallEnd};
 use crate::plan::AgentPlan;
-use crate::steps::{self, Phase, Replay, StepVars, Verdict, status_event};
-use crate::task::{Reason, Resume, Status, TaskRecord};
+use crate::review::Replay;
+use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::task::{Reason, Resume, Status, TaskRecord, status_event};
 use crate::{Engine, QueuedInput, Result};
 
 type Events = Vec<(EventSource, EventKind)>;
@@ -117,13 +118,13 @@ pub(crate) async fn run(
     };
     if let Some((reason, message)) = ending {
         terminate(record, reason, None, &message, &mut events);
-        engine.save(record, events)?;
+        engine.records().save(record, events)?;
         store.clear_queue(&record.id)?;
         return Ok(());
     }
     record.status = Some(Status::Running);
     events.push(status_event("running"));
-    engine.log(record, events)?;
+    engine.records().log(record, events)?;
     let ended = llm_loop(engine, agent, record).await?;
     if ended {
         store.clear_queue(&record.id)?;
@@ -202,7 +203,7 @@ fn exceeded(
         message,
         &mut events,
     );
-    engine.save(record, events)?;
+    engine.records().save(record, events)?;
     Ok(true)
 }
 
@@ -257,7 +258,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
     let plan = engine.plan();
     // The log is read once per turn (with what the turn has not written yet); what the turn
     // adds is appended as it goes.
-    engine.log_view(record)?;
+    engine.records().log_view(record)?;
     loop {
         if engine.interrupt_requested(&id) {
             pause(record);
@@ -271,7 +272,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
         let response = match provider {
             Ok((provider, model)) => {
                 if !provider.in_process() {
-                    engine.write_ahead(record)?;
+                    engine.records().write_ahead(record)?;
                 }
                 let request = ChatRequest {
                     task_id: id.clone(),
@@ -298,7 +299,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                     },
                 )];
                 terminate(record, Reason::Error, None, &message, &mut events);
-                engine.save(record, events)?;
+                engine.records().save(record, events)?;
                 return Ok(true);
             }
         };
@@ -332,7 +333,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                 )
             })
             .collect();
-        engine.log(record, actions)?;
+        engine.records().log(record, actions)?;
         let ended = run_calls(
             engine,
             agent,
@@ -370,7 +371,7 @@ async fn run_calls(
                 "not run: the task was interrupted",
                 &mut events,
             );
-            engine.save(record, events)?;
+            engine.records().save(record, events)?;
             pause(record);
             return Ok(Some(false));
         }
@@ -457,10 +458,10 @@ async fn run_calls(
         if let Some((reason, message)) = terminal {
             skip_rest(&calls[i + 1..], &mut events);
             terminate(record, reason, None, &message, &mut events);
-            engine.save(record, events)?;
+            engine.records().save(record, events)?;
             return Ok(Some(true));
         }
-        engine.log(record, events)?;
+        engine.records().log(record, events)?;
         // The call may have grown an allow list, and it moved the subscriptions' deadlines:
         // events route by them now.
         engine.tell_watchers(record);
@@ -478,7 +479,7 @@ pub(crate) async fn resume(
     record: &mut TaskRecord,
     resume: &Resume,
 ) -> Result<()> {
-    engine.log_view(record)?;
+    engine.records().log_view(record)?;
     let (calls, replay) = open_calls(record.journal.view());
     // The call that waited was counted when it first ran.
     let counted = calls.first().is_some_and(|c| c.id == resume.call_id);
@@ -585,7 +586,7 @@ async fn finish(
     if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
         let mut events = Vec::new();
         terminate(record, Reason::Locked, None, &reason, &mut events);
-        engine.save(record, events)?;
+        engine.records().save(record, events)?;
         return Ok(true);
     }
     // What the guardrails let through (transformed, when a step replaced it) is the answer:
@@ -634,6 +635,6 @@ async fn finish(
         ),
         status_event("idle"),
     ];
-    engine.save(record, events)?;
+    engine.records().save(record, events)?;
     Ok(false)
 }

@@ -1,0 +1,235 @@
+//! `review()`: a person's decision inside an expression (a step's, a `cel` tool's). The task
+//! waits (`waiting`, a `ReviewRequestEvent`, durable before anyone can answer) until the
+//! reviewer decides or the review times out (a denial); a decision recorded before a restart
+//! is used instead of asking again.
+
+use agentmesh_expr::{Activation, Expression};
+use agentmesh_model::event::{EventKind, EventSource};
+use agentmesh_store::now_ms;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::task::{PendingReview, Status, TaskRecord, status_event};
+use crate::{Engine, EngineError, Result, lock};
+
+/// Where a step asking for a review is, as the pending review names it.
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    /// The action the step is run for (what a step's `match` names); `None` in a guardrail.
+    pub(crate) action: Option<&'a str>,
+    /// `before`, `after`, `action` (a `cel` tool's expression), `guardrails.before` or
+    /// `guardrails.after`.
+    pub(crate) phase: &'static str,
+}
+
+/// Where the `review()` calls of one expression ask, and what they show.
+pub(crate) struct Asking<'a> {
+    /// The step asking.
+    pub(crate) at: At<'a>,
+    /// Routing an event, which cannot wait for a person: every review is a denial, decided at
+    /// once, and nothing is written to the task.
+    pub(crate) routing: bool,
+    /// The call whose steps ask, when the review may wait across a restart (only a call's
+    /// steps before its action: running it again from its start repeats nothing that left
+    /// the process).
+    pub(crate) call_id: Option<String>,
+    /// Decisions recorded for the call before a restart, used instead of asking.
+    pub(crate) replay: &'a mut Replay,
+    /// What the reviewer sees.
+    pub(crate) subject: Value,
+}
+
+/// For an expression that calls `review(user)`: suspends the task until each reviewer
+/// decides (or the review times out: a denial), and returns the activation with the decisions.
+pub(crate) async fn with_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    mut act: Activation,
+    asking: Asking<'_>,
+) -> Result<Activation> {
+    let reviewers = expr.reviewers(&act).unwrap_or_default();
+    for reviewer in reviewers {
+        let approve = if asking.routing {
+            false
+        } else if let Some(approve) = asking.replay.take(&reviewer) {
+            approve
+        } else {
+            let step = json!({
+                "action": asking.at.action,
+                "phase": asking.at.phase,
+                "expression": expr.source(),
+            });
+            let asked = Asked {
+                reviewer: &reviewer,
+                step,
+                subject: asking.subject.clone(),
+            };
+            review(engine, record, asked, asking.call_id.clone()).await?
+        };
+        act.set_review(&reviewer, approve);
+    }
+    Ok(act)
+}
+
+/// Obtains the decisions of the `review()` calls of a `cel` tool's expression, whose
+/// reviewers see the call's `input`. The action runs once its steps have passed, so, like a
+/// review in an `after` step, this one does not wait across a restart.
+pub(crate) async fn tool_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    act: Activation,
+    (action, input): (&str, &Value),
+) -> Result<Activation> {
+    let asking = Asking {
+        at: At {
+            action: Some(action),
+            phase: "action",
+        },
+        routing: false,
+        call_id: None,
+        replay: &mut Replay::default(),
+        subject: json!({"input": input}),
+    };
+    with_reviews(engine, record, expr, act, asking).await
+}
+
+/// A review to ask for: who decides, the step asking and what it shows them.
+struct Asked<'a> {
+    reviewer: &'a str,
+    step: Value,
+    subject: Value,
+}
+
+/// One review: a `ReviewRequestEvent`, the task `waiting`, then the decision. `call_id`: the
+/// call whose steps ask, when the review may wait across a restart.
+async fn review(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    Asked {
+        reviewer,
+        step,
+        subject,
+    }: Asked<'_>,
+    call_id: Option<String>,
+) -> Result<bool> {
+    let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
+    let (tx, rx) = oneshot::channel();
+    lock(&engine.inner.reviews).insert(review_id.clone(), Waiter::Turn(tx));
+    record.status = Some(Status::Waiting);
+    record.pending_review = Some(PendingReview {
+        review_id: review_id.clone(),
+        reviewer: reviewer.to_owned(),
+        call_id,
+        requested_ms: now_ms(),
+        triggered: engine.is_triggered(&record.id),
+        step,
+        subject: subject.clone(),
+    });
+    engine.records().save(
+        record,
+        vec![
+            (
+                EventSource::Environment,
+                EventKind::ReviewRequestEvent {
+                    review_id: review_id.clone(),
+                    reviewer: reviewer.to_owned(),
+                    subject,
+                },
+            ),
+            status_event("waiting"),
+        ],
+    )?;
+    // Durable before a reviewer can answer it: the review survives a crash too.
+    engine.flush()?;
+    let decision = match engine.review_timeout(&record.id) {
+        Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
+        None => rx.await.ok(),
+    };
+    lock(&engine.inner.reviews).remove(&review_id);
+    let (approve, decided_by, recorded) = match decision {
+        Some(ReviewDecision {
+            approve,
+            user,
+            recorded,
+        }) => (approve, user, Some(recorded)),
+        None => (false, "timeout".into(), None),
+    };
+    let events = decision_events(record, review_id, approve, decided_by);
+    // Durable before the decider is answered: what it was told is what the log says.
+    let saved = engine
+        .records()
+        .save(record, events)
+        .and_then(|()| Ok(engine.flush()?));
+    if let Some(recorded) = recorded {
+        let answer = match &saved {
+            Ok(()) => Ok(()),
+            Err(EngineError::Store(e)) if e.is_io() => Err(EngineError::Store(
+                agentmesh_store::StoreError::Io(e.to_string()),
+            )),
+            Err(e) => Err(EngineError::Internal(e.to_string())),
+        };
+        // The decider may have gone (its connection closed): the decision stands.
+        let _ = recorded.send(answer);
+    }
+    saved?;
+    Ok(approve)
+}
+
+/// A decision sent to a turn waiting in [`review`]; the turn answers on `recorded` once the
+/// decision is in the log and on disk (or why it could not be written).
+pub(crate) struct ReviewDecision {
+    pub(crate) approve: bool,
+    pub(crate) user: String,
+    pub(crate) recorded: oneshot::Sender<Result<()>>,
+}
+
+/// Ends the wait on a review: the task `running` again, and the events recording the decision.
+pub(crate) fn decision_events(
+    record: &mut TaskRecord,
+    review_id: String,
+    approve: bool,
+    decided_by: String,
+) -> Vec<(EventSource, EventKind)> {
+    record.status = Some(Status::Running);
+    record.pending_review = None;
+    vec![
+        (
+            EventSource::User,
+            EventKind::ReviewDecisionEvent {
+                review_id,
+                approve,
+                decided_by,
+            },
+        ),
+        status_event("running"),
+    ]
+}
+
+/// Who waits for a review's decision.
+pub(crate) enum Waiter {
+    /// A turn of this process, suspended in [`review`].
+    Turn(oneshot::Sender<ReviewDecision>),
+    /// Nobody: the review was pending when the host restarted, and is kept in the task record
+    /// (the decision resumes the turn, see [`Engine::decide_review`]).
+    Stored,
+}
+
+/// Review decisions already recorded for a call, by reviewer, in the order they were made: a
+/// call run again after a restart answers its reviews from them instead of asking again.
+#[derive(Debug, Default)]
+pub(crate) struct Replay(Vec<(String, bool)>);
+
+impl Replay {
+    /// Records `reviewer`'s decision.
+    pub(crate) fn push(&mut self, reviewer: String, approve: bool) {
+        self.0.push((reviewer, approve));
+    }
+
+    /// Takes `reviewer`'s first decision not used yet.
+    pub(crate) fn take(&mut self, reviewer: &str) -> Option<bool> {
+        let at = self.0.iter().position(|(r, _)| r == reviewer)?;
+        Some(self.0.remove(at).1)
+    }
+}
