@@ -10,7 +10,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use agentmesh_engine::{Plan, check_components};
+use agentmesh_manifest::Diagnostic;
 use agentmesh_manifest::model::host::HostConfig;
+use agentmesh_manifest::yaml::Pos;
 
 /// The data dir: the flag, else the host config's `data_dir` (relative to the config dir),
 /// else `.agentmesh` in the config dir.
@@ -46,7 +48,28 @@ pub fn load(
         }
         return Ok(None);
     }
-    let env = |n: &str| std::env::var(n).ok();
-    let plan = Plan::build(&report.config, &env)?;
+    let Some(plan) = compile(&mut report) else {
+        for d in &report.diagnostics {
+            eprintln!("{d}");
+        }
+        return Ok(None);
+    };
     Ok(Some((report, plan, data)))
+}
+
+/// Compiles a report's config (free of errors) into the plan the host runs, with this
+/// process's environment; a failure is added to the report as an error of the config dir.
+pub fn compile(report: &mut agentmesh_manifest::Report) -> Option<Plan> {
+    let env = |n: &str| std::env::var(n).ok();
+    match Plan::build(&report.config, &env) {
+        Ok(plan) => Some(plan),
+        Err(e) => {
+            report.diagnostics.push(Diagnostic::error(
+                report.config.base_dir(),
+                Pos::default(),
+                format!("the config does not compile: {e}"),
+            ));
+            None
+        }
+    }
 }

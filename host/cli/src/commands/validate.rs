@@ -18,6 +18,10 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let mut report = agentmesh_manifest::validate(&args.dir);
     // Compiled aside, not into a data dir: validating writes nothing.
     check_components(&mut report, None, std::io::stderr().is_terminal());
+    // What `serve` would run: the compilation's errors are the config's too.
+    if !report.has_errors() {
+        super::compile(&mut report);
+    }
     let mut out = std::io::stdout().lock();
     for d in &report.diagnostics {
         writeln!(out, "{d}")?;
