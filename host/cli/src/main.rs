@@ -1,5 +1,5 @@
-//! `agentmesh`: the command line. Each subcommand lives in `commands/` with an `execute()`;
-//! the work itself is done by the `agentmesh-*` library crates.
+//! `agentmesh`: the command line. Each subcommand lives in `commands` (`commands/`, one file
+//! each) with an `execute()`; the work itself is done by the `agentmesh-*` library crates.
 
 mod commands;
 

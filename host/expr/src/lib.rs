@@ -18,6 +18,12 @@
 //! gives JSON out, so callers never see the `cel` crate's types; in between, expressions read
 //! the bound JSON in place and convert only what they touch.
 //!
+//! Modules: `expression` (compiling, roots, calls, the depth guard), `template` (`{…}`
+//! templates), [`env`] (the host's CEL environment and extensions), `eval` (activations and
+//! evaluation), `json` (JSON in place as CEL values), `needs` (which fields of the context
+//! an expression reads, so only those are built), `scope` (the roots each place may use),
+//! [`budget`] (the evaluation budget).
+//!
 //! Hostile expressions are bounded twice: at compile time by length, bracket nesting and tree
 //! depth ([`MAX_DEPTH`]: evaluation recurses per level), and while they run by a budget of
 //! macro iterations, bytes built and time ([`budget`]); past one, the evaluation stops with an

@@ -7,7 +7,10 @@
 //!   is reported with its line and column ([`yaml`] keeps the positions);
 //! - [`check`]: everything the shape cannot show — references between documents, CEL and
 //!   templates compiled and scope-checked, exactly-one rules, files that must exist;
-//! - [`validate`]: both, as `agentmesh validate` runs them.
+//! - [`validate`]: both, as `agentmesh validate` runs them;
+//! - `shape`: the shape check of a document against its kind's schema; `env`: `{env: …}`
+//!   values read from the environment; `diag`: [`Diagnostic`]s with file and position;
+//!   `suggest`: "did you mean" for misspelt names.
 //!
 //! ```no_run
 //! let report = agentmesh_manifest::validate(std::path::Path::new("examples/quickstart"));

@@ -24,6 +24,14 @@
 //!   a tick of the epoch moves off the async workers (`offload`), so a looping guest holds
 //!   its own thread until its timeout and never the workers that answer HTTP.
 //!
+//! Modules: `plugin_host` ([`PluginHost`], the engine and loading), `cache` (compiled
+//! components by content hash), `component` ([`LoadedComponent`], worlds), `bindings` (one
+//! `bindgen!` per world), `capacity` (the instance pool), `state` (a store's state, limits and
+//! the epoch clock), `host` (`interface host`), `kv` ([`KvStore`]), `stdio` (guest output to
+//! the log), `offload` (long guest calls off the async workers), `registry` (hot reload),
+//! [`tool`], [`middleware`], [`event_filter`], [`sandbox`], [`http`], `error`
+//! ([`PluginError`], [`Fault`]).
+//!
 //! Errors: a tool call answers `Result<Result<json, ToolError>, PluginError>` — the inner
 //! error is what the LLM sees (recoverable unless the guest said `fatal`), the outer one a host
 //! failure. Middleware and filters answer `Result<_, PluginError>`, with guest faults as
@@ -52,7 +60,6 @@ mod bindings;
 mod cache;
 mod capacity;
 mod component;
-mod engine;
 mod error;
 pub mod event_filter;
 mod host;
@@ -60,6 +67,7 @@ pub mod http;
 pub mod kv;
 pub mod middleware;
 mod offload;
+mod plugin_host;
 mod registry;
 pub mod sandbox;
 mod state;
@@ -68,12 +76,12 @@ pub mod tool;
 
 pub use capacity::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use component::{LoadedComponent, World};
-pub use engine::{CacheStats, PluginConfig, PluginHost};
 pub use error::{Fault, PluginError, Result, ToolError};
 pub use event_filter::AllowList;
 pub use http::{Origin, OriginError};
 pub use kv::{KvError, KvScope, KvStore, MemoryKv};
 pub use middleware::{MiddlewareCall, MiddlewareVerdict};
+pub use plugin_host::{CacheStats, PluginConfig, PluginHost};
 pub use registry::ComponentRegistry;
 pub use sandbox::{Limits, Sandbox};
 pub use tool::ToolSession;

@@ -16,7 +16,9 @@
 //!   the engine's records;
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
 //! - `connections`: the accept loop, with a cap on connections, header, body and idle
-//!   timeouts, and JSON answers for oversized heads.
+//!   timeouts, and JSON answers for oversized heads;
+//! - `error`: [`ApiError`] and the one place engine errors become status codes; `metrics`:
+//!   the counters of `/metrics`.
 //!
 //! [`AppState`] holds what handlers share; [`router`] builds the routes and [`serve`] runs
 //! them until a shutdown signal, then drains in-flight requests.

@@ -12,7 +12,8 @@
 //! `head.rs`), so an input is processed exactly once across crashes ([`Store::commit`] numbers
 //! the events too); the other multi-key changes are sled transactions. Input is flushed to
 //! disk before it is acknowledged ([`Store::enqueue`]); concurrent flushes are grouped into one
-//! fsync.
+//! fsync (`flush`, the group commit). `head` is the encoding of a record's head (its log end,
+//! parts and the queue entry its write took) that makes writes crash-atomic.
 //!
 //! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
 //! engine defines.

@@ -8,7 +8,7 @@
 //!   generators use).
 //! - [`engine`]: an engine in-process over a config dir (for the crates that drive one).
 //! - [`fixtures`]: config dirs in temp dirs, and the manifests several tests and benches write.
-//! - [`serve`]: a small HTTP/1.1 server on loopback standing in for a remote service (a REST
+//! - [`serve`] (`remote`): a small HTTP/1.1 server on loopback standing in for a remote service (a REST
 //!   API a tool calls, an LLM endpoint), which records what it receives.
 //!
 //! The binary is the root package's, and Cargo names it only to that package's tests and

@@ -15,7 +15,7 @@
 //! - [`ttl`]: when a trigger with a `ttl` expires.
 //! - [`clock`]: the unit of every time here, milliseconds since the Unix epoch (`i64`, UTC).
 //!
-//! Errors are one [`Error`] enum, each message written for the author of the value.
+//! Errors are one [`Error`] enum (`error`), each message written for the author of the value.
 //!
 //! ```
 //! use std::time::Duration;
