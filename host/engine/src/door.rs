@@ -309,3 +309,39 @@ impl Door {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    fn headers(id: &str) -> Headers {
+        [("X-Delivery-Id", id)].into_iter().collect()
+    }
+
+    #[tokio::test]
+    async fn an_arrival_given_up_while_waiting_at_the_door_leaves_no_id_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let door = Door::default();
+        let first = door.open(&store, &headers("d-1")).await.unwrap().unwrap();
+        {
+            // A redelivery waits behind the first, then its caller gives up (its connection
+            // closed): the future is dropped while waiting.
+            let again = headers("d-1");
+            let mut waiting = pin!(door.open(&store, &again));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Pending));
+        }
+        drop(first);
+        assert!(
+            lock(&door.arriving).is_empty(),
+            "the door still holds an id nobody waits for"
+        );
+    }
+}
