@@ -382,6 +382,7 @@ fn main() {
         verdict(component.p50 < Duration::from_micros(30)),
         verdict(speedup >= 30.0)
     );
+    runaway_loop(&host, &wasm.with_file_name("test_loop.wasm"));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "  during the run: load average {}, {stolen} of CPU time stolen by the hypervisor \
@@ -390,5 +391,49 @@ fn main() {
             .take(3)
             .collect::<Vec<_>>()
             .join(" ")
+    );
+}
+
+/// How soon after its timeout a guest looping in Wasm is stopped (the epoch tick and the move
+/// off the async workers), on a multi-threaded runtime as the host runs.
+fn runaway_loop(host: &PluginHost, wasm: &Path) {
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    const RUNS: usize = 5;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let component = host.load(wasm).unwrap();
+    let sandbox = Sandbox::new(Limits {
+        timeout: TIMEOUT,
+        ..Limits::default()
+    });
+    let mut late: Vec<Duration> = runtime.block_on(async {
+        let mut late = Vec::new();
+        for _ in 0..RUNS {
+            let started = Instant::now();
+            let answer = component
+                .call_tool(&sandbox, "{}", "{}", "bench-loop", "spin", "{}")
+                .await
+                .unwrap();
+            assert!(answer.is_err(), "the loop answered: {answer:?}");
+            late.push(started.elapsed().saturating_sub(TIMEOUT));
+        }
+        late
+    });
+    late.sort();
+    let (p50, max) = (late[RUNS / 2], late[RUNS - 1]);
+    println!(
+        "  runaway loop (`test-loop`, {} ms timeout), {RUNS} calls: stopped {:.1} ms after it \
+         (p50), {:.1} ms (max); target within 100 ms: {}",
+        TIMEOUT.as_millis(),
+        p50.as_secs_f64() * 1e3,
+        max.as_secs_f64() * 1e3,
+        if max <= Duration::from_millis(100) {
+            "met"
+        } else {
+            "MISSED"
+        }
     );
 }
