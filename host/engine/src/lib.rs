@@ -72,7 +72,7 @@ pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use wasm::{async_runtime, check_components};
-pub use watch::{HostTools, Watcher};
+pub use watch::{HostToolError, HostTools, Watcher};
 
 use plan::{AgentPlan, EventPlan, Target, ToolPlan};
 use providers::Providers;
@@ -1094,7 +1094,7 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         match tools {
-            Some(tools) => tools.call(self, record, tool, args),
+            Some(tools) => tools.call(self, record, tool, args).map_err(|e| e.0),
             None => Err(format!(
                 "`{}` is not available: this host runs no scheduler",
                 tool.name()

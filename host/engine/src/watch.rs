@@ -39,6 +39,11 @@ pub trait Watcher: Send + Sync {
     }
 }
 
+/// What a host tool tells the LLM went wrong: the call's error result (a recoverable one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HostToolError(pub String);
+
 /// The host tools (`request_wakeup`, `cancel_wakeup`) a crate other than the engine runs
 /// (registered with [`Engine::provide_host_tools`]).
 pub trait HostTools: Send + Sync {
@@ -49,5 +54,5 @@ pub trait HostTools: Send + Sync {
         record: &TaskRecord,
         tool: HostTool,
         args: &Value,
-    ) -> Result<Value, String>;
+    ) -> Result<Value, HostToolError>;
 }

@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use agentmesh_engine::plan::HostTool;
-use agentmesh_engine::{Engine, EngineError, HostTools, TaskRecord, Watcher};
+use agentmesh_engine::{Engine, EngineError, HostToolError, HostTools, TaskRecord, Watcher};
 use agentmesh_timing::{DailyQuota, Throttle, TimerHandle};
 use serde_json::Value;
 
@@ -99,8 +99,8 @@ impl HostTools for Hooks {
         record: &TaskRecord,
         tool: HostTool,
         args: &Value,
-    ) -> std::result::Result<Value, String> {
-        wakeups::call(&self.triggers(engine), record, tool, args)
+    ) -> std::result::Result<Value, HostToolError> {
+        wakeups::call(&self.triggers(engine), record, tool, args).map_err(HostToolError)
     }
 }
 
