@@ -18,6 +18,13 @@
 //! The store knows nothing of CEL, wasmtime or HTTP: task records are any serde type the
 //! engine defines.
 //!
+//! [`backend`] states what the host needs of a store as traits, by area (task logs, queues,
+//! dedupe, host state, plugin key-value, durability), each write's durability in its name
+//! (`…_durably`, `…_buffered`), with bytes at the boundary so any backend can stand behind
+//! `Arc<dyn Backend>`; [`Store`] implements them and its typed methods go through them.
+//! [`conformance`] is the suite every backend must pass (`tests/conformance.rs` runs it for
+//! sled). The engine still holds the sled [`Store`] itself.
+//!
 //! ```
 //! # fn main() -> Result<(), agentmesh_store::StoreError> {
 //! use agentmesh_model::event::{EventKind, EventSource};
@@ -32,6 +39,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backend;
+pub mod conformance;
 mod flush;
 mod head;
 
@@ -44,6 +53,10 @@ use sled::transaction::{TransactionError, Transactional};
 
 use agentmesh_model::event::{Event, EventKind, EventSource};
 use flush::GroupFlush;
+
+pub use backend::{
+    Backend, Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
+};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -324,62 +337,14 @@ impl Store {
         events: &[Event],
         take: Option<&QueueKey>,
     ) -> Result<Option<Written>> {
-        if let Some(key) = take
-            && !self.queue.contains_key(key.0.as_slice())?
-        {
-            return Ok(None);
-        }
-        let log_end = match events.last() {
-            Some(last) => last.seq,
-            None => self.last_seq(task_id)?,
-        };
-        let mut bytes = head::encode(log_end, record.parts, take.map(|k| k.0.as_slice()));
-        serde_json::to_writer(&mut bytes, record.head)?;
+        let head = serde_json::to_vec(record.head)?;
         let part = record.new_part.map(serde_json::to_vec).transpose()?;
-        let event_bytes = match (events.first(), events.last()) {
-            (Some(first), Some(last)) => {
-                let chunk = serde_json::to_vec(events)?;
-                // The log ends right before `first` (one write's events are one entry, keyed
-                // by the last one's number, so the last key of a task is its last event; a
-                // write starting behind it, or past it, does not continue the log), and no
-                // entry ends where this one does.
-                let follows = self.last_seq(task_id)? + 1 == first.seq;
-                let key = task_key(task_id, &last.seq.to_be_bytes());
-                if !follows
-                    || self
-                        .events
-                        .compare_and_swap(key, None::<&[u8]>, Some(chunk.as_slice()))?
-                        .is_err()
-                {
-                    return Err(StoreError::Conflict(format!(
-                        "task `{task_id}`: events from {} do not continue its log",
-                        first.seq
-                    )));
-                }
-                chunk.len()
-            }
-            _ => 0,
+        let raw = RawWrite {
+            head: &head,
+            parts: record.parts,
+            new_part: part.as_deref(),
         };
-        // In this order: a crash leaves at most events and a part past the record's `log_end`
-        // and `parts`, or a queue entry the record says was taken; [`Store::open`] removes
-        // them.
-        if let Some(part) = &part {
-            let key = task_key(task_id, &record.parts.to_be_bytes());
-            self.parts.insert(key, part.as_slice())?;
-        }
-        self.tasks.insert(task_id.as_bytes(), bytes.as_slice())?;
-        if let Some(key) = take {
-            self.queue.remove(key.0.as_slice())?;
-        }
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        if !events.is_empty() {
-            self.appended(task_id);
-        }
-        Ok(Some(Written {
-            record_bytes: bytes.len(),
-            part_bytes: part.map_or(0, |p| p.len()),
-            event_bytes,
-        }))
+        self.write_buffered(task_id, raw, events, take)
     }
 
     /// Sets the function called after events are appended to a task's log (once; later calls
@@ -438,29 +403,41 @@ impl Store {
         Ok(out)
     }
 
-    /// A stored record and the parts its head counts.
+    /// A stored record and the parts its head counts, decoded.
     fn decode_task<R: DeserializeOwned, P: DeserializeOwned>(
         &self,
         task_id: &str,
         stored: &[u8],
     ) -> Result<(R, Parts<P>)> {
-        let (head, json) = head::decode(stored);
-        let record = serde_json::from_slice(json)?;
-        let count = head.map_or(0, |h| h.parts);
+        let raw = self.raw_record(task_id, stored)?;
+        let record = serde_json::from_slice(&raw.head)?;
         let mut parts = Parts {
-            parts: Vec::new(),
+            parts: Vec::with_capacity(raw.parts.len()),
             bytes: 0,
         };
+        for part in &raw.parts {
+            parts.bytes += part.len();
+            parts.parts.push(serde_json::from_slice(part)?);
+        }
+        Ok((record, parts))
+    }
+
+    /// A stored record's head (JSON) and the parts its head counts.
+    fn raw_record(&self, task_id: &str, stored: &[u8]) -> Result<RawRecord> {
+        let (head, json) = head::decode(stored);
+        let count = head.map_or(0, |h| h.parts);
+        let mut parts = Vec::new();
         if count > 0 {
             let start = task_key(task_id, &1u64.to_be_bytes());
             let end = task_key(task_id, &count.to_be_bytes());
             for entry in self.parts.range(start..=end) {
-                let (_, value) = entry?;
-                parts.bytes += value.len();
-                parts.parts.push(serde_json::from_slice(&value)?);
+                parts.push(entry?.1.to_vec());
             }
         }
-        Ok((record, parts))
+        Ok(RawRecord {
+            head: json.to_vec(),
+            parts,
+        })
     }
 
     /// Task `task_id`'s events with `seq > after`, in order.
@@ -533,12 +510,28 @@ impl Store {
         delivery: Option<(&str, i64)>,
         inputs: &[(&str, i64, &I)],
     ) -> Result<Delivery> {
+        let encoded = inputs
+            .iter()
+            .map(|(task_id, queued_at, input)| {
+                Ok((*task_id, *queued_at, serde_json::to_vec(input)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<(&str, i64, &[u8])> = encoded
+            .iter()
+            .map(|(task_id, queued_at, bytes)| (*task_id, *queued_at, bytes.as_slice()))
+            .collect();
+        self.queue_encoded(delivery, &refs)
+    }
+
+    /// [`Store::deliver`] with the inputs encoded ([`Queues::queue_durably`]).
+    fn queue_encoded(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<Delivery> {
         let mut entries = Vec::with_capacity(inputs.len());
         for (task_id, queued_at, input) in inputs {
-            entries.push((
-                self.queue_key(task_id, *queued_at)?,
-                serde_json::to_vec(input)?,
-            ));
+            entries.push((self.queue_key(task_id, *queued_at)?, input.to_vec()));
         }
         let Some((id, until)) = delivery else {
             let keys = entries.iter().map(|(k, _)| k.clone()).collect();
@@ -611,7 +604,7 @@ impl Store {
 
     /// Host state `key` in namespace `ns` (e.g. `trigger`, `schedule`, `wakeup`).
     pub fn state<T: DeserializeOwned>(&self, ns: &str, key: &str) -> Result<Option<T>> {
-        match self.state.get(task_key(ns, key.as_bytes()))? {
+        match self.state_value(ns, key)? {
             Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
             None => Ok(None),
         }
@@ -627,10 +620,7 @@ impl Store {
     /// returns. For a caller that holds a lock over a read-modify-write: it can release the
     /// lock before flushing, so that concurrent writers share one fsync.
     pub fn put_state<T: Serialize>(&self, ns: &str, key: &str, value: &T) -> Result<()> {
-        self.state
-            .insert(task_key(ns, key.as_bytes()), serde_json::to_vec(value)?)?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        self.put_state_buffered(ns, key, &serde_json::to_vec(value)?)
     }
 
     /// Deletes host state `key` in namespace `ns`, durably.
@@ -651,10 +641,7 @@ impl Store {
     /// are skipped with a warning.
     pub fn states<T: DeserializeOwned>(&self, ns: &str) -> Result<Vec<(String, T)>> {
         let mut out = Vec::new();
-        let start = prefix(ns).len();
-        for entry in self.state.scan_prefix(prefix(ns)) {
-            let (key, value) = entry?;
-            let name = String::from_utf8_lossy(&key[start..]).into_owned();
+        for (name, value) in self.state_values(ns)? {
             match serde_json::from_slice(&value) {
                 Ok(v) => out.push((name, v)),
                 Err(e) => {
@@ -675,13 +662,20 @@ impl Store {
 
     /// The earliest queued input of task `task_id`.
     pub fn next_queued<I: DeserializeOwned>(&self, task_id: &str) -> Result<Option<(QueueKey, I)>> {
+        match self.first_queued_bytes(task_id)? {
+            Some((key, bytes)) => Ok(Some((key, serde_json::from_slice(&bytes)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The earliest queued input of task `task_id`, encoded.
+    fn first_queued_bytes(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
         // One descent of the tree (an iterator costs more to set up).
         let prefix = prefix(task_id);
         match self.queue.get_gt(&prefix)? {
-            Some((key, value)) if key.starts_with(&prefix) => Ok(Some((
-                QueueKey(key.to_vec()),
-                serde_json::from_slice(&value)?,
-            ))),
+            Some((key, value)) if key.starts_with(&prefix) => {
+                Ok(Some((QueueKey(key.to_vec()), value.to_vec())))
+            }
             _ => Ok(None),
         }
     }
