@@ -4,7 +4,9 @@ use agentmesh_engine::{Reason, Status};
 use agentmesh_model::event::EventKind;
 use serde_json::json;
 
-use crate::util::{ECHO_TOOL, RESEARCHER, functions, harness, harness_with, observations};
+use crate::util::{
+    ECHO_TOOL, RESEARCHER, SCRIPTED_AGENT, functions, harness, harness_with, observations,
+};
 
 fn agent(capability: &str) -> String {
     format!(
@@ -292,4 +294,40 @@ capabilities:
     assert!(!outside.path().join("planted").exists());
     let file = memory.join("k");
     assert_eq!(std::fs::read_to_string(file).unwrap(), "remembered");
+}
+
+#[tokio::test]
+async fn without_a_scheduler_the_wakeup_tools_refuse_and_keep_nothing() {
+    // No `Triggers` is hooked to this engine: nothing would ever fire a wakeup, so the tool
+    // must say so rather than answer as if one were kept.
+    let h = harness(
+        SCRIPTED_AGENT,
+        "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 1000}, prompt: w, reason: r}}
+  - text: ok
+",
+    );
+    let task = h.run("t/a", "go").await;
+    let events = h.events(&task);
+    // A failed host tool is a recoverable error result: the LLM is told why.
+    let results: Vec<&serde_json::Value> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ObservationEvent {
+                tool_name, result, ..
+            } if tool_name == "request_wakeup" => Some(result),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{events:?}");
+    let error = results[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("runs no scheduler"), "{}", results[0]);
+    assert!(
+        results[0].get("schedule_id").is_none(),
+        "the tool answered as if a wakeup were kept: {}",
+        results[0]
+    );
+    let kept: Vec<(String, serde_json::Value)> = h.engine.store().states("wakeup").unwrap();
+    assert!(kept.is_empty(), "{kept:?}");
 }
