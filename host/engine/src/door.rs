@@ -4,10 +4,11 @@
 //! An arrival is opened with [`Engine::arrive`], which checks its delivery id against the
 //! dedupe window and holds that id's lock until the arrival is accepted or dropped, so that a
 //! redelivery racing its original waits for it (whatever admission does in between: run
-//! middleware, create tasks), while deliveries with other ids never wait for it. [`Arrival::accept`] then builds each input's trigger envelope
-//! from its [`Origin`], writes every queue entry and the delivery id in one transaction,
-//! flushed (a group commit) before it returns, and wakes the tasks' runners. Nothing else
-//! queues input or starts a runner for it.
+//! middleware, create tasks), while deliveries with other ids never wait for it.
+//! [`Arrival::accept`] then builds each input's trigger envelope from its [`Origin`], writes
+//! every queue entry and the delivery id in one transaction, flushed (a group commit) before
+//! it returns, and wakes the tasks' runners. Nothing else queues input or starts a runner
+//! for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

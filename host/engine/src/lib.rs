@@ -189,7 +189,7 @@ struct Inner {
     /// Tasks with a runner (see [`Engine::kick`]); `true`: more input arrived while it ran.
     runners: Mutex<HashMap<String, bool>>,
     /// What is kept in step with the task records (see [`watch`]).
-    watchers: Mutex<Vec<Arc<dyn Watcher>>>,
+    watchers: RwLock<Vec<Arc<dyn Watcher>>>,
     /// Reviews waiting for a decision, by review id.
     reviews: Mutex<HashMap<String, Waiter>>,
     http: reqwest::Client,
@@ -250,7 +250,7 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 interrupts: Mutex::new(HashSet::new()),
                 runners: Mutex::new(HashMap::new()),
-                watchers: Mutex::new(Vec::new()),
+                watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
                 http: reqwest::Client::new(),
                 plugins: OnceLock::new(),
@@ -325,7 +325,7 @@ impl Engine {
         // to the next LLM call (a call in flight finishes on the provider it has).
         self.inner.providers.clear();
         self.rebuild_watchers()?;
-        for w in lock(&self.inner.watchers).clone() {
+        for w in self.watchers().iter() {
             w.reloaded(self)?;
         }
         Ok(())
@@ -738,7 +738,7 @@ impl Engine {
         ]);
         self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
-        for w in lock(&self.inner.watchers).clone() {
+        for w in self.watchers().iter() {
             w.deleted(self, id)?;
         }
         if let Some(Ok(p)) = self.inner.plugins.get() {
@@ -1062,7 +1062,11 @@ impl Engine {
             let records = self.records().stored_records()?;
             watcher.rebuild(&self.plan(), &records);
         }
-        lock(&self.inner.watchers).push(watcher);
+        self.inner
+            .watchers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(watcher);
         Ok(())
     }
 
@@ -1102,27 +1106,35 @@ impl Engine {
         }
     }
 
+    /// The registered watchers, read-locked while they are told (they never register one).
+    fn watchers(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<dyn Watcher>>> {
+        self.inner
+            .watchers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Tells the watchers of `record`, just saved.
     pub(crate) fn tell_watchers(&self, record: &TaskRecord) {
-        let watchers = lock(&self.inner.watchers).clone();
+        let watchers = self.watchers();
         if watchers.is_empty() {
             return;
         }
         let plan = self.plan();
-        for w in watchers {
+        for w in watchers.iter() {
             w.saved(&plan, record);
         }
     }
 
     /// Gives the watchers every stored record (at start and after a reload).
     fn rebuild_watchers(&self) -> Result<()> {
-        let watchers = lock(&self.inner.watchers).clone();
+        let watchers = self.watchers();
         if watchers.is_empty() {
             return Ok(());
         }
         let plan = self.plan();
         let records = self.records().stored_records()?;
-        for w in watchers {
+        for w in watchers.iter() {
             w.rebuild(&plan, &records);
         }
         Ok(())

@@ -14,7 +14,7 @@ use crate::task::TaskRecord;
 
 /// Something kept in step with the task records and the plan (registered with
 /// [`Engine::watch`]). Its methods run on the thread that saved the record, while the task is
-/// locked: they must be quick and must not save a task record.
+/// locked: they must be quick, and must neither save a task record nor register a watcher.
 pub trait Watcher: Send + Sync {
     /// Every stored task record, under `plan` (at [`Engine::recover`] and after each reload).
     fn rebuild(&self, plan: &Plan, records: &[TaskRecord]) {

@@ -78,14 +78,14 @@ impl EventRouter {
             let tasks = self
                 .routes
                 .read()
-                .route(&tool.id(), &event.name, &routed, fired_at);
+                .route(tool_id, &event.name, &routed, fired_at);
             for task in tasks {
                 let admitted = self
                     .engine
                     .admit_event(tool, event, &task, &event_json)
                     .await
                     .unwrap_or_else(|e| {
-                        tracing::warn!(task.id = %task, tool.name = %tool.id(), "event dropped: {e}");
+                        tracing::warn!(task.id = %task, tool.name = %tool_id, "event dropped: {e}");
                         None
                     });
                 let Some(text) = admitted else {

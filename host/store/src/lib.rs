@@ -510,17 +510,14 @@ impl Store {
         delivery: Option<(&str, i64)>,
         inputs: &[(&str, i64, &I)],
     ) -> Result<Delivery> {
-        let encoded = inputs
-            .iter()
-            .map(|(task_id, queued_at, input)| {
-                Ok((*task_id, *queued_at, serde_json::to_vec(input)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<(&str, i64, &[u8])> = encoded
-            .iter()
-            .map(|(task_id, queued_at, bytes)| (*task_id, *queued_at, bytes.as_slice()))
-            .collect();
-        self.queue_encoded(delivery, &refs)
+        let mut entries = Vec::with_capacity(inputs.len());
+        for (task_id, queued_at, input) in inputs {
+            entries.push((
+                self.queue_key(task_id, *queued_at)?,
+                serde_json::to_vec(input)?,
+            ));
+        }
+        self.queue_entries(delivery, entries)
     }
 
     /// [`Store::deliver`] with the inputs encoded ([`Queues::queue_durably`]).
@@ -533,6 +530,15 @@ impl Store {
         for (task_id, queued_at, input) in inputs {
             entries.push((self.queue_key(task_id, *queued_at)?, input.to_vec()));
         }
+        self.queue_entries(delivery, entries)
+    }
+
+    /// Queues keyed, encoded `entries` and remembers `delivery`, as [`Store::deliver`] says.
+    fn queue_entries(
+        &self,
+        delivery: Option<(&str, i64)>,
+        entries: Vec<(QueueKey, Vec<u8>)>,
+    ) -> Result<Delivery> {
         let Some((id, until)) = delivery else {
             let keys = entries.iter().map(|(k, _)| k.clone()).collect();
             self.queue_all(entries)?;
