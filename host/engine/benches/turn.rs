@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Plan, Run, UserRef};
 use agentmesh_expr::{Activation, Expression};
-use agentmesh_store::Store;
+use agentmesh_store::Backend;
 use serde_json::json;
 
 /// The allocator of the `agentmesh` binary, so the figures are the shipped host's.
@@ -136,11 +136,11 @@ condensation: {max_events: 40, keep_recent: 10}
     );
 }
 
-fn engine(dir: &std::path::Path) -> (Engine, Arc<Store>) {
+fn engine(dir: &std::path::Path) -> (Engine, Arc<dyn Backend>) {
     let report = agentmesh_manifest::validate(dir);
     assert!(!report.has_errors(), "{:?}", report.diagnostics);
     let plan = Plan::build(&report.config, &|_| None).unwrap();
-    let store = Arc::new(Store::open(&dir.join("data")).unwrap());
+    let store = agentmesh_store::open(&dir.join("data")).unwrap();
     (
         Engine::new(plan, Arc::clone(&store), EngineOptions::default()),
         store,
@@ -321,7 +321,7 @@ fn main() {
 
     if runs("single") {
         let start = Instant::now();
-        let writes = store.writes();
+        let writes = store.write_count();
         let mut single = Vec::new();
         for _ in 0..100 {
             single.extend(rt.block_on(task_turns(&engine, TURNS_PER_TASK)));
@@ -330,7 +330,7 @@ fn main() {
         println!(
             "{:<28} store writes per turn (submit included): {:.1}",
             "",
-            (store.writes() - writes) as f64 / single.len() as f64
+            (store.write_count() - writes) as f64 / single.len() as f64
         );
     }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use agentmesh_model::delivery::{Headers, delivery_id, safe_headers};
 use agentmesh_model::event::TriggerEnvelope;
-use agentmesh_store::{Delivery, Store, now_ms, now_rfc3339};
+use agentmesh_store::{Backend, Delivery, Typed, now_ms, now_rfc3339};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -249,7 +249,7 @@ impl Arrival<'_> {
                 .zip(&entries)
                 .map(|(task, input)| (task.as_str(), input.queued_at, input))
                 .collect();
-            let written = store.deliver(delivery.as_deref().map(|id| (id, until)), &refs);
+            let written = store.deliver_durably(delivery.as_deref().map(|id| (id, until)), &refs);
             written.map(|outcome| (outcome, tasks))
         };
         // The write waits for an fsync (shared with concurrent writes: a group commit): off
@@ -280,7 +280,7 @@ impl Door {
     /// Opens the door for a webhook delivery with `headers` (see [`Engine::arrive`]).
     pub(crate) async fn open<'d>(
         &'d self,
-        store: &Store,
+        store: &dyn Backend,
         headers: &Headers,
     ) -> Result<Option<Arrival<'d>>> {
         let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
@@ -300,7 +300,7 @@ impl Door {
         };
         serial.guard = Some(gate.lock_owned().await);
         // Seen: `serial` lets the next one in as it goes.
-        if store.seen_delivery(id)? {
+        if store.is_remembered(id)? {
             return Ok(None);
         }
         Ok(Some(Arrival {
@@ -328,14 +328,18 @@ mod tests {
     #[tokio::test]
     async fn an_arrival_given_up_while_waiting_at_the_door_leaves_no_id_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let store = agentmesh_store::open(dir.path()).unwrap();
         let door = Door::default();
-        let first = door.open(&store, &headers("d-1")).await.unwrap().unwrap();
+        let first = door
+            .open(store.as_ref(), &headers("d-1"))
+            .await
+            .unwrap()
+            .unwrap();
         {
             // A redelivery waits behind the first, then its caller gives up (its connection
             // closed): the future is dropped while waiting.
             let again = headers("d-1");
-            let mut waiting = pin!(door.open(&store, &again));
+            let mut waiting = pin!(door.open(store.as_ref(), &again));
             let mut cx = Context::from_waker(Waker::noop());
             assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Pending));
         }

@@ -28,7 +28,7 @@
 //!   index, the scheduler) and the host tools another crate runs ([`HostTools`]: the wakeup
 //!   tools of `agentmesh-triggers`).
 //!
-//! An [`Engine`] owns a [`Plan`] and a [`Store`]. Inputs are queued durably through the door
+//! An [`Engine`] owns a [`Plan`] and a store (any `agentmesh_store::Backend`). Inputs are queued durably through the door
 //! ([`Engine::submit`]) and processed in `queued_at` order, never two turns of one task at
 //! once ([`Engine::run_until_idle`]). Operational errors go back to the LLM as call results;
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
@@ -62,7 +62,7 @@ use agentmesh_expr::{Activation, Bound, Needs};
 use agentmesh_model::delivery::Headers;
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::{Store, StoreError, now_ms, now_rfc3339};
+use agentmesh_store::{Backend, StoreError, Typed, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -179,7 +179,7 @@ pub struct Engine {
 
 struct Inner {
     plan: RwLock<Arc<Plan>>,
-    store: Arc<Store>,
+    store: Arc<dyn Backend>,
     providers: Providers,
     options: EngineOptions,
     /// One lock per task: a turn holds it, so turns of one task never overlap.
@@ -236,7 +236,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Engine {
     /// An engine over `plan` and `store`.
-    pub fn new(plan: Plan, store: Arc<Store>, options: EngineOptions) -> Engine {
+    pub fn new(plan: Plan, store: Arc<dyn Backend>, options: EngineOptions) -> Engine {
         agentmesh_expr::budget::offload_iterating_with(off_the_workers);
         let runtime = Bound::new(options.runtime.clone());
         options.secrets.set(Arc::clone(&plan.secrets));
@@ -293,7 +293,10 @@ impl Engine {
             p.close_all().await;
         }
         if self.inner.marked_running.swap(false, Ordering::SeqCst)
-            && let Err(e) = self.inner.store.delete_state(HOST_STATE, RUNNING_KEY)
+            && let Err(e) = self
+                .inner
+                .store
+                .delete_state_durably(HOST_STATE, RUNNING_KEY)
         {
             tracing::warn!("could not record the clean stop: {e}");
         }
@@ -376,8 +379,8 @@ impl Engine {
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
-        &self.inner.store
+    pub fn store(&self) -> &dyn Backend {
+        self.inner.store.as_ref()
     }
 
     /// Makes every write so far durable. The fsync (and, while another caller's runs, the wait
@@ -419,8 +422,8 @@ impl Engine {
 
     /// `f` of task `id`'s record, read in place (no copy), and of its queue depth.
     pub fn read_task<T>(&self, id: &str, f: impl FnOnce(&TaskRecord, usize) -> T) -> Result<T> {
-        self.records()
-            .peek(id, |record| f(record, self.inner.store.queue_depth(id)))
+        let queued = self.inner.store.queued_count(id)?;
+        self.records().peek(id, |record| f(record, queued))
     }
 
     /// Creates a task and queues its first input (when given), as a user's, run as `run` says.
@@ -441,7 +444,7 @@ impl Engine {
             Some(input) => Some(normalize_input(&agent, input)?),
             None => None,
         };
-        let id = format!("t_{:x}{:06x}", now_ms(), self.inner.store.generate_id()?);
+        let id = format!("t_{:x}{:06x}", now_ms(), self.inner.store.next_id()?);
         let mut record = TaskRecord {
             id: id.clone(),
             agent: agent.id(),
@@ -699,7 +702,7 @@ impl Engine {
         self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
         drop(_turn);
-        if self.inner.store.queue_depth(id) > 0 {
+        if self.inner.store.queued_count(id)? > 0 {
             self.kick(id);
         }
         Ok(())
@@ -719,7 +722,7 @@ impl Engine {
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
         let mut record = self.records().checkout(id)?;
-        self.inner.store.clear_queue(id)?;
+        self.inner.store.clear_queue_buffered(id)?;
         let mut events = self.end_suspended_turn(&mut record, "not run: the task ended")?;
         if record.status() != Status::Terminated {
             record.status = Some(Status::Terminated);
@@ -887,7 +890,7 @@ impl Engine {
         }
         self.rebuild_watchers()?;
         self.inner.recovered.store(true, Ordering::Release);
-        resumed.extend(self.inner.store.tasks_with_queued_input()?);
+        resumed.extend(self.inner.store.queued_tasks()?);
         if crashed {
             self.mark_crashed(in_flight.iter().chain(&resumed))?;
         }
@@ -902,7 +905,7 @@ impl Engine {
     fn mark_running(&self) -> Result<bool> {
         let store = &self.inner.store;
         let was = store.state::<Value>(HOST_STATE, RUNNING_KEY)?.is_some();
-        store.set_state(HOST_STATE, RUNNING_KEY, &json!({"since": now_rfc3339()}))?;
+        store.save_state_durably(HOST_STATE, RUNNING_KEY, &json!({"since": now_rfc3339()}))?;
         self.inner.marked_running.store(true, Ordering::SeqCst);
         Ok(was)
     }
@@ -1169,7 +1172,10 @@ impl Engine {
     /// dropped, another delivery with the same id waits here (a delivery without one is
     /// never a repeat). See [`door`](crate#modules).
     pub async fn arrive(&self, headers: &Headers) -> Result<Option<Arrival<'_>>> {
-        self.inner.door.open(&self.inner.store, headers).await
+        self.inner
+            .door
+            .open(self.inner.store.as_ref(), headers)
+            .await
     }
 
     /// Whether task `task` takes tool event `event` of `tool` that routing matched to it

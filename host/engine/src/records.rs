@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::Store;
+use agentmesh_store::{Backend, Typed};
 
 use crate::journal::{Journal, Stored};
 use crate::task::{CapStats, TaskRecord, allow_list};
@@ -312,7 +312,7 @@ fn prepend<T>(list: &mut VecDeque<T>, newer: VecDeque<T>) {
 /// Task records between the store and the turns: reads (through the cache), the journal
 /// and writes. One per engine.
 pub(crate) struct Records {
-    store: Arc<Store>,
+    store: Arc<dyn Backend>,
     /// Records of tasks between turns.
     cache: Mutex<Cached>,
     /// The secrets of the plan in force, scrubbed from every event logged.
@@ -336,7 +336,7 @@ impl Cached {
 
 impl Records {
     /// The records of `store`, events scrubbed of the secrets `secrets` holds at the time.
-    pub(crate) fn new(store: Arc<Store>, secrets: SharedSecrets) -> Records {
+    pub(crate) fn new(store: Arc<dyn Backend>, secrets: SharedSecrets) -> Records {
         Records {
             store,
             cache: Mutex::new(Cached::default()),
@@ -445,10 +445,10 @@ impl Records {
         let next = match journal.log.last() {
             Some(last) => last.seq + 1,
             None if journal.complete => 1,
-            None => self.store.last_seq(&record.id)? + 1,
+            None => self.store.last_event_seq(&record.id)? + 1,
         };
         let n = events.len();
-        journal.log.extend(self.store.stamp(next, events));
+        journal.log.extend(self.store.stamp(next, events)?);
         journal.pending += n;
         if let Some(seq) = prompt_seq(&journal.log[journal.log.len() - n..]) {
             record.prompt_seq = seq;
@@ -468,15 +468,16 @@ impl Records {
         let store = &self.store;
         let (mut log, mut bytes) = if record.condensed_to > 0 {
             let (mut log, bytes) = if (1..=record.condensed_to).contains(&record.prompt_seq) {
-                store.events_in(&record.id, record.prompt_seq, record.prompt_seq)?
+                store.events_between(&record.id, record.prompt_seq, record.prompt_seq)?
             } else {
                 (Vec::new(), 0)
             };
-            let (tail, tail_bytes) = store.events_sized(&record.id, record.condensed_to)?;
+            let (tail, tail_bytes) =
+                store.events_between(&record.id, record.condensed_to + 1, u64::MAX)?;
             log.extend(tail);
             (log, bytes + tail_bytes)
         } else {
-            let (log, bytes) = store.events_sized(&record.id, 0)?;
+            let (log, bytes) = store.events_between(&record.id, 1, u64::MAX)?;
             // Records written before these fields existed learn them here.
             if record.prompt_seq == 0
                 && let Some(seq) = prompt_seq(&log)
@@ -522,7 +523,7 @@ impl Records {
         let new_part = record.new_part();
         let parts = record.stored.parts + u64::from(new_part.is_some());
         let journal = &record.journal;
-        let written = self.store.write(
+        let written = self.store.write_record_buffered(
             &record.id,
             RecordWrite {
                 head: &*record,

@@ -114,7 +114,7 @@ async fn review(
     }: Asked<'_>,
     call_id: Option<String>,
 ) -> Result<bool> {
-    let review_id = format!("rv_{:016x}", engine.inner.store.generate_id()?);
+    let review_id = format!("rv_{:016x}", engine.inner.store.next_id()?);
     let (tx, rx) = oneshot::channel();
     lock(&engine.inner.reviews).insert(review_id.clone(), Waiter::Turn(tx));
     record.status = Some(Status::Waiting);

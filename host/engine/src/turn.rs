@@ -119,7 +119,7 @@ pub(crate) async fn run(
     if let Some((reason, message)) = ending {
         terminate(record, reason, None, &message, &mut events);
         engine.records().save(record, events)?;
-        store.clear_queue(&record.id)?;
+        store.clear_queue_buffered(&record.id)?;
         return Ok(());
     }
     record.status = Some(Status::Running);
@@ -127,7 +127,7 @@ pub(crate) async fn run(
     engine.records().log(record, events)?;
     let ended = llm_loop(engine, agent, record).await?;
     if ended {
-        store.clear_queue(&record.id)?;
+        store.clear_queue_buffered(&record.id)?;
     }
     Ok(())
 }
@@ -488,7 +488,7 @@ pub(crate) async fn resume(
         None => llm_loop(engine, agent, record).await?,
     };
     if ended {
-        engine.inner.store.clear_queue(&record.id)?;
+        engine.inner.store.clear_queue_buffered(&record.id)?;
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use agentmesh_plugins::{
     KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall,
     MiddlewareVerdict, PluginConfig, PluginError, PluginHost, PoolMetrics, Sandbox, ToolSession,
 };
-use agentmesh_store::Store;
+use agentmesh_store::Backend;
 use serde_json::Value;
 
 use crate::lock;
@@ -85,7 +85,7 @@ pub fn async_runtime(policy: &Policy) -> std::io::Result<tokio::runtime::Runtime
 }
 
 /// Plugin key-value in the store, one scope per (component, task).
-struct StoreKv(Arc<Store>);
+struct StoreKv(Arc<dyn Backend>);
 
 fn scope_key(scope: &KvScope) -> String {
     // Task ids never contain `/`, so `component/task` is unambiguous from the right.
@@ -95,25 +95,25 @@ fn scope_key(scope: &KvScope) -> String {
 impl KvStore for StoreKv {
     fn get(&self, scope: &KvScope, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.0
-            .kv_get(&scope_key(scope), key)
+            .kv_value(&scope_key(scope), key)
             .map_err(|e| KvError(e.to_string()))
     }
 
     fn set(&self, scope: &KvScope, key: &str, value: &[u8]) -> Result<(), KvError> {
         self.0
-            .kv_set(&scope_key(scope), key, value)
+            .kv_put_buffered(&scope_key(scope), key, value)
             .map_err(|e| KvError(e.to_string()))
     }
 
     fn delete(&self, scope: &KvScope, key: &str) -> Result<(), KvError> {
         self.0
-            .kv_delete(&scope_key(scope), key)
+            .kv_delete_buffered(&scope_key(scope), key)
             .map_err(|e| KvError(e.to_string()))
     }
 
     fn clear(&self, scope: &KvScope) -> Result<(), KvError> {
         self.0
-            .kv_clear(&scope_key(scope))
+            .kv_clear_buffered(&scope_key(scope))
             .map_err(|e| KvError(e.to_string()))
     }
 }
@@ -149,7 +149,7 @@ impl Plugins {
     /// A plugin host whose compiled components are cached in `cache_dir`, with the instance
     /// pool `policy` sizes (`max_instances`, `instance_wait`).
     pub(crate) fn new(
-        store: Arc<Store>,
+        store: Arc<dyn Backend>,
         cache_dir: Option<PathBuf>,
         policy: &Policy,
     ) -> Result<Plugins, PluginError> {

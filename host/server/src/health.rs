@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agentmesh_store::Store;
+use agentmesh_store::{Backend, Typed};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -121,14 +121,14 @@ impl Health {
 /// Starts the probe and its watchdog on threads of their own (a stuck write blocks only the
 /// probe's thread). The watchdog exits the process once the store has failed for
 /// `probe.exit_after`.
-pub fn watch(store: Arc<Store>, health: Arc<Health>, probe: Probe) -> std::io::Result<()> {
+pub fn watch(store: Arc<dyn Backend>, health: Arc<Health>, probe: Probe) -> std::io::Result<()> {
     let prober = Arc::clone(&health);
     std::thread::Builder::new()
         .name("store-probe".into())
         .spawn(move || {
             loop {
                 prober.start_probe();
-                let outcome = store.probe().map_err(|e| e.to_string());
+                let outcome = store.probe_durably().map_err(|e| e.to_string());
                 if let Err(why) = &outcome {
                     tracing::error!("the store cannot write: {why}");
                 }

@@ -4,7 +4,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{NewTask, Origin, Run, Status, UserRef};
+use agentmesh_engine::{EngineError, NewTask, Origin, Run, Status, UserRef};
+use agentmesh_store::StoreError;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -217,11 +218,12 @@ pub async fn list(
     let next_cursor = (page.len() > limit)
         .then(|| page.get(limit - 1).map(cursor_of))
         .flatten();
-    let objects: Vec<Value> = page
+    let objects = page
         .iter()
         .take(limit)
-        .map(|r| resources::task(r, engine.store().queue_depth(&r.id)))
-        .collect();
+        .map(|r| Ok(resources::task(r, engine.store().queued_count(&r.id)?)))
+        .collect::<Result<Vec<Value>, StoreError>>()
+        .map_err(EngineError::Store)?;
     Ok(Json(
         json!({ "tasks": objects, "next_cursor": next_cursor }),
     ))

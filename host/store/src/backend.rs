@@ -1,5 +1,6 @@
-//! The store as a set of traits: what the host needs of a backend, by area. sled's [`Store`]
-//! is one implementation; [`crate::conformance`] is the suite every backend must pass.
+//! The store as a set of traits: what the host needs of a backend, by area.
+//! [`crate::SledStore`] is one implementation; [`crate::conformance`] is the suite every
+//! backend must pass.
 //!
 //! - [`TaskLogs`]: task records (a head and appended parts) and their append-only event logs;
 //! - [`Queues`]: each task's FIFO of inputs, taken once by the write that processes it;
@@ -13,13 +14,11 @@
 //! disk (its flush shared with concurrent callers: a group commit), `…_buffered` once it is
 //! written, durable with the next [`Durability::flush`]. Values cross the traits as bytes
 //! (JSON their callers encode), so the traits are object-safe: a host can hold any backend as
-//! `Arc<dyn Backend>`; [`Store`]'s typed methods encode and decode around them.
-
-use std::sync::atomic::Ordering;
+//! `Arc<dyn Backend>`; [`crate::Typed`] encodes and decodes around them.
 
 use agentmesh_model::event::Event;
 
-use crate::{Delivery, QueueKey, Result, Store, StoreError, Written, head, task_key};
+use crate::{AppendHook, Delivery, QueueKey, Result, Written};
 
 /// A task record as written: its head (JSON) and, when it grows, its new part.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +70,11 @@ pub trait TaskLogs: Send + Sync {
 
     /// A new unique id, greater than every one given before (also across restarts).
     fn next_id(&self) -> Result<u64>;
+
+    /// Sets the function told a task's id after a write appended events to its log (once;
+    /// later calls are ignored). It runs on the writing thread: keep it short (a channel
+    /// send).
+    fn set_append_hook(&self, hook: AppendHook);
 }
 
 /// Each task's FIFO of inputs, ordered by `queued_at`, then arrival.
@@ -149,192 +153,3 @@ pub trait Durability: Send + Sync {
 pub trait Backend: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability {}
 
 impl<T: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability> Backend for T {}
-
-impl TaskLogs for Store {
-    fn write_buffered(
-        &self,
-        task_id: &str,
-        record: RawWrite<'_>,
-        events: &[Event],
-        take: Option<&QueueKey>,
-    ) -> Result<Option<Written>> {
-        if let Some(key) = take
-            && !self.queue.contains_key(key.0.as_slice())?
-        {
-            return Ok(None);
-        }
-        let log_end = match events.last() {
-            Some(last) => last.seq,
-            None => self.last_seq(task_id)?,
-        };
-        let mut bytes = head::encode(log_end, record.parts, take.map(|k| k.0.as_slice()));
-        bytes.extend_from_slice(record.head);
-        let part = record.new_part;
-        let event_bytes = match (events.first(), events.last()) {
-            (Some(first), Some(last)) => {
-                let chunk = serde_json::to_vec(events)?;
-                // The log ends right before `first` (one write's events are one entry, keyed
-                // by the last one's number, so the last key of a task is its last event; a
-                // write starting behind it, or past it, does not continue the log), and no
-                // entry ends where this one does.
-                let follows = self.last_seq(task_id)? + 1 == first.seq;
-                let key = task_key(task_id, &last.seq.to_be_bytes());
-                if !follows
-                    || self
-                        .events
-                        .compare_and_swap(key, None::<&[u8]>, Some(chunk.as_slice()))?
-                        .is_err()
-                {
-                    return Err(StoreError::Conflict(format!(
-                        "task `{task_id}`: events from {} do not continue its log",
-                        first.seq
-                    )));
-                }
-                chunk.len()
-            }
-            _ => 0,
-        };
-        // In this order: a crash leaves at most events and a part past the record's `log_end`
-        // and `parts`, or a queue entry the record says was taken; [`Store::open`] removes
-        // them.
-        if let Some(part) = part {
-            let key = task_key(task_id, &record.parts.to_be_bytes());
-            self.parts.insert(key, part)?;
-        }
-        self.tasks.insert(task_id.as_bytes(), bytes.as_slice())?;
-        if let Some(key) = take {
-            self.queue.remove(key.0.as_slice())?;
-        }
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        if !events.is_empty() {
-            self.appended(task_id);
-        }
-        Ok(Some(Written {
-            record_bytes: bytes.len(),
-            part_bytes: part.map_or(0, |p| p.len()),
-            event_bytes,
-        }))
-    }
-
-    fn record(&self, task_id: &str) -> Result<Option<RawRecord>> {
-        match self.tasks.get(task_id.as_bytes())? {
-            Some(stored) => Ok(Some(self.raw_record(task_id, &stored)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn record_ids(&self) -> Result<Vec<String>> {
-        self.tasks
-            .iter()
-            .keys()
-            .map(|k| Ok(String::from_utf8_lossy(&k?).into_owned()))
-            .collect()
-    }
-
-    fn events_between(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
-        self.events_in(task_id, from, to)
-    }
-
-    fn last_event_seq(&self, task_id: &str) -> Result<u64> {
-        self.last_seq(task_id)
-    }
-
-    fn next_id(&self) -> Result<u64> {
-        self.generate_id()
-    }
-}
-
-impl Queues for Store {
-    fn queue_durably(
-        &self,
-        delivery: Option<(&str, i64)>,
-        inputs: &[(&str, i64, &[u8])],
-    ) -> Result<Delivery> {
-        self.queue_encoded(delivery, inputs)
-    }
-
-    fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
-        self.first_queued_bytes(task_id)
-    }
-
-    fn queued_count(&self, task_id: &str) -> Result<usize> {
-        Ok(self.queue_depth(task_id))
-    }
-
-    fn queued_tasks(&self) -> Result<Vec<String>> {
-        self.tasks_with_queued_input()
-    }
-
-    fn clear_queue_buffered(&self, task_id: &str) -> Result<usize> {
-        self.clear_queue(task_id)
-    }
-}
-
-impl Dedupe for Store {
-    fn is_remembered(&self, id: &str) -> Result<bool> {
-        self.seen_delivery(id)
-    }
-
-    fn forget_expired_buffered(&self) -> Result<usize> {
-        self.prune_deliveries()
-    }
-}
-
-impl HostState for Store {
-    fn state_value(&self, ns: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .state
-            .get(task_key(ns, key.as_bytes()))?
-            .map(|v| v.to_vec()))
-    }
-
-    fn state_values(&self, ns: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let prefix = task_key(ns, &[]);
-        self.state
-            .scan_prefix(&prefix)
-            .map(|entry| {
-                let (key, value) = entry?;
-                let name = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-                Ok((name, value.to_vec()))
-            })
-            .collect()
-    }
-
-    fn put_state_buffered(&self, ns: &str, key: &str, value: &[u8]) -> Result<()> {
-        self.state.insert(task_key(ns, key.as_bytes()), value)?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn delete_state_buffered(&self, ns: &str, key: &str) -> Result<()> {
-        self.remove_state(ns, key)
-    }
-}
-
-impl PluginKv for Store {
-    fn kv_value(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        self.kv_get(scope, key)
-    }
-
-    fn kv_put_buffered(&self, scope: &str, key: &str, value: &[u8]) -> Result<()> {
-        self.kv_set(scope, key, value)
-    }
-
-    fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()> {
-        self.kv_delete(scope, key)
-    }
-
-    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
-        self.kv_clear(scope)
-    }
-}
-
-impl Durability for Store {
-    fn flush(&self) -> Result<()> {
-        Store::flush(self)
-    }
-
-    fn write_count(&self) -> u64 {
-        self.writes()
-    }
-}

@@ -25,7 +25,7 @@ pub type Open<'a> = &'a dyn Fn(&Path) -> Arc<dyn Backend>;
 pub type Check = fn(&Path, Open<'_>);
 
 /// Every check, by name, for a backend's test to run one by one.
-pub const ALL: [(&str, Check); 6] = [
+pub const ALL: [(&str, Check); 8] = [
     ("queue_order_and_take_once", queue_order_and_take_once),
     (
         "a_write_that_does_not_continue_the_log_writes_nothing",
@@ -43,6 +43,14 @@ pub const ALL: [(&str, Check); 6] = [
     (
         "host_state_and_plugin_kv_by_namespace_and_scope",
         state_and_kv,
+    ),
+    (
+        "every_buffered_write_counts_for_the_next_flush",
+        buffered_writes_counted,
+    ),
+    (
+        "the_append_hook_hears_of_each_write_with_events",
+        append_hook,
     ),
 ];
 
@@ -281,4 +289,74 @@ pub fn state_and_kv(dir: &Path, open: Open<'_>) {
     );
     b.kv_delete_buffered("c/t_12", "k").unwrap();
     assert!(b.kv_value("c/t_12", "k").unwrap().is_none());
+}
+
+/// One write of [`buffered_writes_counted`].
+type Write = dyn Fn(&dyn Backend);
+
+/// Every buffered write advances the write count, which is what a flush covers: a write left
+/// out of it could be skipped by a flush that finds nothing new since the last one, and be
+/// lost in a crash after its caller was told it is durable.
+pub fn buffered_writes_counted(dir: &Path, open: Open<'_>) {
+    let b = open(dir);
+    b.queue_durably(None, &[("t", 1, b"1"), ("t", 2, b"2")])
+        .unwrap();
+    b.flush().unwrap();
+    let writes: [(&str, &Write); 9] = [
+        ("write_buffered", &|b| {
+            b.write_buffered("t", record(b"{}"), &events(1, 1), None)
+                .map(|_| ())
+                .unwrap()
+        }),
+        ("clear_queue_buffered", &|b| {
+            b.clear_queue_buffered("t").map(|_| ()).unwrap()
+        }),
+        ("put_state_buffered", &|b| {
+            b.put_state_buffered("ns", "k", b"1").unwrap()
+        }),
+        ("delete_state_buffered", &|b| {
+            b.delete_state_buffered("ns", "k").unwrap()
+        }),
+        ("kv_put_buffered", &|b| {
+            b.kv_put_buffered("s", "k", b"1").unwrap()
+        }),
+        ("kv_delete_buffered", &|b| {
+            b.kv_delete_buffered("s", "k").unwrap()
+        }),
+        ("kv_put_buffered again", &|b| {
+            b.kv_put_buffered("s", "k", b"2").unwrap()
+        }),
+        ("kv_clear_buffered", &|b| b.kv_clear_buffered("s").unwrap()),
+        ("queue_durably", &|b| {
+            b.queue_durably(Some(("d-1", i64::MAX)), &[("u", 1, b"1")])
+                .map(|_| ())
+                .unwrap()
+        }),
+    ];
+    for (name, write) in writes {
+        let before = b.write_count();
+        write(b.as_ref());
+        assert!(
+            b.write_count() > before,
+            "`{name}` did not advance the write count"
+        );
+    }
+}
+
+/// The hook set with [`crate::TaskLogs::set_append_hook`] is told the task of every write
+/// that appends events, and of no other.
+pub fn append_hook(dir: &Path, open: Open<'_>) {
+    let b = open(dir);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    b.set_append_hook(Box::new(move |task| {
+        let _ = tx.lock().unwrap().send(task.to_owned());
+    }));
+    b.write_buffered("a", record(b"{}"), &events(1, 2), None)
+        .unwrap();
+    b.write_buffered("b", record(b"{}"), &[], None).unwrap();
+    b.write_buffered("c", record(b"{}"), &events(1, 1), None)
+        .unwrap();
+    let heard: Vec<String> = rx.try_iter().collect();
+    assert_eq!(heard, ["a", "c"]);
 }

@@ -1,6 +1,6 @@
 //! The head of a stored task record, and the repair of a write a crash cut short.
 //!
-//! [`Store::write`](crate::Store::write) changes up to three keys of three trees without a
+//! [`SledStore`](crate::SledStore)'s task write changes up to three keys of three trees without a
 //! sled transaction (a transaction or batch costs several times the inserts themselves): it
 //! appends the events, then writes the record, then removes the queue entry it took. sled
 //! recovers a prefix of the writes made before a crash (its log is replayed in order, up to the
@@ -19,7 +19,7 @@
 //!
 //! To tell, a record is stored behind a head: a tag byte (JSON never starts with it), the
 //! number of the last event the record covers, the number of its parts (see
-//! [`Store::write`](crate::Store::write)), and the queue key the write took (empty for none).
+//! a task write), and the queue key the write took (empty for none).
 //! Records written before heads existed are plain JSON and were written by transactions:
 //! nothing to repair; records written before parts existed have the tag [`TAG_V1`] and no
 //! parts.
@@ -93,171 +93,7 @@ pub(crate) fn decode(stored: &[u8]) -> (Option<Head<'_>>, &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    // Test code may panic: a panic is a failed test.
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
-    use crate::{RecordWrite, Store};
-    use agentmesh_model::event::{EventKind, EventSource};
-    use serde_json::{Value, json};
-
-    fn pause() -> Vec<(EventSource, EventKind)> {
-        vec![(EventSource::Environment, EventKind::PauseEvent {})]
-    }
-
-    /// A crash between the steps of a write, made by undoing its later steps on the trees.
-    #[test]
-    fn open_completes_or_undoes_a_write_cut_short() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            store.commit("t", &json!({"turn": 0}), pause()).unwrap();
-            let before = store.tasks.get("t").unwrap().unwrap();
-
-            // Events appended, record not written (nor the input taken).
-            let first = store.enqueue("t", 1, &json!("first")).unwrap();
-            let events = store.stamp(2, [pause(), pause()].concat());
-            store
-                .write(
-                    "t",
-                    RecordWrite::whole(&json!({"turn": 1})),
-                    &events,
-                    Some(&first),
-                )
-                .unwrap()
-                .unwrap();
-            store.tasks.insert("t", before).unwrap();
-            store
-                .queue
-                .insert(first.0.as_slice(), &b"\"first\""[..])
-                .unwrap();
-
-            // Another task: record written, input not removed.
-            let other = store.enqueue("u", 1, &json!("other")).unwrap();
-            let events = store.stamp(1, pause());
-            store
-                .write(
-                    "u",
-                    RecordWrite::whole(&json!({"turn": 1})),
-                    &events,
-                    Some(&other),
-                )
-                .unwrap()
-                .unwrap();
-            store
-                .queue
-                .insert(other.0.as_slice(), &b"\"other\""[..])
-                .unwrap();
-            store.flush().unwrap();
-        }
-        let store = Store::open(dir.path()).unwrap();
-        // The cut write is undone: its events are gone and its input is queued again.
-        assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"turn": 0})));
-        assert_eq!(store.last_seq("t").unwrap(), 1);
-        assert_eq!(store.events("t", 0).unwrap().len(), 1);
-        assert_eq!(
-            store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
-            Some(json!("first"))
-        );
-        // The other is completed: its input is not taken twice.
-        assert_eq!(store.task::<Value>("u").unwrap(), Some(json!({"turn": 1})));
-        assert_eq!(store.events("u", 0).unwrap().len(), 1);
-        assert!(store.next_queued::<Value>("u").unwrap().is_none());
-        // The log goes on from where the record is.
-        let events = store.stamp(2, pause());
-        assert!(
-            store
-                .write("t", RecordWrite::whole(&json!({"turn": 1})), &events, None)
-                .unwrap()
-                .is_some()
-        );
-    }
-
-    /// Parts come back in order with their record; a part a crash left past its record is
-    /// removed with the events written with it.
-    #[test]
-    fn parts_read_in_order_and_a_part_cut_short_is_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            for n in 1..=3u64 {
-                let events = store.stamp(n, pause());
-                let write = RecordWrite {
-                    head: &json!({"parts": n}),
-                    parts: n,
-                    new_part: Some(&json!({"n": n})),
-                };
-                store.write("t", write, &events, None).unwrap().unwrap();
-            }
-            // A write that adds no part keeps the parts.
-            let events = store.stamp(4, pause());
-            let write = RecordWrite {
-                head: &json!({"parts": 3}),
-                parts: 3,
-                new_part: None::<&Value>,
-            };
-            let written = store.write("t", write, &events, None).unwrap().unwrap();
-            assert_eq!(written.part_bytes, 0);
-            let (record, parts) = store.task_with_parts::<Value, Value>("t").unwrap().unwrap();
-            assert_eq!(record, json!({"parts": 3}));
-            assert_eq!(
-                parts.parts,
-                [json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]
-            );
-            assert_eq!(parts.bytes, 3 * br#"{"n":1}"#.len());
-
-            // Part 4 and its events written, the record not.
-            let before = store.tasks.get("t").unwrap().unwrap();
-            let events = store.stamp(5, pause());
-            let write = RecordWrite {
-                head: &json!({"parts": 4}),
-                parts: 4,
-                new_part: Some(&json!({"n": 4})),
-            };
-            store.write("t", write, &events, None).unwrap().unwrap();
-            store.tasks.insert("t", before).unwrap();
-            store.flush().unwrap();
-        }
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.parts.len(), 3);
-        assert_eq!(store.last_seq("t").unwrap(), 4);
-        let tasks = store.tasks_with_parts::<Value, Value>().unwrap();
-        assert_eq!(tasks.len(), 1);
-        assert_eq!(tasks[0].0, json!({"parts": 3}));
-        assert_eq!(tasks[0].1.parts.len(), 3);
-        // The task goes on with part 4.
-        let events = store.stamp(5, pause());
-        let write = RecordWrite {
-            head: &json!({"parts": 4}),
-            parts: 4,
-            new_part: Some(&json!({"n": "4 again"})),
-        };
-        store.write("t", write, &events, None).unwrap().unwrap();
-        let (_, parts) = store.task_with_parts::<Value, Value>("t").unwrap().unwrap();
-        assert_eq!(parts.parts[3], json!({"n": "4 again"}));
-    }
-
-    /// Records written before heads existed read as they are and are left alone.
-    #[test]
-    fn a_record_without_a_head_reads_and_is_not_repaired() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            store.commit("t", &json!({}), pause()).unwrap();
-            store.tasks.insert("t", &b"{\"old\":true}"[..]).unwrap();
-            store.flush().unwrap();
-        }
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(
-            store.task::<Value>("t").unwrap(),
-            Some(json!({"old": true}))
-        );
-        let tasks = store.tasks_with_parts::<Value, Value>().unwrap();
-        assert_eq!(tasks.len(), 1);
-        assert_eq!(tasks[0].0, json!({"old": true}));
-        assert!(tasks[0].1.parts.is_empty());
-        assert_eq!(store.events("t", 0).unwrap().len(), 1);
-    }
 
     #[test]
     fn a_head_round_trips_and_plain_json_has_none() {

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agentmesh_store::{Backend, Store, conformance};
+use agentmesh_store::{Backend, SledStore, conformance};
 
 fn open(dir: &Path) -> Arc<dyn Backend> {
-    Arc::new(Store::open(dir).unwrap())
+    Arc::new(SledStore::open(dir).unwrap())
 }
 
 #[test]

@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentmesh_model::event::{ContentPart, EventKind, EventSource};
-use agentmesh_store::{Delivery, RecordWrite, Store, StoreError};
+use agentmesh_store::{Dedupe, Durability, PluginKv, Queues, TaskLogs};
+use agentmesh_store::{Delivery, RecordWrite, SledStore, StoreError, Typed};
 use serde_json::{Value, json};
 
 fn message(text: &str) -> (EventSource, EventKind) {
@@ -20,12 +21,16 @@ fn message(text: &str) -> (EventSource, EventKind) {
 #[test]
 fn events_get_gapless_sequence_numbers_per_task() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     store
-        .commit("a", &json!({}), vec![message("1"), message("2")])
+        .commit_buffered("a", &json!({}), vec![message("1"), message("2")])
         .unwrap();
-    store.commit("b", &json!({}), vec![message("x")]).unwrap();
-    let third = store.commit("a", &json!({}), vec![message("3")]).unwrap();
+    store
+        .commit_buffered("b", &json!({}), vec![message("x")])
+        .unwrap();
+    let third = store
+        .commit_buffered("a", &json!({}), vec![message("3")])
+        .unwrap();
     assert_eq!(third[0].seq, 3);
     let seqs = |after| -> Vec<u64> {
         let events = store.events("a", after).unwrap();
@@ -38,37 +43,41 @@ fn events_get_gapless_sequence_numbers_per_task() {
     assert!(seqs(3).is_empty());
     // A write that would leave a gap or number an event twice is refused, writing nothing.
     for first in [5, 3, 2] {
-        let events = store.stamp(first, vec![message("stray")]);
+        let events = store.stamp(first, vec![message("stray")]).unwrap();
         assert!(
             store
-                .write("a", RecordWrite::whole(&json!({})), &events, None)
+                .write_record_buffered("a", RecordWrite::whole(&json!({})), &events, None)
                 .is_err()
         );
     }
     assert_eq!(seqs(0), [1, 2, 3]);
     assert_eq!(store.events("b", 0).unwrap().len(), 1);
-    assert_eq!(store.last_seq("a").unwrap(), 3);
+    assert_eq!(store.last_event_seq("a").unwrap(), 3);
 }
 
 #[test]
 fn a_range_of_events_reads_only_the_entries_that_hold_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     // Entries: [1, 2], [3], [4, 5, 6].
     store
-        .commit("a", &json!({}), vec![message("1"), message("2")])
+        .commit_buffered("a", &json!({}), vec![message("1"), message("2")])
         .unwrap();
-    store.commit("a", &json!({}), vec![message("3")]).unwrap();
     store
-        .commit(
+        .commit_buffered("a", &json!({}), vec![message("3")])
+        .unwrap();
+    store
+        .commit_buffered(
             "a",
             &json!({}),
             (4..=6).map(|i| message(&i.to_string())).collect(),
         )
         .unwrap();
-    store.commit("b", &json!({}), vec![message("x")]).unwrap();
+    store
+        .commit_buffered("b", &json!({}), vec![message("x")])
+        .unwrap();
     let seqs = |from, to| -> Vec<u64> {
-        let (events, _) = store.events_in("a", from, to).unwrap();
+        let (events, _) = store.events_between("a", from, to).unwrap();
         events.iter().map(|e| e.seq).collect()
     };
     assert_eq!(seqs(2, 2), [2]);
@@ -76,39 +85,43 @@ fn a_range_of_events_reads_only_the_entries_that_hold_it() {
     assert_eq!(seqs(5, u64::MAX), [5, 6]);
     assert!(seqs(7, 9).is_empty());
     // The first entry alone is read for event 1.
-    let (_, first) = store.events_in("a", 1, 1).unwrap();
-    let (_, all) = store.events_sized("a", 0).unwrap();
-    let (_, last) = store.events_in("a", 4, 6).unwrap();
-    let (_, middle) = store.events_in("a", 3, 3).unwrap();
+    let (_, first) = store.events_between("a", 1, 1).unwrap();
+    let (_, all) = store.events_between("a", 1, u64::MAX).unwrap();
+    let (_, last) = store.events_between("a", 4, 6).unwrap();
+    let (_, middle) = store.events_between("a", 3, 3).unwrap();
     assert_eq!(first + middle + last, all);
 }
 
 #[test]
 fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    store.enqueue("t", 300, &json!("late")).unwrap();
-    store.enqueue("t", 100, &json!("early")).unwrap();
-    store.enqueue("t", 100, &json!("early, second")).unwrap();
-    store.enqueue("other", 50, &json!("elsewhere")).unwrap();
-    assert_eq!(store.queue_depth("t"), 3);
+    let store = SledStore::open(dir.path()).unwrap();
+    store.enqueue_durably("t", 300, &json!("late")).unwrap();
+    store.enqueue_durably("t", 100, &json!("early")).unwrap();
+    store
+        .enqueue_durably("t", 100, &json!("early, second"))
+        .unwrap();
+    store
+        .enqueue_durably("other", 50, &json!("elsewhere"))
+        .unwrap();
+    assert_eq!(store.queued_count("t").unwrap(), 3);
 
     let mut taken = Vec::new();
     while let Some((key, input)) = store.next_queued::<Value>("t").unwrap() {
-        let next = store.last_seq("t").unwrap() + 1;
-        let events = store.stamp(next, vec![message("turn")]);
+        let next = store.last_event_seq("t").unwrap() + 1;
+        let events = store.stamp(next, vec![message("turn")]).unwrap();
         let record = json!({"n": taken.len()});
         assert!(
             store
-                .write("t", RecordWrite::whole(&record), &events, Some(&key))
+                .write_record_buffered("t", RecordWrite::whole(&record), &events, Some(&key))
                 .unwrap()
                 .is_some()
         );
         // A second take of the same entry writes nothing.
-        let again = store.stamp(next + 1, vec![message("again")]);
+        let again = store.stamp(next + 1, vec![message("again")]).unwrap();
         assert!(
             store
-                .write("t", RecordWrite::whole(&json!({})), &again, Some(&key))
+                .write_record_buffered("t", RecordWrite::whole(&json!({})), &again, Some(&key))
                 .unwrap()
                 .is_none()
         );
@@ -119,23 +132,23 @@ fn queue_is_fifo_by_queued_at_and_taken_exactly_once() {
         [json!("early"), json!("early, second"), json!("late")]
     );
     assert_eq!(store.events("t", 0).unwrap().len(), 3);
-    assert_eq!(store.tasks_with_queued_input().unwrap(), ["other"]);
+    assert_eq!(store.queued_tasks().unwrap(), ["other"]);
 }
 
 #[test]
 fn an_input_cleared_after_it_was_read_is_not_taken_and_a_write_behind_the_log_conflicts() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     store
-        .commit("t", &json!({"n": 0}), vec![message("start")])
+        .commit_buffered("t", &json!({"n": 0}), vec![message("start")])
         .unwrap();
-    store.enqueue("t", 1, &json!("input")).unwrap();
+    store.enqueue_durably("t", 1, &json!("input")).unwrap();
     let (key, _) = store.next_queued::<Value>("t").unwrap().unwrap();
     // The task is deleted meanwhile: its queue is cleared.
-    assert_eq!(store.clear_queue("t").unwrap(), 1);
-    let events = store.stamp(2, vec![message("turn")]);
+    assert_eq!(store.clear_queue_buffered("t").unwrap(), 1);
+    let events = store.stamp(2, vec![message("turn")]).unwrap();
     let written = store
-        .write(
+        .write_record_buffered(
             "t",
             RecordWrite::whole(&json!({"n": 1})),
             &events,
@@ -144,20 +157,22 @@ fn an_input_cleared_after_it_was_read_is_not_taken_and_a_write_behind_the_log_co
         .unwrap();
     assert!(written.is_none());
     assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"n": 0})));
-    assert_eq!(store.last_seq("t").unwrap(), 1);
+    assert_eq!(store.last_event_seq("t").unwrap(), 1);
 
     // Events 2..3, then a write starting again at 2 (ending elsewhere): refused.
-    let events = store.stamp(2, vec![message("a"), message("b")]);
+    let events = store.stamp(2, vec![message("a"), message("b")]).unwrap();
     store
-        .write("t", RecordWrite::whole(&json!({"n": 2})), &events, None)
+        .write_record_buffered("t", RecordWrite::whole(&json!({"n": 2})), &events, None)
         .unwrap()
         .unwrap();
-    let behind = store.stamp(2, vec![message("c"), message("d"), message("e")]);
+    let behind = store
+        .stamp(2, vec![message("c"), message("d"), message("e")])
+        .unwrap();
     assert!(matches!(
-        store.write("t", RecordWrite::whole(&json!({"n": 3})), &behind, None),
+        store.write_record_buffered("t", RecordWrite::whole(&json!({"n": 3})), &behind, None),
         Err(StoreError::Conflict(_))
     ));
-    assert_eq!(store.last_seq("t").unwrap(), 3);
+    assert_eq!(store.last_event_seq("t").unwrap(), 3);
     assert_eq!(store.task::<Value>("t").unwrap(), Some(json!({"n": 2})));
 }
 
@@ -165,15 +180,15 @@ fn an_input_cleared_after_it_was_read_is_not_taken_and_a_write_behind_the_log_co
 fn everything_survives_reopening() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(dir.path()).unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
         store
-            .commit("t", &json!({"status": "idle"}), vec![message("hello")])
+            .commit_buffered("t", &json!({"status": "idle"}), vec![message("hello")])
             .unwrap();
-        store.enqueue("t", 1, &json!("queued")).unwrap();
-        store.kv_set("comp/t", "k", b"v").unwrap();
+        store.enqueue_durably("t", 1, &json!("queued")).unwrap();
+        store.kv_put_buffered("comp/t", "k", b"v").unwrap();
         store.flush().unwrap();
     }
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     assert_eq!(
         store.task::<Value>("t").unwrap(),
         Some(json!({"status": "idle"}))
@@ -183,25 +198,27 @@ fn everything_survives_reopening() {
         store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
         Some(json!("queued"))
     );
-    assert_eq!(store.kv_get("comp/t", "k").unwrap(), Some(b"v".to_vec()));
-    assert_eq!(store.kv_get("comp/other", "k").unwrap(), None);
+    assert_eq!(store.kv_value("comp/t", "k").unwrap(), Some(b"v".to_vec()));
+    assert_eq!(store.kv_value("comp/other", "k").unwrap(), None);
 }
 
 #[test]
 fn tasks_whose_ids_share_a_prefix_keep_their_logs_and_queues_apart() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     store
-        .commit("t1", &json!({}), vec![message("1"), message("2")])
+        .commit_buffered("t1", &json!({}), vec![message("1"), message("2")])
         .unwrap();
-    store.enqueue("t1", 1, &json!("for t1")).unwrap();
+    store.enqueue_durably("t1", 1, &json!("for t1")).unwrap();
     // "t" has nothing yet: nothing of "t1" (the next keys in order) is its.
-    assert_eq!(store.last_seq("t").unwrap(), 0);
+    assert_eq!(store.last_event_seq("t").unwrap(), 0);
     assert!(store.next_queued::<Value>("t").unwrap().is_none());
-    store.commit("t", &json!({}), vec![message("x")]).unwrap();
-    store.enqueue("t", 2, &json!("for t")).unwrap();
-    assert_eq!(store.last_seq("t").unwrap(), 1);
-    assert_eq!(store.last_seq("t1").unwrap(), 2);
+    store
+        .commit_buffered("t", &json!({}), vec![message("x")])
+        .unwrap();
+    store.enqueue_durably("t", 2, &json!("for t")).unwrap();
+    assert_eq!(store.last_event_seq("t").unwrap(), 1);
+    assert_eq!(store.last_event_seq("t1").unwrap(), 2);
     assert_eq!(
         store.next_queued::<Value>("t").unwrap().map(|(_, v)| v),
         Some(json!("for t"))
@@ -210,48 +227,54 @@ fn tasks_whose_ids_share_a_prefix_keep_their_logs_and_queues_apart() {
         store.next_queued::<Value>("t1").unwrap().map(|(_, v)| v),
         Some(json!("for t1"))
     );
-    assert_eq!(store.last_seq("t2").unwrap(), 0);
+    assert_eq!(store.last_event_seq("t2").unwrap(), 0);
     assert!(store.next_queued::<Value>("t2").unwrap().is_none());
 }
 
 #[test]
 fn a_delivery_is_queued_once_and_inputs_without_one_are_queued_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
     let until = agentmesh_store::now_ms() + 60_000;
     let inputs = [("a", 10, &json!("for a")), ("b", 10, &json!("for b"))];
-    let first = store.deliver(Some(("d-1", until)), &inputs).unwrap();
+    let first = store
+        .deliver_durably(Some(("d-1", until)), &inputs)
+        .unwrap();
     assert!(matches!(&first, Delivery::Queued(keys) if keys.len() == 2));
-    assert!(store.seen_delivery("d-1").unwrap());
+    assert!(store.is_remembered("d-1").unwrap());
     // The repeat queues nothing, on any task.
-    let again = store.deliver(Some(("d-1", until)), &[("c", 11, &json!("for c"))]);
+    let again = store.deliver_durably(Some(("d-1", until)), &[("c", 11, &json!("for c"))]);
     assert_eq!(again.unwrap(), Delivery::Duplicate);
     assert_eq!(
         (
-            store.queue_depth("a"),
-            store.queue_depth("b"),
-            store.queue_depth("c")
+            store.queued_count("a").unwrap(),
+            store.queued_count("b").unwrap(),
+            store.queued_count("c").unwrap()
         ),
         (1, 1, 0)
     );
     // Without a delivery id: one input, then several at once, taken in `queued_at` order.
-    store.deliver(None, &[("a", 30, &json!("third"))]).unwrap();
+    store
+        .deliver_durably(None, &[("a", 30, &json!("third"))])
+        .unwrap();
     let two = [("a", 20, &json!("second")), ("b", 20, &json!("b, second"))];
-    assert!(matches!(store.deliver(None, &two).unwrap(), Delivery::Queued(k) if k.len() == 2));
+    assert!(
+        matches!(store.deliver_durably(None, &two).unwrap(), Delivery::Queued(k) if k.len() == 2)
+    );
     let mut taken = Vec::new();
     while let Some((key, input)) = store.next_queued::<Value>("a").unwrap() {
-        let next = store.last_seq("a").unwrap() + 1;
-        let events = store.stamp(next, vec![message("turn")]);
+        let next = store.last_event_seq("a").unwrap() + 1;
+        let events = store.stamp(next, vec![message("turn")]).unwrap();
         store
-            .write("a", RecordWrite::whole(&json!({})), &events, Some(&key))
+            .write_record_buffered("a", RecordWrite::whole(&json!({})), &events, Some(&key))
             .unwrap();
         taken.push(input);
     }
     assert_eq!(taken, [json!("for a"), json!("second"), json!("third")]);
-    assert_eq!(store.queue_depth("b"), 2);
+    assert_eq!(store.queued_count("b").unwrap(), 2);
     // All of it is on disk.
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.queue_depth("b"), 2);
-    assert!(store.seen_delivery("d-1").unwrap());
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.queued_count("b").unwrap(), 2);
+    assert!(store.is_remembered("d-1").unwrap());
 }

@@ -1,11 +1,9 @@
 //! An engine in-process over a config dir, for the tests of the crates that drive one.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions, Plan};
-use agentmesh_store::Store;
 
 /// An agent `t/a` on the scripted model (`script.yaml` beside the manifests).
 pub const SCRIPTED_AGENT: &str = "kind: commonagents.info/v1beta2/agent
@@ -36,7 +34,7 @@ pub fn engine_at(dir: &Path, review_timeout: Option<Duration>) -> Engine {
         .collect();
     assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
     let plan = Plan::build(&report.config, &|_| None).unwrap();
-    let store = Arc::new(Store::open(&dir.join("data")).unwrap());
+    let store = agentmesh_store::open(&dir.join("data")).unwrap();
     let options = EngineOptions {
         mount_root: dir.join("data/mounts"),
         review_timeout,

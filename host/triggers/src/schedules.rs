@@ -20,6 +20,7 @@ use std::hash::Hash;
 
 use std::sync::Arc;
 
+use agentmesh_store::Typed;
 use agentmesh_store::now_ms;
 use agentmesh_timing::ttl::expires_at;
 use serde_json::Value;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use agentmesh_expr::Activation;
 use agentmesh_model::delivery::Inbound;
+use agentmesh_store::Typed;
 use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_timing::{DailyQuota, Throttle};
 use serde::{Deserialize, Serialize};
@@ -224,7 +225,10 @@ impl Triggers {
     /// (durable with the caller's next flush).
     pub(crate) fn forget_throttle(&self, key: &str) -> Result<()> {
         lock(&self.firing.throttles).remove(key);
-        Ok(self.engine.store().remove_state(THROTTLE_STATE, key)?)
+        Ok(self
+            .engine
+            .store()
+            .delete_state_buffered(THROTTLE_STATE, key)?)
     }
 
     /// Host state `key` in `ns`; a read error is logged and reads as none.
@@ -241,7 +245,7 @@ impl Triggers {
 
     /// Writes host state `key` in `ns` without flushing; a write error is logged.
     fn keep(&self, ns: &str, key: &str, value: &impl Serialize) {
-        if let Err(e) = self.engine.store().put_state(ns, key, value) {
+        if let Err(e) = self.engine.store().save_state_buffered(ns, key, value) {
             tracing::warn!(
                 state.ns = ns,
                 state.key = key,
@@ -285,7 +289,7 @@ impl Triggers {
                     ..FireStatus::default()
                 });
         change(&mut status);
-        self.engine.store().put_state(ns, id, &status)?;
+        self.engine.store().save_state_buffered(ns, id, &status)?;
         Ok(status)
     }
 

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use agentmesh_model::event::ContentPart;
+use agentmesh_store::Typed;
 use agentmesh_store::now_ms;
 use agentmesh_timing::clock::rfc3339;
 use agentmesh_timing::{Cron, Wakeup, When};
@@ -169,7 +170,7 @@ impl Triggers {
                 "this task already has {pending} pending wakeups, the most this host allows; cancel one first"
             )));
         }
-        let id = format!("wk_{:x}{:06x}", now, self.engine.store().generate_id()?);
+        let id = format!("wk_{:x}{:06x}", now, self.engine.store().next_id()?);
         let expires_ms = now.saturating_add(millis(ttl));
         let w = WakeupRecord {
             id: id.clone(),
@@ -187,7 +188,9 @@ impl Triggers {
             expires_ms,
             fires: 0,
         };
-        self.engine.store().set_state(WAKEUP_STATE, &id, &w)?;
+        self.engine
+            .store()
+            .save_state_durably(WAKEUP_STATE, &id, &w)?;
         self.firing
             .timer
             .arm(TimerId::Wakeup(id.clone()), w.next_ms);
@@ -236,7 +239,7 @@ impl Triggers {
             return Ok(false);
         }
         self.forget_throttle(&throttle_key(id))?;
-        self.engine.store().delete_state(WAKEUP_STATE, id)?;
+        self.engine.store().delete_state_durably(WAKEUP_STATE, id)?;
         Ok(true)
     }
 
@@ -347,7 +350,9 @@ impl Triggers {
             Some(next) => {
                 w.fires += 1;
                 w.next_ms = next.min(w.expires_ms);
-                self.engine.store().set_state(WAKEUP_STATE, id, &w)?;
+                self.engine
+                    .store()
+                    .save_state_durably(WAKEUP_STATE, id, &w)?;
                 self.firing
                     .timer
                     .arm(TimerId::Wakeup(id.to_owned()), w.next_ms);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentmesh_store::Store;
+use agentmesh_store::Typed;
 use anyhow::Context;
 use serde_json::Value;
 
@@ -25,14 +25,14 @@ pub struct Args {
 /// Prints the task's event log, one JSON object a line.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     // Reading must not create: a mistyped `--data` would otherwise become an empty store.
-    if !Store::exists(&args.data) {
+    if !agentmesh_store::exists(&args.data) {
         anyhow::bail!(
             "no store in {}: give the data dir of `agentmesh run` or `serve` (by default \
              the config dir's `.agentmesh`, or the host config's `data_dir`)",
             args.data.display()
         );
     }
-    let store = Store::open(&args.data).with_context(|| {
+    let store = agentmesh_store::open(&args.data).with_context(|| {
         format!(
             "opening the store in {} (while `agentmesh serve` holds it, use GET /v1/tasks/{}/events)",
             args.data.display(),

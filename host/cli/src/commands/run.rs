@@ -2,13 +2,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Run, Status, TaskRecord, UserRef};
 use agentmesh_model::event::EventKind;
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::Store;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 
@@ -47,16 +45,15 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::from(1));
     };
     if let Some(id) = &args.task
-        && !Store::exists(&data)
+        && !agentmesh_store::exists(&data)
     {
         bail!(
             "no store in {}, so no task `{id}`: give the data dir the task ran in (--data)",
             data.display()
         );
     }
-    let store = Arc::new(
-        Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
-    );
+    let store = agentmesh_store::open(&data)
+        .with_context(|| format!("opening the store in {}", data.display()))?;
     let options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(data.join("components")),

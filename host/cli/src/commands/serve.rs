@@ -12,7 +12,6 @@ use agentmesh_secrets::SharedSecrets;
 use agentmesh_server::health::Probe;
 use agentmesh_server::reload::max_body_of;
 use agentmesh_server::{AppState, Auth, Limits, Serving, tokens_of};
-use agentmesh_store::Store;
 use agentmesh_triggers::Triggers;
 use anyhow::{Context, bail};
 
@@ -58,9 +57,8 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     }
     // Before the store opens its files: every descriptor counts.
     let limits = Limits::at_start(&host.policy);
-    let store = Arc::new(
-        Store::open(&data).with_context(|| format!("opening the store in {}", data.display()))?,
-    );
+    let store = agentmesh_store::open(&data)
+        .with_context(|| format!("opening the store in {}", data.display()))?;
     let mut options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(data.join("components")),
@@ -141,7 +139,7 @@ async fn sweep(router: EventRouter) {
         }
         rounds += 1;
         if rounds.is_multiple_of(3600)
-            && let Err(e) = engine.store().prune_deliveries()
+            && let Err(e) = engine.store().forget_expired_buffered()
         {
             tracing::warn!("pruning delivery ids failed: {e}");
         }

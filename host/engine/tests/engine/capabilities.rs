@@ -328,6 +328,7 @@ async fn without_a_scheduler_the_wakeup_tools_refuse_and_keep_nothing() {
         "the tool answered as if a wakeup were kept: {}",
         results[0]
     );
-    let kept: Vec<(String, serde_json::Value)> = h.engine.store().states("wakeup").unwrap();
+    let kept: Vec<(String, serde_json::Value)> =
+        agentmesh_store::Typed::states(h.engine.store(), "wakeup").unwrap();
     assert!(kept.is_empty(), "{kept:?}");
 }

@@ -3,6 +3,7 @@
 use agentmesh_engine::{Origin, Run, Status};
 use agentmesh_llm::ChatMessage;
 use agentmesh_model::event::EventKind;
+use agentmesh_store::Typed;
 use serde_json::json;
 
 use crate::util::{RESEARCHER, echo_agent, engine_at, harness, observations};
@@ -252,7 +253,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
 
     // The record's JSON has none of the growing fields: they are in one part per write that
     // added to them.
-    let store = agentmesh_store::Store::open(&dir.path().join("data")).unwrap();
+    let store = agentmesh_store::open(&dir.path().join("data")).unwrap();
     let head: serde_json::Value = store.task(&id).unwrap().unwrap();
     for field in [
         "history",
@@ -282,7 +283,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     for (field, value) in after.as_object().unwrap() {
         whole[field] = value.clone();
     }
-    store.commit(&id, &whole, Vec::new()).unwrap();
+    store.commit_buffered(&id, &whole, Vec::new()).unwrap();
     drop(store);
     let engine = engine_at(dir.path());
     assert_eq!(growing(&engine.task(&id).unwrap()), after);
@@ -292,7 +293,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
         .unwrap();
     let last = growing(&engine.run_until_idle(&id).await.unwrap());
     drop(engine);
-    let store = agentmesh_store::Store::open(&dir.path().join("data")).unwrap();
+    let store = agentmesh_store::open(&dir.path().join("data")).unwrap();
     let (_, parts) = store
         .task_with_parts::<serde_json::Value, serde_json::Value>(&id)
         .unwrap()

@@ -78,7 +78,7 @@ proptest! {
                 tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
             }
             for _ in 0..400 {
-                if !h.engine.is_busy(&task.id) && h.engine.store().queue_depth(&task.id) == 0 {
+                if !h.engine.is_busy(&task.id) && h.engine.store().queued_count(&task.id).unwrap() == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
