@@ -7,10 +7,10 @@ use agentmesh_model::event::ToolCall;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
-use crate::plan::{AgentPlan, CapabilityPlan, Target};
+use crate::plan::{AgentPlan, CapabilityPlan, Steps, Target};
 use crate::review::Replay;
 use crate::runtime::{self, ActionResult};
-use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
 use crate::task::{Outcome, TaskRecord};
 use crate::{Engine, Result};
 
@@ -85,113 +85,117 @@ pub(crate) async fn run(
         call_id: Some(call.id.clone()),
         replay,
     };
-    let mut verdict = Verdict::Pass;
     // The gate stays shut until a call has passed every step and run: a blocked, denied,
     // failed or interrupted attempt (or a restart while a review in it waits) meets it again.
     let gated = !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty();
-    if gated {
-        verdict = steps::run(
-            engine,
-            agent,
-            record,
-            &cap.before_first,
-            Some(&action_name),
-            Phase::Before,
-            &mut vars,
-        )
-        .await?;
-    }
-    if matches!(verdict, Verdict::Pass) {
-        verdict = steps::run(
-            engine,
-            agent,
-            record,
-            &cap.before,
-            Some(&action_name),
-            Phase::Before,
-            &mut vars,
-        )
-        .await?;
-    }
-    record.invocations.push(call.name.clone());
-    record.history.push("capability".into());
-    match verdict {
-        Verdict::Pass => {}
-        Verdict::Block(reason) => {
-            restricted(record, &call.name, vars.input, &reason);
-            return Ok(CallEnd::Rejected(reason));
-        }
-        Verdict::Lock(reason) => {
-            restricted(record, &call.name, vars.input, &reason);
-            return Ok(CallEnd::Locked(reason));
-        }
-    }
-    let input = vars.input.clone();
-    // What leaves the process is preceded by a write of the turn so far.
-    let (result, child) = match (&cap.target, function.action) {
-        (Target::Tool(tool), Some(action)) => {
-            if !runtime::stays_inside(agent, tool, action) {
-                engine.records().write_ahead(record)?;
-            }
-            (
-                runtime::run_action(engine, agent, record, tool, action, &input).await,
-                None,
-            )
-        }
-        (Target::Agent(child), _) => {
-            engine.records().write_ahead(record)?;
-            record.delegation_count += 1;
-            runtime::delegate(engine, record, child, input.clone()).await
-        }
-        (Target::Tool(tool), None) => (
-            ActionResult::Fatal(format!("tool `{}` has no such action", tool.id())),
-            None,
-        ),
+    let before: &[&Steps] = if gated {
+        &[&cap.before_first, &cap.before]
+    } else {
+        &[&cap.before]
     };
-    grow_allow_list(record, cap, &input);
-    let (name, from) = (&call.name, child.as_deref());
-    let output = match result {
-        ActionResult::Ok(v) => v,
-        ActionResult::Recoverable(e) => {
-            return Ok(errored(record, name, input, e, from, CallEnd::Error));
-        }
-        ActionResult::Fatal(e) => return Ok(errored(record, name, input, e, from, CallEnd::Fatal)),
+    let layers = Layers {
+        name: Some(&action_name),
+        before,
+        after: &cap.after,
     };
-    vars.output = Some(output.clone());
-    let verdict = steps::run(
+    let name = &call.name;
+    // For the statistics: the agent that answered a delegation, and the output as the action
+    // gave it (the LLM sees it as the `after` steps leave it).
+    let (mut child, mut raw) = (None, Value::Null);
+    let wrapped = steps::around(
         engine,
         agent,
         record,
-        &cap.after,
-        Some(&action_name),
-        Phase::After,
+        layers,
         &mut vars,
+        async |record, vars| {
+            invoked(record, name);
+            let input = &vars.input;
+            // What leaves the process is preceded by a write of the turn so far.
+            let result = match (&cap.target, function.action) {
+                (Target::Tool(tool), Some(action)) => {
+                    if !runtime::stays_inside(agent, tool, action) {
+                        engine.records().write_ahead(record)?;
+                    }
+                    runtime::run_action(engine, agent, record, tool, action, input).await
+                }
+                (Target::Agent(agent_id), _) => {
+                    engine.records().write_ahead(record)?;
+                    record.delegation_count += 1;
+                    let (result, from) =
+                        runtime::delegate(engine, record, agent_id, input.clone()).await;
+                    child = from;
+                    result
+                }
+                (Target::Tool(tool), None) => {
+                    ActionResult::Fatal(format!("tool `{}` has no such action", tool.id()))
+                }
+            };
+            grow_allow_list(record, cap, input);
+            let from = child.as_deref();
+            Ok(match result {
+                ActionResult::Ok(v) => {
+                    raw = v.clone();
+                    Inner::Output(v)
+                }
+                ActionResult::Recoverable(e) => Inner::Ended(errored(
+                    record,
+                    name,
+                    input.clone(),
+                    e,
+                    from,
+                    CallEnd::Error,
+                )),
+                ActionResult::Fatal(e) => Inner::Ended(errored(
+                    record,
+                    name,
+                    input.clone(),
+                    e,
+                    from,
+                    CallEnd::Fatal,
+                )),
+            })
+        },
     )
     .await?;
+    let (input, from) = (vars.input, child.as_deref());
+    let (verdict, seen) = match wrapped {
+        Wrapped::Blocked(reason) => {
+            invoked(record, name);
+            restricted(record, name, input, &reason);
+            return Ok(CallEnd::Rejected(reason));
+        }
+        Wrapped::Locked(reason) => {
+            invoked(record, name);
+            restricted(record, name, input, &reason);
+            return Ok(CallEnd::Locked(reason));
+        }
+        Wrapped::Ended(end) => return Ok(end),
+        Wrapped::Finished(verdict) => (verdict, vars.output.unwrap_or_default()),
+    };
     match verdict {
         Verdict::Pass => {
             if gated {
                 record.before_first_done.insert(cap.key.clone());
             }
-            stats(
-                record,
-                name,
-                Outcome::Successful,
-                input,
-                output.clone(),
-                from,
-            );
-            Ok(CallEnd::Observation(vars.output.unwrap_or(output)))
+            stats(record, name, Outcome::Successful, input, raw, from);
+            Ok(CallEnd::Observation(seen))
         }
         Verdict::Block(reason) => {
-            stats(record, name, Outcome::Restricted, input, output, from);
+            stats(record, name, Outcome::Restricted, input, raw, from);
             Ok(CallEnd::Rejected(reason))
         }
         Verdict::Lock(reason) => {
-            stats(record, name, Outcome::Restricted, input, output, from);
+            stats(record, name, Outcome::Restricted, input, raw, from);
             Ok(CallEnd::Locked(reason))
         }
     }
+}
+
+/// Counts a call that reached its capability (whatever its steps decide).
+fn invoked(record: &mut TaskRecord, name: &str) {
+    record.invocations.push(name.to_owned());
+    record.history.push("capability".into());
 }
 
 /// Records a failed call and ends it as `end` says (an error for the LLM, or fatal).

@@ -1,5 +1,7 @@
 //! Running middleware and guardrail steps: `match`, `condition`, assert / invoke / transform,
-//! `review()`, and the failure policy.
+//! `review()`, and the failure policy. Step lists wrap what they guard ([`around`]): a
+//! capability's `before_first`/`before`/`after` wrap its call, the agent's guardrails wrap
+//! its turn.
 
 use agentmesh_expr::{Activation, Bound, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
@@ -66,6 +68,84 @@ async fn with_reviews(
         replay: &mut vars.replay,
     };
     review::with_reviews(engine, record, expr, act, asking).await
+}
+
+/// The step lists around something: `before` run first, in order, until one refuses; `after`
+/// run on its output.
+pub(crate) struct Layers<'a> {
+    /// The function the steps run for (`None` for guardrails).
+    pub name: Option<&'a str>,
+    /// The lists that run before, in order.
+    pub before: &'a [&'a Steps],
+    /// The list that runs on the output.
+    pub after: &'a Steps,
+}
+
+/// What the wrapped part of [`around`] came to.
+pub(crate) enum Inner<T> {
+    /// An output, for the `after` steps (in `vars.output` once they ran).
+    Output(Value),
+    /// It ended without an output: the `after` steps do not run.
+    Ended(T),
+}
+
+/// What running something inside its [`Layers`] came to.
+pub(crate) enum Wrapped<T> {
+    /// A `before` step failed with `block`: it did not run.
+    Blocked(String),
+    /// A `before` step failed with `lock_task`: it did not run.
+    Locked(String),
+    /// It ended without an output.
+    Ended(T),
+    /// It gave an output, and the `after` steps decided (their output is `vars.output`).
+    Finished(Verdict),
+}
+
+/// Runs `inner` inside `layers`: the `before` lists, then `inner` (unless one refused), then
+/// the `after` list on its output. `vars` carry the input and output through.
+pub(crate) async fn around<T>(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    layers: Layers<'_>,
+    vars: &mut StepVars,
+    inner: impl AsyncFnOnce(&mut TaskRecord, &mut StepVars) -> Result<Inner<T>>,
+) -> Result<Wrapped<T>> {
+    for steps in layers.before {
+        match run(
+            engine,
+            agent,
+            record,
+            steps,
+            layers.name,
+            Phase::Before,
+            vars,
+        )
+        .await?
+        {
+            Verdict::Pass => {}
+            Verdict::Block(reason) => return Ok(Wrapped::Blocked(reason)),
+            Verdict::Lock(reason) => return Ok(Wrapped::Locked(reason)),
+        }
+    }
+    match inner(record, vars).await? {
+        Inner::Ended(end) => Ok(Wrapped::Ended(end)),
+        Inner::Output(output) => {
+            vars.output = Some(output);
+            let after = layers.after;
+            let verdict = run(
+                engine,
+                agent,
+                record,
+                after,
+                layers.name,
+                Phase::After,
+                vars,
+            )
+            .await?;
+            Ok(Wrapped::Finished(verdict))
+        }
+    }
 }
 
 /// Runs `steps` for function `name`. `input` and `output` are the activation's values, and

@@ -16,46 +16,85 @@ use serde_json::{Value, json};
 use crate::call::{self, CallEnd};
 use crate::plan::AgentPlan;
 use crate::review::Replay;
-use crate::steps::{self, Phase, StepVars, Verdict};
+use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
 use crate::task::{Reason, Resume, Status, TaskRecord, status_event};
 use crate::{Engine, QueuedInput, Result};
 
 type Events = Vec<(EventSource, EventKind)>;
 
-/// Processes one queued input of `record`'s task.
+/// Processes one queued input of `record`'s task: the agent's guardrails wrap the turn
+/// ([`steps::around`]); inside them, the input is logged and the conversation runs until an
+/// answer (which the `after` guardrails see) or the end of the task.
 pub(crate) async fn run(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
     input: QueuedInput,
 ) -> Result<()> {
-    let store = &engine.inner.store;
-    // Guardrails see the arriving input.
     let mut vars = StepVars::guardrail(input.io.clone(), None);
-    let verdict = steps::run(
+    let layers = Layers {
+        name: None,
+        before: &[&agent.guard_before],
+        after: &agent.guard_after,
+    };
+    let wrapped = steps::around(
         engine,
         agent,
         record,
-        &agent.guard_before,
-        None,
-        Phase::Before,
+        layers,
         &mut vars,
+        async |record, vars| {
+            let (mut events, prompt_error) = take_input(engine, agent, record, &vars.input, &input);
+            if let Some(message) = prompt_error {
+                terminate(record, Reason::Error, None, &message, &mut events);
+                engine.records().save(record, events)?;
+                return Ok(Inner::Ended(true));
+            }
+            record.status = Some(Status::Running);
+            events.push(status_event("running"));
+            engine.records().log(record, events)?;
+            let answer = conversation(engine, agent, record).await?;
+            // The answer goes out alone: the `after` guardrails see no input.
+            vars.input = Value::Null;
+            Ok(answer)
+        },
     )
     .await?;
-    // What the guardrails let through (transformed, when a step replaced it) is the input
-    // from here on: the log, `context.input` and the LLM hold only that.
-    let io = vars.input;
+    let ended = match wrapped {
+        Wrapped::Blocked(reason) | Wrapped::Locked(reason) => {
+            // What the guardrails let through (transformed, when a step replaced it) is the
+            // input the log holds.
+            let (mut events, _) = take_input(engine, agent, record, &vars.input, &input);
+            terminate(record, Reason::Locked, None, &reason, &mut events);
+            engine.records().save(record, events)?;
+            true
+        }
+        other => settle(engine, agent, record, other, vars.output)?,
+    };
+    if ended {
+        engine.inner.store.clear_queue_buffered(&record.id)?;
+    }
+    Ok(())
+}
+
+/// Takes `io`, the input as the guardrails let it through, into the record: the log, `context.
+/// input` and the LLM hold only that. Returns the events to log (the system prompt the first
+/// time, the message, subscriptions expired or restored) and why the prompt cannot be
+/// rendered, if it cannot.
+fn take_input(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+    io: &Value,
+    input: &QueuedInput,
+) -> (Events, Option<String>) {
     let content: Vec<ContentPart> = io
         .get("message")
         .and_then(|m| serde_json::from_value(m.clone()).ok())
         .unwrap_or_default();
     let mut events: Events = Vec::new();
-    let locked = match verdict {
-        Verdict::Lock(reason) | Verdict::Block(reason) => Some(reason),
-        Verdict::Pass => None,
-    };
     let has_message = io.get("message").is_some();
-    record.inputs.push(io);
+    record.inputs.push(io.clone());
     // The prompt is rendered once the first input is in the context (the spec's own example
     // reads `{context.input[0].ticket_id}`); one that cannot render ends the task, naming the
     // hole, rather than sending the LLM a broken prompt.
@@ -111,25 +150,7 @@ pub(crate) async fn run(
         ));
     }
     record.last_activity_ms = now;
-    let ending = match (locked, prompt_error) {
-        (Some(reason), _) => Some((Reason::Locked, reason)),
-        (None, Some(message)) => Some((Reason::Error, message)),
-        (None, None) => None,
-    };
-    if let Some((reason, message)) = ending {
-        terminate(record, reason, None, &message, &mut events);
-        engine.records().save(record, events)?;
-        store.clear_queue_buffered(&record.id)?;
-        return Ok(());
-    }
-    record.status = Some(Status::Running);
-    events.push(status_event("running"));
-    engine.records().log(record, events)?;
-    let ended = llm_loop(engine, agent, record).await?;
-    if ended {
-        store.clear_queue_buffered(&record.id)?;
-    }
-    Ok(())
+    (events, prompt_error)
 }
 
 /// The interpolated prompt and the function schemas, or why the prompt cannot be rendered.
@@ -251,9 +272,13 @@ fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static s
     None
 }
 
-/// Calls the LLM until it answers without calling functions, or the task ends. Returns
-/// whether the task terminated.
-async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -> Result<bool> {
+/// Calls the LLM until it answers without calling functions (the answer, for the `after`
+/// guardrails), or the task ends (whether it terminated).
+async fn conversation(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &mut TaskRecord,
+) -> Result<Inner<bool>> {
     let id = record.id.clone();
     let plan = engine.plan();
     // The log is read once per turn (with what the turn has not written yet); what the turn
@@ -262,10 +287,10 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
     loop {
         if engine.interrupt_requested(&id) {
             pause(record);
-            return Ok(false);
+            return Ok(Inner::Ended(false));
         }
         if let Some((limit, message)) = limit_before_llm(agent, record) {
-            return exceeded(engine, record, limit, &message, Vec::new());
+            return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }
         crate::condense::maybe_condense(engine, agent, record).await?;
         let provider = engine.inner.providers.get(&plan, &agent.model);
@@ -300,7 +325,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
                 )];
                 terminate(record, Reason::Error, None, &message, &mut events);
                 engine.records().save(record, events)?;
-                return Ok(true);
+                return Ok(Inner::Ended(true));
             }
         };
         record.llm_calls += 1;
@@ -309,10 +334,11 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
         record.history.push("llm".into());
         record.last_activity_ms = now_ms();
         if let Some((limit, message)) = tokens_exceeded(agent, record) {
-            return exceeded(engine, record, limit, &message, Vec::new());
+            return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }
         if response.tool_calls.is_empty() {
-            return finish(engine, agent, record, response.text).await;
+            let message = json!([ContentPart::text(response.text)]);
+            return Ok(Inner::Output(json!({ "message": message })));
         }
         let actions: Events = response
             .tool_calls
@@ -344,7 +370,7 @@ async fn llm_loop(engine: &Engine, agent: &AgentPlan, record: &mut TaskRecord) -
         )
         .await?;
         if let Some(ended) = ended {
-            return Ok(ended);
+            return Ok(Inner::Ended(ended));
         }
     }
 }
@@ -483,11 +509,26 @@ pub(crate) async fn resume(
     let (calls, replay) = open_calls(record.journal.view());
     // The call that waited was counted when it first ran.
     let counted = calls.first().is_some_and(|c| c.id == resume.call_id);
-    let ended = match run_calls(engine, agent, record, &calls, replay, counted).await? {
-        Some(ended) => ended,
-        None => llm_loop(engine, agent, record).await?,
+    // The `before` guardrails saw the input when the turn began.
+    let mut vars = StepVars::guardrail(Value::Null, None);
+    let layers = Layers {
+        name: None,
+        before: &[],
+        after: &agent.guard_after,
     };
-    if ended {
+    let wrapped = steps::around(
+        engine,
+        agent,
+        record,
+        layers,
+        &mut vars,
+        async |record, _| match run_calls(engine, agent, record, &calls, replay, counted).await? {
+            Some(ended) => Ok(Inner::Ended(ended)),
+            None => conversation(engine, agent, record).await,
+        },
+    )
+    .await?;
+    if settle(engine, agent, record, wrapped, vars.output)? {
         engine.inner.store.clear_queue_buffered(&record.id)?;
     }
     Ok(())
@@ -564,36 +605,33 @@ fn pause(record: &mut TaskRecord) {
     record.status = Some(Status::Idle);
 }
 
-/// The LLM's final answer: guardrails.after, the agent message, outputs and exposes.
-async fn finish(
+/// How a turn inside its guardrails ended; returns whether the task terminated. An answer the
+/// `after` guardrails passed (`output`, as they left it) becomes the agent message, the
+/// output and what `exposes` derive from it; one they refused ends the task.
+fn settle(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
-    text: String,
+    wrapped: Wrapped<bool>,
+    output: Option<Value>,
 ) -> Result<bool> {
-    let message = json!([ContentPart::text(text)]);
-    let mut vars = StepVars::guardrail(Value::Null, Some(json!({"message": message.clone()})));
-    let verdict = steps::run(
-        engine,
-        agent,
-        record,
-        &agent.guard_after,
-        None,
-        Phase::After,
-        &mut vars,
-    )
-    .await?;
-    if let Verdict::Lock(reason) | Verdict::Block(reason) = verdict {
+    let reason = match wrapped {
+        Wrapped::Ended(ended) => return Ok(ended),
+        Wrapped::Finished(Verdict::Pass) => None,
+        Wrapped::Finished(Verdict::Lock(reason) | Verdict::Block(reason))
+        | Wrapped::Blocked(reason)
+        | Wrapped::Locked(reason) => Some(reason),
+    };
+    if let Some(reason) = reason {
         let mut events = Vec::new();
         terminate(record, Reason::Locked, None, &reason, &mut events);
         engine.records().save(record, events)?;
         return Ok(true);
     }
-    // What the guardrails let through (transformed, when a step replaced it) is the answer:
-    // the output, what `exposes` derive from it and the agent message hold only that.
-    let mut output = match vars.output {
+    // A guardrail's value is always a map (`StepVars::replace`).
+    let mut output = match output {
         Some(Value::Object(m)) => m,
-        _ => serde_json::Map::from_iter([("message".to_owned(), message)]),
+        _ => serde_json::Map::new(),
     };
     let content: Vec<ContentPart> = output
         .get("message")
