@@ -1,6 +1,7 @@
 //! The plan: a validated config compiled for running. Every expression and template is
-//! compiled here once; tasks only evaluate. A leaf of the engine: it imports none of the
-//! modules that run it.
+//! compiled here once; tasks only evaluate. An agent's capabilities, functions and aggregates
+//! are compiled from the manifest crate's `resolve`, as the checker saw them. A leaf of the
+//! engine: it imports none of the modules that run it.
 //!
 //! - `analysis`: what a compiled list of steps reads (`Reads`, the context it needs);
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
@@ -18,14 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Expression, Needs, Template};
-use agentmesh_manifest::model::agent::{CapabilityDecl, Limits, MountScope};
+use agentmesh_manifest::Config;
+use agentmesh_manifest::model::agent::{Limits, MountScope};
 use agentmesh_manifest::model::common::{
     EnvValue, MiddlewareStep, OnFail, ParameterSchema, Property,
 };
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_manifest::model::script::Script;
 use agentmesh_manifest::model::tool::{Execute, HttpMethod, HttpRequest, Tool, WasmRuntime};
-use agentmesh_manifest::{Config, function_name, sanitize};
+use agentmesh_manifest::resolve::{self, Resolution, function_name};
 use agentmesh_model::event::ToolSchema;
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
@@ -137,9 +139,7 @@ pub struct CapabilityPlan {
 impl CapabilityPlan {
     /// Whether action or event `name` is active.
     pub fn includes(&self, name: &str) -> bool {
-        self.include
-            .as_ref()
-            .is_none_or(|inc| inc.iter().any(|i| i == name || i == "*"))
+        resolve::includes(self.include.as_deref(), name)
     }
 
     /// The names of bound parameters.
@@ -764,33 +764,33 @@ fn agent_plan(
                 agent.namespace, agent.name
             ))
         })?;
+    let resolution = resolve::resolve(config, agent).into_result().map_err(|e| {
+        EngineError::Config(format!("agent `{}/{}`: {e}", agent.namespace, agent.name))
+    })?;
     let scope = StepScope {
         agent,
         base_dir,
         tools,
+        resolution: &resolution,
     };
     let mut capabilities = Vec::new();
     let mut functions = Vec::new();
     let mut aggregates = Vec::new();
-    for (key, decl) in &agent.capabilities {
-        let (ns, name) = key.split_once('/').unwrap_or((&agent.namespace, key));
-        let id = format!("{ns}/{name}");
-        let cap = match decl {
-            CapabilityDecl::All(_) => None,
-            CapabilityDecl::Config(c) => Some(c),
-        };
+    for resolved in &resolution.capabilities {
+        let cap = resolved.decl.config();
         let steps = |list| step_list(list, OnFail::Block, &scope);
-        let target = match tools.get(&id) {
-            Some(t) => Target::Tool(Arc::clone(t)),
-            None if config.agent(ns, name).is_some() => Target::Agent(id.clone()),
-            None => {
-                return Err(EngineError::Config(format!(
-                    "capability `{key}` names no tool or agent"
-                )));
+        let target = match resolved.target {
+            resolve::Target::Tool(_) => {
+                let id = resolved.target.id();
+                let tool = tools.get(&id).ok_or_else(|| {
+                    EngineError::Config(format!("capability `{}`: no tool `{id}`", resolved.key))
+                })?;
+                Target::Tool(Arc::clone(tool))
             }
+            resolve::Target::Agent(_) => Target::Agent(resolved.target.id()),
         };
         let plan = CapabilityPlan {
-            key: key.clone(),
+            key: resolved.key.to_owned(),
             include: cap.and_then(|c| c.include.clone()),
             bindings: compile_bindings(cap.and_then(|c| c.bindings.as_ref()))?,
             event_timeout: cap.and_then(|c| c.event_timeout).map(|d| d.0),
@@ -800,63 +800,51 @@ fn agent_plan(
             target,
         };
         let index = capabilities.len();
-        match &plan.target {
-            Target::Tool(tool) => {
-                let single = tool.actions.len() == 1;
-                let mut names = Vec::new();
-                for (ai, action) in tool.actions.iter().enumerate() {
-                    if !plan.includes(&action.name) {
-                        continue;
+        let bound: Vec<&str> = plan.bound().collect();
+        for f in &resolved.functions {
+            let schema = match (&plan.target, resolved.target, f.action) {
+                (Target::Tool(tool), _, Some(action)) => {
+                    let action = &tool.actions[action];
+                    ToolSchema {
+                        name: f.name.clone(),
+                        description: action.description.clone(),
+                        parameters: llm_schema(&action.parameters, &bound),
                     }
-                    let fname = function_name(key, &action.name, single);
-                    let bound: Vec<&str> = plan.bound().collect();
-                    names.push(fname.clone());
-                    functions.push(Function {
-                        schema: ToolSchema {
-                            name: fname.clone(),
-                            description: action.description.clone(),
-                            parameters: llm_schema(&action.parameters, &bound),
-                        },
-                        name: fname,
-                        capability: index,
-                        action: Some(ai),
-                        host: None,
-                    });
                 }
-                if !single {
-                    aggregates.push((sanitize(key), names));
+                (_, resolve::Target::Agent(child), _) => ToolSchema {
+                    name: f.name.clone(),
+                    description: child.description.clone(),
+                    parameters: json!({
+                        "type": "object",
+                        "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
+                        "required": ["message"]
+                    }),
+                },
+                _ => {
+                    return Err(EngineError::Config(format!(
+                        "function `{}` of capability `{}` runs no action",
+                        f.name, resolved.key
+                    )));
                 }
-            }
-            Target::Agent(child) => {
-                let description = config
-                    .agents
-                    .iter()
-                    .find(|a| format!("{}/{}", a.value.namespace, a.value.name) == *child)
-                    .map(|a| a.value.description.clone())
-                    .unwrap_or_default();
-                functions.push(Function {
-                    name: sanitize(name),
-                    capability: index,
-                    action: None,
-                    host: None,
-                    schema: ToolSchema {
-                        name: sanitize(name),
-                        description,
-                        parameters: json!({
-                            "type": "object",
-                            "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
-                            "required": ["message"]
-                        }),
-                    },
-                });
-            }
+            };
+            functions.push(Function {
+                name: f.name.clone(),
+                capability: index,
+                action: f.action,
+                schema,
+                host: None,
+            });
+        }
+        if let Some(aggregate) = resolved.aggregate() {
+            let names = resolved.functions.iter().map(|f| f.name.clone()).collect();
+            aggregates.push((aggregate, names));
         }
         capabilities.push(plan);
     }
     let guard = |list| step_list(list, OnFail::LockTask, &scope);
-    // Every agent can schedule itself (CONTRACT §5); a capability of the same name keeps it.
+    // Every agent can schedule itself (CONTRACT §5).
     for tool in HostTool::ALL {
-        if !functions.iter().any(|f| f.name == tool.name()) {
+        if resolution.host_functions.contains(&tool.name()) {
             functions.push(Function {
                 name: tool.name().to_owned(),
                 capability: usize::MAX,
@@ -924,6 +912,8 @@ struct StepScope<'a> {
     agent: &'a agentmesh_manifest::model::Agent,
     base_dir: &'a std::path::Path,
     tools: &'a HashMap<String, Arc<ToolPlan>>,
+    /// The agent's capabilities, resolved.
+    resolution: &'a Resolution<'a>,
 }
 
 fn step(
@@ -957,17 +947,14 @@ fn step(
             })?;
         // The agent's capability for the tool, if any: its bindings apply under the step's,
         // and its key names the function.
-        let capability = scope.agent.capabilities.iter().find(|(key, _)| {
-            let (ns, name) = key.split_once('/').unwrap_or((namespace, key));
-            format!("{ns}/{name}") == id
-        });
-        let key = capability.map_or(tool_ref, |(k, _)| k.as_str());
-        let single = tool.actions.len() == 1;
-        let function = function_name(key, &tool.actions[action].name, single);
-        let capability_bindings = match capability {
-            Some((_, CapabilityDecl::Config(c))) => compile_bindings(c.bindings.as_ref())?,
-            _ => Vec::new(),
-        };
+        let capability = scope.resolution.tool_capability(&tool.manifest);
+        let key = capability.map_or(tool_ref, |c| c.key);
+        let function = function_name(key, &tool.manifest, &tool.actions[action].name);
+        let capability_bindings = compile_bindings(
+            capability
+                .and_then(|c| c.decl.config())
+                .and_then(|c| c.bindings.as_ref()),
+        )?;
         StepKind::Invoke {
             tool: Arc::clone(tool),
             action,

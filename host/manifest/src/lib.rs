@@ -5,6 +5,9 @@
 //! - [`load`]: reads a config dir (every `*.yaml`/`*.yml`, several documents per file) into a
 //!   [`Config`], checking each document's shape against its schema first so that every problem
 //!   is reported with its line and column ([`yaml`] keeps the positions);
+//! - [`resolve`]: capability resolution, done once — the tool or agent each capability key
+//!   names and the functions the LLM sees for it; [`check`] reports its errors, the engine's
+//!   plan compiles its result;
 //! - [`check`]: everything the shape cannot show — references between documents, CEL and
 //!   templates compiled and scope-checked, exactly-one rules, files that must exist;
 //! - [`validate`]: both, as `agentmesh validate` runs them;
@@ -24,13 +27,14 @@ mod diag;
 mod env;
 pub mod load;
 pub mod model;
+pub mod resolve;
 mod shape;
 mod suggest;
 pub mod yaml;
 
 use std::path::Path;
 
-pub use check::{ComponentUse, ComponentWorld, Summary, function_name, sanitize};
+pub use check::{ComponentUse, ComponentWorld, Summary};
 pub use diag::{Diagnostic, Severity};
 pub use load::{Config, Loaded, Source};
 

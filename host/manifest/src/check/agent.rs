@@ -1,47 +1,37 @@
-//! Agents: capabilities and what they reference, bindings, middleware, guardrails, function
-//! names, model capabilities, prompt and exposes.
-
-use std::collections::HashMap;
+//! Agents: capabilities (resolved by [`crate::resolve`], whose errors are reported here at
+//! their keys), what they include and bind, middleware, guardrails, model capabilities, prompt
+//! and exposes.
 
 use super::steps::{self, Around, Layer};
-use super::{
-    Checker, I, K, MODEL_REF, Seg, function_name, key_pos, member_names, pos_at, sanitize, scopes,
-};
+use super::{Checker, I, K, MODEL_REF, Seg, key_pos, member_names, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
-use crate::model::agent::{Agent, CapabilityDecl, MountScope};
+use crate::model::agent::{Agent, MountScope};
+use crate::resolve::{self, Target};
 use crate::suggest::did_you_mean;
-
-/// The functions every agent has from the host (self-scheduling).
-pub(crate) const HOST_FUNCTIONS: [&str; 2] = ["request_wakeup", "cancel_wakeup"];
 
 /// Model capabilities that write media to the mount.
 const MEDIA: [&str; 3] = ["image-generation", "audio-generation", "video-generation"];
-
-/// What a capability key refers to.
-enum Target<'a> {
-    Tool(&'a Tool),
-    Agent(&'a Agent),
-}
 
 pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
     let agent = &doc.value;
     let src = &doc.source;
     c.template(src, &[K("prompt")], &scopes::PROMPT);
     check_model(c, src, agent);
-    let mut functions: HashMap<String, String> = HOST_FUNCTIONS
-        .iter()
-        .map(|f| (f.to_string(), "the host's self-scheduling tools".to_owned()))
-        .collect();
+    let config = c.config;
+    let resolution = resolve::resolve(config, agent);
     for (key, decl) in &agent.capabilities {
         let cap_path = [K("capabilities"), K(key)];
-        let Some(target) = resolve(c, src, agent, key) else {
+        // Every resolution error is about a key, and reported there: one that did not
+        // resolve is checked no further; a collision comes after the bindings' problems.
+        let errors = resolution.errors.iter().filter(|e| e.key() == key);
+        let Some(resolved) = resolution.capabilities.iter().find(|r| r.key == key) else {
+            for e in errors {
+                c.error(src, key_pos(&src.node, &cap_path), e.to_string());
+            }
             continue;
         };
-        let cap = match decl {
-            CapabilityDecl::All(_) => None,
-            CapabilityDecl::Config(cap) => Some(cap),
-        };
+        let cap = decl.config();
         if cap.is_some_and(|cap| cap.is_empty()) {
             c.error(
                 src,
@@ -49,23 +39,12 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
                 format!("capability `{key}` is `{{}}`; write \"*\" for unrestricted access, or set at least one field"),
             );
         }
-        let include = cap.and_then(|c| c.include.as_ref());
+        let include = cap.and_then(|c| c.include.as_deref());
         let bindings = cap.and_then(|c| c.bindings.as_ref());
-        match target {
+        match resolved.target {
             Target::Tool(tool) => {
                 check_include(c, src, key, tool, include);
                 check_bindings_tool(c, src, key, tool, bindings, include);
-                let active = |name: &str| include.is_none_or(|inc| inc.iter().any(|i| i == name));
-                let single = tool.actions.len() == 1;
-                let names: Vec<String> = tool
-                    .actions
-                    .iter()
-                    .filter(|a| active(&a.name))
-                    .map(|a| function_name(key, &a.name, single))
-                    .collect();
-                for name in names {
-                    claim(c, src, &mut functions, name, key);
-                }
             }
             Target::Agent(child) => {
                 if include.is_some() {
@@ -76,8 +55,10 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
                     );
                 }
                 check_bindings_agent(c, src, key, child, bindings);
-                claim(c, src, &mut functions, sanitize(&child.name), key);
             }
+        }
+        for e in errors {
+            c.error(src, key_pos(&src.node, &cap_path), e.to_string());
         }
         if let Some(bindings) = bindings {
             for name in bindings.keys() {
@@ -92,7 +73,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
             }
         }
         if let Some(cap) = cap {
-            let tool = match target {
+            let tool = match resolved.target {
                 Target::Tool(t) => Some(t),
                 Target::Agent(_) => None,
             };
@@ -127,55 +108,12 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
     }
 }
 
-/// Finds the tool or agent a capability key names: `name` in the agent's namespace, or
-/// `namespace/name`.
-fn resolve<'a>(c: &mut Checker<'a>, src: &Source, agent: &Agent, key: &str) -> Option<Target<'a>> {
-    let (ns, name) = key.split_once('/').unwrap_or((&agent.namespace, key));
-    let config = c.config;
-    if let Some(t) = config.tool(ns, name) {
-        return Some(Target::Tool(&t.value));
-    }
-    if let Some(a) = config.agent(ns, name) {
-        if a.value.name == agent.name && a.value.namespace == agent.namespace {
-            c.error(
-                src,
-                key_pos(&src.node, &[K("capabilities"), K(key)]),
-                format!("agent `{ns}/{name}` cannot delegate to itself"),
-            );
-            return None;
-        }
-        return Some(Target::Agent(&a.value));
-    }
-    let candidates: Vec<&str> = config
-        .tools
-        .iter()
-        .filter(|t| t.value.namespace == ns)
-        .map(|t| t.value.name.as_str())
-        .chain(
-            config
-                .agents
-                .iter()
-                .filter(|a| a.value.namespace == ns)
-                .map(|a| a.value.name.as_str()),
-        )
-        .collect();
-    let hint = did_you_mean(name, candidates.iter().copied())
-        .map(|s| format!("; did you mean `{s}`?"))
-        .unwrap_or_default();
-    c.error(
-        src,
-        key_pos(&src.node, &[K("capabilities"), K(key)]),
-        format!("capability `{key}` names no tool or agent in namespace `{ns}`{hint}"),
-    );
-    None
-}
-
 fn check_include(
     c: &mut Checker,
     src: &Source,
     key: &str,
     tool: &Tool,
-    include: Option<&Vec<String>>,
+    include: Option<&[String]>,
 ) {
     let Some(include) = include else { return };
     let names = member_names(tool);
@@ -221,7 +159,7 @@ fn check_bindings_tool(
     key: &str,
     tool: &Tool,
     bindings: Option<&indexmap::IndexMap<String, String>>,
-    include: Option<&Vec<String>>,
+    include: Option<&[String]>,
 ) {
     let declared = tool_parameters(tool);
     let target = format!("tool `{}/{}`", tool.namespace, tool.name);
@@ -233,7 +171,7 @@ fn check_bindings_tool(
                 false => format!(" (it declares: {})", declared.join(", ")),
             })
     });
-    let active = |name: &str| include.is_none_or(|inc| inc.iter().any(|i| i == name || i == "*"));
+    let active = |name: &str| resolve::includes(include, name);
     let mut required: Vec<&str> = Vec::new();
     let root = tool.parameters.iter();
     let actions = tool
@@ -322,30 +260,6 @@ fn check_bindings_agent(
                     child.namespace, child.name
                 ),
             );
-        }
-    }
-}
-
-/// Records a function name; a second capability with the same name is an error.
-fn claim(
-    c: &mut Checker,
-    src: &Source,
-    functions: &mut HashMap<String, String>,
-    name: String,
-    key: &str,
-) {
-    match functions.get(&name) {
-        Some(owner) => {
-            let message =
-                format!("function name `{name}` of capability `{key}` collides with {owner}");
-            c.error(
-                src,
-                key_pos(&src.node, &[K("capabilities"), K(key)]),
-                message,
-            );
-        }
-        None => {
-            functions.insert(name, format!("capability `{key}`"));
         }
     }
 }

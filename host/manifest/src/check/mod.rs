@@ -451,26 +451,3 @@ fn component_problem(path: &Path) -> Option<String> {
         Ok(()) => Some("is not a Wasm component (unknown binary version)".into()),
     }
 }
-
-/// The function the LLM calls for action `action` of a tool bound as capability `key`: the key
-/// alone when the tool has one action (`single`), else `key_action`, both [`sanitize`]d.
-pub fn function_name(key: &str, action: &str, single: bool) -> String {
-    if single {
-        sanitize(key)
-    } else {
-        format!("{}_{}", sanitize(key), sanitize(action))
-    }
-}
-
-/// `github-pr` → `github_pr`: the CEL-safe function name of a reference.
-pub fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}

@@ -106,6 +106,16 @@ pub enum CapabilityDecl {
     Config(Capability),
 }
 
+impl CapabilityDecl {
+    /// The configuration; `None` for `"*"`.
+    pub fn config(&self) -> Option<&Capability> {
+        match self {
+            CapabilityDecl::All(_) => None,
+            CapabilityDecl::Config(c) => Some(c),
+        }
+    }
+}
+
 /// The literal `"*"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum Wildcard {
