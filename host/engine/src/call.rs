@@ -7,7 +7,7 @@ use agentmesh_model::event::ToolCall;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
-use crate::plan::{AgentPlan, CapabilityPlan, Steps, Target};
+use crate::plan::{AgentPlan, CapabilityPlan, Target};
 use crate::review::Replay;
 use crate::runtime::{self, ActionResult};
 use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
@@ -88,76 +88,59 @@ pub(crate) async fn run(
     // The gate stays shut until a call has passed every step and run: a blocked, denied,
     // failed or interrupted attempt (or a restart while a review in it waits) meets it again.
     let gated = !record.before_first_done.contains(&cap.key) && !cap.before_first.is_empty();
-    let before: &[&Steps] = if gated {
-        &[&cap.before_first, &cap.before]
-    } else {
-        &[&cap.before]
-    };
-    let layers = Layers {
-        name: Some(&action_name),
-        before,
-        after: &cap.after,
-    };
     let name = &call.name;
     // For the statistics: the agent that answered a delegation, and the output as the action
     // gave it (the LLM sees it as the `after` steps leave it).
     let (mut child, mut raw) = (None, Value::Null);
-    let wrapped = steps::around(
-        engine,
-        agent,
-        record,
-        layers,
-        &mut vars,
-        async |record, vars| {
-            invoked(record, name);
-            let input = &vars.input;
-            // What leaves the process is preceded by a write of the turn so far.
-            let result = match (&cap.target, function.action) {
-                (Target::Tool(tool), Some(action)) => {
-                    if !runtime::stays_inside(agent, tool, action) {
-                        engine.records().write_ahead(record)?;
-                    }
-                    runtime::run_action(engine, agent, record, tool, action, input).await
-                }
-                (Target::Agent(agent_id), _) => {
+    // Inside the steps: the action (or the delegation) on the input they let through.
+    let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
+        invoked(record, name);
+        let input = &vars.input;
+        // What leaves the process is preceded by a write of the turn so far.
+        let result = match (&cap.target, function.action) {
+            (Target::Tool(tool), Some(action)) => {
+                if !runtime::stays_inside(agent, tool, action) {
                     engine.records().write_ahead(record)?;
-                    record.delegation_count += 1;
-                    let (result, from) =
-                        runtime::delegate(engine, record, agent_id, input.clone()).await;
-                    child = from;
-                    result
                 }
-                (Target::Tool(tool), None) => {
-                    ActionResult::Fatal(format!("tool `{}` has no such action", tool.id()))
-                }
-            };
-            grow_allow_list(record, cap, input);
-            let from = child.as_deref();
-            Ok(match result {
-                ActionResult::Ok(v) => {
-                    raw = v.clone();
-                    Inner::Output(v)
-                }
-                ActionResult::Recoverable(e) => Inner::Ended(errored(
-                    record,
-                    name,
-                    input.clone(),
-                    e,
-                    from,
-                    CallEnd::Error,
-                )),
-                ActionResult::Fatal(e) => Inner::Ended(errored(
-                    record,
-                    name,
-                    input.clone(),
-                    e,
-                    from,
-                    CallEnd::Fatal,
-                )),
-            })
-        },
-    )
-    .await?;
+                runtime::run_action(engine, agent, record, tool, action, input).await
+            }
+            (Target::Agent(agent_id), _) => {
+                engine.records().write_ahead(record)?;
+                record.delegation_count += 1;
+                let (result, from) =
+                    runtime::delegate(engine, record, agent_id, input.clone()).await;
+                child = from;
+                result
+            }
+            (Target::Tool(tool), None) => {
+                ActionResult::Fatal(format!("tool `{}` has no such action", tool.id()))
+            }
+        };
+        grow_allow_list(record, cap, input);
+        let (error, end): (String, fn(String) -> CallEnd) = match result {
+            ActionResult::Ok(v) => {
+                raw = v.clone();
+                return Ok(Inner::Output(v));
+            }
+            ActionResult::Recoverable(e) => (e, CallEnd::Error),
+            ActionResult::Fatal(e) => (e, CallEnd::Fatal),
+        };
+        let from = child.as_deref();
+        Ok(Inner::Ended(errored(
+            record,
+            name,
+            input.clone(),
+            error,
+            from,
+            end,
+        )))
+    };
+    let layers = Layers {
+        name: Some(&action_name),
+        before: [gated.then_some(&cap.before_first), Some(&cap.before)],
+        after: &cap.after,
+    };
+    let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
     let (input, from) = (vars.input, child.as_deref());
     let (verdict, seen) = match wrapped {
         Wrapped::Blocked(reason) => {

@@ -75,10 +75,22 @@ async fn with_reviews(
 pub(crate) struct Layers<'a> {
     /// The function the steps run for (`None` for guardrails).
     pub name: Option<&'a str>,
-    /// The lists that run before, in order.
-    pub before: &'a [&'a Steps],
+    /// The lists that run before, in order (`None`: a list that does not run).
+    pub before: [Option<&'a Steps>; 2],
     /// The list that runs on the output.
     pub after: &'a Steps,
+}
+
+impl<'a> Layers<'a> {
+    /// `agent`'s guardrails around a turn; without the `before` ones for a turn that resumes
+    /// (they saw its input when it began).
+    pub(crate) fn guardrails(agent: &'a AgentPlan, resumed: bool) -> Layers<'a> {
+        Layers {
+            name: None,
+            before: [(!resumed).then_some(&agent.guard_before), None],
+            after: &agent.guard_after,
+        }
+    }
 }
 
 /// What the wrapped part of [`around`] came to.
@@ -111,7 +123,7 @@ pub(crate) async fn around<T>(
     vars: &mut StepVars,
     inner: impl AsyncFnOnce(&mut TaskRecord, &mut StepVars) -> Result<Inner<T>>,
 ) -> Result<Wrapped<T>> {
-    for steps in layers.before {
+    for steps in layers.before.into_iter().flatten() {
         match run(
             engine,
             agent,

@@ -32,34 +32,24 @@ pub(crate) async fn run(
     input: QueuedInput,
 ) -> Result<()> {
     let mut vars = StepVars::guardrail(input.io.clone(), None);
-    let layers = Layers {
-        name: None,
-        before: &[&agent.guard_before],
-        after: &agent.guard_after,
+    // Inside the guardrails: the input as they let it through, then the conversation.
+    let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
+        let (mut events, prompt_error) = take_input(engine, agent, record, &vars.input, &input);
+        if let Some(message) = prompt_error {
+            terminate(record, Reason::Error, None, &message, &mut events);
+            engine.records().save(record, events)?;
+            return Ok(Inner::Ended(true));
+        }
+        record.status = Some(Status::Running);
+        events.push(status_event("running"));
+        engine.records().log(record, events)?;
+        let answer = conversation(engine, agent, record).await?;
+        // The answer goes out alone: the `after` guardrails see no input.
+        vars.input = Value::Null;
+        Ok(answer)
     };
-    let wrapped = steps::around(
-        engine,
-        agent,
-        record,
-        layers,
-        &mut vars,
-        async |record, vars| {
-            let (mut events, prompt_error) = take_input(engine, agent, record, &vars.input, &input);
-            if let Some(message) = prompt_error {
-                terminate(record, Reason::Error, None, &message, &mut events);
-                engine.records().save(record, events)?;
-                return Ok(Inner::Ended(true));
-            }
-            record.status = Some(Status::Running);
-            events.push(status_event("running"));
-            engine.records().log(record, events)?;
-            let answer = conversation(engine, agent, record).await?;
-            // The answer goes out alone: the `after` guardrails see no input.
-            vars.input = Value::Null;
-            Ok(answer)
-        },
-    )
-    .await?;
+    let layers = Layers::guardrails(agent, false);
+    let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
     let ended = match wrapped {
         Wrapped::Blocked(reason) | Wrapped::Locked(reason) => {
             // What the guardrails let through (transformed, when a step replaced it) is the
@@ -509,25 +499,17 @@ pub(crate) async fn resume(
     let (calls, replay) = open_calls(record.journal.view());
     // The call that waited was counted when it first ran.
     let counted = calls.first().is_some_and(|c| c.id == resume.call_id);
-    // The `before` guardrails saw the input when the turn began.
-    let mut vars = StepVars::guardrail(Value::Null, None);
-    let layers = Layers {
-        name: None,
-        before: &[],
-        after: &agent.guard_after,
-    };
-    let wrapped = steps::around(
-        engine,
-        agent,
-        record,
-        layers,
-        &mut vars,
-        async |record, _| match run_calls(engine, agent, record, &calls, replay, counted).await? {
-            Some(ended) => Ok(Inner::Ended(ended)),
-            None => conversation(engine, agent, record).await,
-        },
+    let inner = async |record: &mut TaskRecord, _: &mut StepVars| match run_calls(
+        engine, agent, record, &calls, replay, counted,
     )
-    .await?;
+    .await?
+    {
+        Some(ended) => Ok(Inner::Ended(ended)),
+        None => conversation(engine, agent, record).await,
+    };
+    let mut vars = StepVars::guardrail(Value::Null, None);
+    let layers = Layers::guardrails(agent, true);
+    let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
     if settle(engine, agent, record, wrapped, vars.output)? {
         engine.inner.store.clear_queue_buffered(&record.id)?;
     }

@@ -3,7 +3,7 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agentmesh_model::event::{ContentPart, EventKind, EventSource};
+use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource};
 use agentmesh_store::{Dedupe, Durability, PluginKv, Queues, TaskLogs};
 use agentmesh_store::{Delivery, RecordWrite, SledStore, StoreError, Typed};
 use serde_json::{Value, json};
@@ -18,19 +18,19 @@ fn message(text: &str) -> (EventSource, EventKind) {
     )
 }
 
+/// Commits a whole record `{}` to task `task` with one message event per text.
+fn commit(store: &SledStore, task: &str, texts: &[&str]) -> Vec<Event> {
+    let events = texts.iter().map(|t| message(t)).collect();
+    store.commit_buffered(task, &json!({}), events).unwrap()
+}
+
 #[test]
 fn events_get_gapless_sequence_numbers_per_task() {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open(dir.path()).unwrap();
-    store
-        .commit_buffered("a", &json!({}), vec![message("1"), message("2")])
-        .unwrap();
-    store
-        .commit_buffered("b", &json!({}), vec![message("x")])
-        .unwrap();
-    let third = store
-        .commit_buffered("a", &json!({}), vec![message("3")])
-        .unwrap();
+    commit(&store, "a", &["1", "2"]);
+    commit(&store, "b", &["x"]);
+    let third = commit(&store, "a", &["3"]);
     assert_eq!(third[0].seq, 3);
     let seqs = |after| -> Vec<u64> {
         let events = store.events("a", after).unwrap();
@@ -60,12 +60,8 @@ fn a_range_of_events_reads_only_the_entries_that_hold_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open(dir.path()).unwrap();
     // Entries: [1, 2], [3], [4, 5, 6].
-    store
-        .commit_buffered("a", &json!({}), vec![message("1"), message("2")])
-        .unwrap();
-    store
-        .commit_buffered("a", &json!({}), vec![message("3")])
-        .unwrap();
+    commit(&store, "a", &["1", "2"]);
+    commit(&store, "a", &["3"]);
     store
         .commit_buffered(
             "a",
@@ -73,9 +69,7 @@ fn a_range_of_events_reads_only_the_entries_that_hold_it() {
             (4..=6).map(|i| message(&i.to_string())).collect(),
         )
         .unwrap();
-    store
-        .commit_buffered("b", &json!({}), vec![message("x")])
-        .unwrap();
+    commit(&store, "b", &["x"]);
     let seqs = |from, to| -> Vec<u64> {
         let (events, _) = store.events_between("a", from, to).unwrap();
         events.iter().map(|e| e.seq).collect()
@@ -206,16 +200,12 @@ fn everything_survives_reopening() {
 fn tasks_whose_ids_share_a_prefix_keep_their_logs_and_queues_apart() {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open(dir.path()).unwrap();
-    store
-        .commit_buffered("t1", &json!({}), vec![message("1"), message("2")])
-        .unwrap();
+    commit(&store, "t1", &["1", "2"]);
     store.enqueue_durably("t1", 1, &json!("for t1")).unwrap();
     // "t" has nothing yet: nothing of "t1" (the next keys in order) is its.
     assert_eq!(store.last_event_seq("t").unwrap(), 0);
     assert!(store.next_queued::<Value>("t").unwrap().is_none());
-    store
-        .commit_buffered("t", &json!({}), vec![message("x")])
-        .unwrap();
+    commit(&store, "t", &["x"]);
     store.enqueue_durably("t", 2, &json!("for t")).unwrap();
     assert_eq!(store.last_event_seq("t").unwrap(), 1);
     assert_eq!(store.last_event_seq("t1").unwrap(), 2);
