@@ -17,6 +17,7 @@ use super::common::{Duration, MiddlewareStep, ParameterSchema};
 ///   github-pr:
 ///     bindings: {owner: "'buoyant-systems'", repo: "'agent-mesh'"}
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Agent {
@@ -32,31 +33,24 @@ pub struct Agent {
     pub prompt: String,
     /// `<provider>/<model>`, e.g. `openai/gpt-4o` or `scripted/scripts/demo.yaml`; the host's
     /// `default_model` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Scheduling priority of the agent's tasks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
     /// Access to the workspace mount.
     #[serde(default)]
     pub mount: MountScope,
     /// Resource limits of each task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
     /// The structured input the agent accepts (`message` is always accepted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<ParameterSchema>,
     /// Tools and agents the LLM may use, keyed by reference.
     #[serde(default)]
     pub capabilities: IndexMap<String, CapabilityDecl>,
     /// Provider built-in tools: `web-search`, `image-generation`, …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_capabilities: Option<Vec<String>>,
     /// Steps at the agent's input/output boundary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guardrails: Option<Guardrails>,
     /// Keys added to the task's output: name → CEL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exposes: Option<IndexMap<String, Option<String>>>,
 }
 
@@ -76,23 +70,19 @@ pub enum MountScope {
 }
 
 /// Limits of one task; exceeding any terminates it with `limit_exceeded`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// LLM calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u64>,
     /// Prompt tokens over all LLM calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_prompt_tokens: Option<u64>,
     /// Completion tokens over all LLM calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<u64>,
     /// Wall-clock age of the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_age: Option<Duration>,
     /// Capability invocations, delegations included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_calls: Option<u64>,
 }
 
@@ -125,27 +115,22 @@ pub enum Wildcard {
 }
 
 /// How an agent uses one tool or agent.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capability {
     /// Only these actions and events are active; `[]` hides everything.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include: Option<Vec<String>>,
     /// Parameter name → CEL over `context`, `runtime`, `now`. Bound parameters are hidden from
     /// the LLM and their allow-list entries sealed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bindings: Option<IndexMap<String, String>>,
     /// Overrides the tool events' `timeout` (clamped to their `max_timeout`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_timeout: Option<Duration>,
     /// Steps before the first invocation in a task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_first: Option<Vec<MiddlewareStep>>,
     /// Steps before every invocation and event activation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Vec<MiddlewareStep>>,
     /// Steps after every invocation and formatted event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<MiddlewareStep>>,
 }
 
@@ -162,13 +147,12 @@ impl Capability {
 }
 
 /// Steps at the agent's boundary.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Guardrails {
     /// On incoming input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Vec<MiddlewareStep>>,
     /// On the final response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<MiddlewareStep>>,
 }

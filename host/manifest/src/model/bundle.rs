@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Describes the multi-document file it heads.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BundleDescriptor {
@@ -12,16 +13,12 @@ pub struct BundleDescriptor {
     /// Display name.
     pub name: String,
     /// Markdown description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Who maintains it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
     /// Semantic version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Home page or repository.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Tool `settings` keys to collect before import.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -172,14 +172,14 @@ impl JsonSchema for ByteSize {
 ///     owner: {type: string, require_binding: true}
 ///     branch: {type: string, default: main}
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParameterSchema {
     /// Always `object` when present.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub schema_type: Option<String>,
     /// Shown in UIs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The parameters, in order.
     #[serde(default)]
@@ -191,68 +191,53 @@ pub struct ParameterSchema {
 }
 
 /// One parameter or setting. A property without `default` is required.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Property {
     /// `string`, `number`, `integer`, `boolean`, `object` or `array`.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub schema_type: Option<PropertyType>,
     /// What the parameter means; the LLM sees it for action parameters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// A label for UIs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// The value used when none is given; its presence makes the property optional.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
     /// Every agent using the tool must bind this parameter.
     #[serde(default, rename = "require_binding")]
     pub require_binding: bool,
     /// `password` (masked in UIs), `uri`, `date-time`, …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
     /// The allowed values.
-    #[serde(default, rename = "enum", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "enum")]
     pub allowed: Option<Vec<Value>>,
     /// The only allowed value.
-    #[serde(default, rename = "const", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "const")]
     pub constant: Option<Value>,
     /// Element schema, for arrays.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Box<Property>>,
     /// Member schemas, for objects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub properties: Option<IndexMap<String, Property>>,
     /// Required member names, for objects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<Vec<String>>,
     /// Whether objects may carry other members.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_properties: Option<Value>,
     /// Numeric bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<f64>,
     /// Numeric bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<f64>,
     /// String length bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_length: Option<u64>,
     /// String length bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<u64>,
     /// Array length bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_items: Option<u64>,
     /// Array length bounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_items: Option<u64>,
     /// A regular expression strings must match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
     /// Example values, for documentation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub examples: Option<Vec<Value>>,
 }
 
@@ -288,53 +273,45 @@ impl ParameterSchema {
 /// - assert: "context.capabilities['github_pr'].count_successful < 20"
 ///   error_message: "Action limit reached for this session."
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MiddlewareStep {
     /// CEL that must be true.
-    #[serde(default, rename = "assert", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "assert")]
     pub assert_expr: Option<String>,
     /// `"<tool>:<action>"`: call another tool's action (no middleware runs on it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invoke: Option<String>,
     /// CEL whose value replaces what the LLM sees (or the event's input).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transform: Option<String>,
     /// A custom middleware component (this host's extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<WasmStep>,
     /// Only run for this action name.
-    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "match")]
     pub match_action: Option<String>,
     /// CEL: skip the step unless true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
     /// `{…}` template returned to the LLM when the step fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
     /// What a failure does; defaults to `block` for capability middleware and `lock_task` for
     /// guardrails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_fail: Option<OnFail>,
     /// Parameters of an `invoke` step: name → CEL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bindings: Option<IndexMap<String, String>>,
 }
 
 /// A custom middleware step run by a component of the `middleware-plugin` world.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WasmStep {
     /// Path of the component, relative to the manifest.
     pub component: String,
     /// Passed to the component as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
     /// Memory limit for the component.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<ByteSize>,
     /// Wall-clock limit per call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
 }
 

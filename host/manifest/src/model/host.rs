@@ -14,19 +14,17 @@ use super::common::{ByteSize, Duration, EnvValue};
 /// sources:
 ///   github: {signature: github, secret: {env: GITHUB_TRIGGER_SECRET}}
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfig {
     /// `agentmesh/v1/host`.
     pub kind: String,
     /// Address `serve` binds; a non-loopback address requires `api_tokens`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
     /// The store, mounts and compiled-component cache (relative to the config dir).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<String>,
     /// The model of agents that name none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_model: Option<String>,
     /// Bearer tokens for the task API.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -41,13 +39,11 @@ pub struct HostConfig {
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub models: IndexMap<String, ModelProvider>,
     /// The workspace mount.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount: Option<MountConfig>,
     /// Bounds on triggers, wakeups and webhooks.
     #[serde(default)]
     pub policy: Policy,
     /// When the LLM's view of a task is condensed (the log itself is never shortened).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condensation: Option<Condensation>,
     /// The variables the loader read for `{env: NAME}` scalars (their values are secrets).
     #[serde(skip)]
@@ -61,17 +57,15 @@ pub struct HostConfig {
 /// ```yaml
 /// condensation: {max_events: 200, max_tokens: 60000, keep_recent: 20}
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Condensation {
     /// Condense when the LLM would see more than this many conversation events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_events: Option<u32>,
     /// Condense when the prompt is estimated at more than this many tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
     /// Conversation events kept verbatim after a condensation (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_recent: Option<u32>,
 }
 
@@ -100,13 +94,13 @@ pub enum Role {
 }
 
 /// A server-side receive runtime for triggers.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// How deliveries are authenticated.
     pub signature: SignatureScheme,
     /// The HMAC secret, for `github` and `standard-webhooks`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<EnvValue>,
     /// Accepted bearer tokens, for `bearer`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -136,33 +130,30 @@ pub struct SourceToken {
 }
 
 /// An LLM provider endpoint.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelProvider {
     /// The API root, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     /// The API key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<EnvValue>,
     /// Per-request timeout (default 60s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// Retries on 429 and 5xx (default 3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
 }
 
 /// The workspace mount.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MountConfig {
     /// Only `file` in this host.
     pub backend: MountBackend,
     /// Where files are stored (relative to the config dir).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
     /// Prefix templates with `{namespace}`, `{agent}`, `{task}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_prefixes: Option<PathPrefixes>,
 }
 
@@ -175,61 +166,49 @@ pub enum MountBackend {
 }
 
 /// The spec's prefix templates.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PathPrefixes {
     /// e.g. `/{namespace}/`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// e.g. `/{namespace}/{agent}/`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// e.g. `/{namespace}/{agent}/{task}/`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
 }
 
 /// Bounds from the triggers spec; each overridable.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Lifetime of self-schedules and API-created schedules (default 168h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_ttl: Option<Duration>,
     /// How far ahead a wakeup may be (default 168h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wakeup_horizon: Option<Duration>,
     /// Pending wakeups per task (default 50).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wakeups_per_task: Option<u32>,
     /// Fires per trigger per hour (default 60).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_max_per_hour: Option<u32>,
     /// Trigger-fired turns per user per day (default 1000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triggered_turns_per_user_per_day: Option<u32>,
     /// How long delivery ids are remembered (default 720h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedupe_window: Option<Duration>,
     /// Largest webhook body (default 25 MiB).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<ByteSize>,
     /// Connections served at once (default 1024, and never more than half the process's
     /// file-descriptor limit); further clients wait in the listen backlog until one closes.
     /// Applies at the next restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
     /// How long a client may take to send a request's head once its first byte arrived
     /// (default 10s); a slower one is disconnected. Applies at the next restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header_timeout: Option<Duration>,
     /// How long a client may take to send a whole request body (default 60s); a slower one
     /// gets a 408. Applies at the next restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_timeout: Option<Duration>,
     /// How long a connection may stay open with no request in flight and no byte arriving
     /// (default 30s), a freshly accepted one included. Applies at the next restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Duration>,
     /// How many Wasm component instances may be alive at once (default 100): tool sessions
     /// kept between calls, and calls in flight. The pool reserves address space for each up
@@ -238,10 +217,8 @@ pub struct Policy {
     /// ```yaml
     /// policy: {max_instances: 500, instance_wait: 10s}
     /// ```
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instances: Option<u32>,
     /// How long a call waits for an instance when every one is busy in a call (default 10s);
     /// then it is an error the LLM sees, and the task goes on. Read at start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_wait: Option<Duration>,
 }

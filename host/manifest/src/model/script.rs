@@ -24,17 +24,16 @@ pub struct Script {
 }
 
 /// One scripted LLM response.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptResponse {
     /// The assistant text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Function calls, run in parallel as one response.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ScriptToolCall>,
     /// Token usage; estimated from the text when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
 

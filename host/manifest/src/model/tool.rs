@@ -17,6 +17,7 @@ use super::common::{ByteSize, Duration, ParameterSchema};
 /// actions:
 ///   - {name: create_pr, description: Open a pull request}
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Tool {
@@ -32,10 +33,8 @@ pub struct Tool {
     #[serde(default)]
     pub synchronous: bool,
     /// Operator configuration (never shown to the LLM), values from the host's `settings`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<ParameterSchema>,
     /// Parameters shared by every action and event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<ParameterSchema>,
     /// Outbound functions.
     #[serde(default)]
@@ -44,23 +43,19 @@ pub struct Tool {
     #[serde(default)]
     pub events: Vec<Event>,
     /// Shared `stateless_http` configuration inherited by actions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateless_http: Option<HttpRequest>,
     /// Shared `stateful_session` configuration inherited by actions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_session: Option<StatefulSession>,
     /// Shared `openapi` configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openapi: Option<OpenApi>,
     /// Shared `mcp` configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Mcp>,
     /// A component shared by every action (an action without `execute` runs it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<WasmRuntime>,
 }
 
 /// An action: one function the LLM sees.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Action {
@@ -69,37 +64,29 @@ pub struct Action {
     /// What the LLM is told it does.
     pub description: String,
     /// Per-action parameters, added to the root ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<ParameterSchema>,
     /// Exactly one backend (optional when the tool has a top-level `wasm` block).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execute: Option<Execute>,
 }
 
 /// The backend of an action: exactly one key.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Execute {
     /// A CEL expression.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cel: Option<CelRuntime>,
     /// One HTTP request per call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateless_http: Option<HttpRequest>,
     /// A remote session kept per task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_session: Option<StatefulSession>,
     /// An OpenAPI operation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openapi: Option<OpenApi>,
     /// A tool of an MCP server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Mcp>,
     /// A Kubernetes Job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_job: Option<KubernetesJob>,
     /// A Wasm component (this host's runtime).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<WasmRuntime>,
 }
 
@@ -269,26 +256,21 @@ pub struct CelRuntime {
 }
 
 /// An HTTP request; string fields are `{…}` templates.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpRequest {
     /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<HttpMethod>,
     /// The URL template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Header templates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<IndexMap<String, String>>,
     /// A JSON body whose string leaves are templates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
     /// JSONPath selecting the result from the response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_path: Option<String>,
     /// Per-request timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
 }
 
@@ -309,62 +291,51 @@ pub enum HttpMethod {
 }
 
 /// `stateful_session`: a remote session created on first use and destroyed at teardown.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatefulSession {
     /// Creates the session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create: Option<HttpRequest>,
     /// Session key → JSONPath into the create response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extract: Option<IndexMap<String, String>>,
     /// The request made per call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execute: Option<HttpRequest>,
     /// Ends the session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destroy: Option<HttpRequest>,
     /// The tool page's name for `create`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialize: Option<HttpRequest>,
     /// The tool page's name for `destroy`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub teardown: Option<HttpRequest>,
 }
 
 /// `openapi`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenApi {
     /// Where the OpenAPI 3 document is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The operation this action calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_id: Option<String>,
 }
 
 /// `mcp`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mcp {
     /// `stdio` or `sse`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<McpTransport>,
     /// The program, for stdio.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// Its arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
     /// The endpoint, for sse.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Environment of the program.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<IndexMap<String, String>>,
     /// The MCP tool an action calls (the later draft's field).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
 }
 
@@ -397,63 +368,54 @@ pub struct KubernetesJob {
 ///   memory_limit: 64MiB
 ///   timeout: 10s
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WasmRuntime {
     /// Path of the component, relative to the manifest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
     /// Origins (`scheme://host[:port]`) the component may call; everything else is denied
     /// (absent everywhere: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_hosts: Option<Vec<String>>,
     /// Linear-memory limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<ByteSize>,
     /// Wall-clock limit per call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// Largest result the component may return.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output: Option<ByteSize>,
 }
 
 /// An event: an inbound signal that resumes subscribed tasks.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
     /// Unique within the tool.
     pub name: String,
     /// Shown in UIs, not to the LLM.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The input injected into the task: a `{…}` template over `event`.
     pub message: String,
     /// How long a task stays subscribed after its last activity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// Upper bound on any subscription timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_timeout: Option<Duration>,
     /// Extra parameters usable in this event's filter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<ParameterSchema>,
     /// Exactly one delivery mechanism.
     pub receive: Receive,
 }
 
 /// How events arrive: exactly one key.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Receive {
     /// The platform POSTs to `/v1/webhooks/tools/{namespace}/{tool}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
     /// The host registers a push channel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscription: Option<Subscription>,
     /// The host polls an endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<Poll>,
 }
 
@@ -472,26 +434,24 @@ impl Receive {
 }
 
 /// `receive.webhook`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
     /// CEL over `event` and `parameters` (the allow lists).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     /// A `{settings.*}` template giving the HMAC secret; signatures are checked when set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
     /// An `event-filter-plugin` component that must also pass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter_component: Option<String>,
 }
 
 /// `receive.subscription`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Subscription {
     /// CEL over `event` and `parameters`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     /// Registers the channel.
     pub subscribe: HttpRequest,
@@ -500,24 +460,21 @@ pub struct Subscription {
 }
 
 /// `receive.poll`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Poll {
     /// CEL over `event` and `parameters`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     /// The request method.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<HttpMethod>,
     /// The URL template.
     pub url: String,
     /// Header templates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<IndexMap<String, String>>,
     /// CEL over `response` and `poll` returning the list of new items.
     pub detect: String,
     /// How often to poll (this host's extension; default 60s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<Duration>,
 }
 

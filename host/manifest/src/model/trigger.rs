@@ -21,6 +21,7 @@ use super::common::{Duration, MiddlewareStep};
 /// message: "New issue: {event.payload.issue.title}"
 /// enabled: true
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Trigger {
@@ -37,24 +38,21 @@ pub struct Trigger {
     /// Where events come from and which pass.
     pub source: TriggerSource,
     /// The task's first message: a `{…}` template over `event`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Values for the agent's parameters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<IndexMap<String, Value>>,
     /// Inactive triggers create no tasks. Defaults to true.
     #[serde(default = "yes")]
     pub enabled: bool,
     /// At most this many fires per hour; the excess is dropped and recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<Throttle>,
     /// The trigger fires one final time when this has passed since its creation, then deletes
     /// itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<Duration>,
 }
 
 /// `source` of a trigger.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerSource {
@@ -62,7 +60,6 @@ pub struct TriggerSource {
     #[serde(rename = "type")]
     pub source_type: String,
     /// Assert steps over `event`; any failure creates no task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Vec<MiddlewareStep>>,
 }
 
@@ -87,6 +84,7 @@ pub struct Throttle {
 ///   message: [{mimeType: text/plain, text: "Summarise today's stand-up."}]
 /// enabled: true
 /// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
@@ -99,30 +97,23 @@ pub struct Schedule {
     /// The agent (same namespace) the tasks are created for.
     pub agent: String,
     /// Five-field cron: minute hour day-of-month month day-of-week.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
     /// IANA time zone for `cron`; UTC when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
     /// Instead of `cron`: a fixed period (this host's extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<Duration>,
     /// Instead of `cron`: once, at this RFC 3339 instant (this host's extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
     /// The user the tasks run as.
     pub owner: String,
     /// The task input: `message` and the agent's parameters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<IndexMap<String, Value>>,
     /// Inactive schedules do not tick. Defaults to true.
     #[serde(default = "yes")]
     pub enabled: bool,
     /// At most this many fires per hour.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<Throttle>,
     /// Lifetime of the schedule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<Duration>,
 }
 
