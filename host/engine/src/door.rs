@@ -1,14 +1,15 @@
 //! The one door for arrivals: every input a task takes (a user's, a tool webhook's event, a
 //! source webhook's or an API fire's new task, a schedule tick's, a wakeup's) enters here.
 //!
-//! An arrival is opened with [`Engine::arrive`], which checks its delivery id against the
-//! dedupe window and holds that id's lock until the arrival is accepted or dropped, so that a
-//! redelivery racing its original waits for it (whatever admission does in between: run
-//! middleware, create tasks), while deliveries with other ids never wait for it.
-//! [`Arrival::accept`] then builds each input's trigger envelope from its [`Origin`], writes
-//! every queue entry and the delivery id in one transaction, flushed (a group commit) before
-//! it returns, and wakes the tasks' runners. Nothing else queues input or starts a runner
-//! for it.
+//! A delivery comes through with [`Engine::arrive`]: the door checks its delivery id against
+//! the dedupe window and holds that id's lock while the caller's admission decides what the
+//! delivery brings (routing and filters, middleware, triggers creating tasks), so that a
+//! redelivery racing its original waits for it, while deliveries with other ids never wait
+//! for it; then it accepts what was admitted. [`Arrival::accept`] (also the way in for an
+//! arrival that is no delivery: a user's input, a tick, a wakeup) builds each input's trigger
+//! envelope from its [`Origin`], writes every queue entry and the delivery id in one
+//! transaction, flushed (a group commit) before it returns, and wakes the tasks' runners.
+//! Nothing else queues input or starts a runner for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -118,6 +119,36 @@ pub enum Accepted {
     },
     /// A repeat of a delivery id seen within the dedupe window: nothing was queued.
     Duplicate,
+}
+
+/// What a delivery's admission decided, while its delivery id was held at the door.
+pub enum Admitted<T> {
+    /// Queue these inputs (none: only the delivery id is remembered); `T` goes back to the
+    /// caller.
+    Inputs(Vec<Input>, T),
+    /// Nothing to queue, and the delivery id is not remembered: a redelivery is admitted
+    /// afresh.
+    Nothing(T),
+}
+
+/// What a delivery became at the door.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Through<T> {
+    /// A repeat of a delivery id seen within the dedupe window: nothing was admitted or
+    /// queued.
+    Duplicate,
+    /// Admitted and queued (on disk) in these tasks' queues, in the order given, at
+    /// `queued_at` (epoch ms).
+    Queued {
+        /// The tasks, one per input.
+        tasks: Vec<String>,
+        /// When (epoch ms).
+        queued_at: i64,
+        /// What admission returned.
+        admitted: T,
+    },
+    /// Admission queued nothing and left the delivery id unremembered.
+    Nothing(T),
 }
 
 /// The delivery ids at the door, each with the lock its repeats wait on. An id is forgotten
@@ -277,8 +308,35 @@ impl Arrival<'_> {
 }
 
 impl Door {
-    /// Opens the door for a webhook delivery with `headers` (see [`Engine::arrive`]).
-    pub(crate) async fn open<'d>(
+    /// Takes a webhook delivery with `headers` through the door (see [`Engine::arrive`]).
+    pub(crate) async fn through<T, E: From<EngineError>>(
+        &self,
+        engine: &Engine,
+        headers: &Headers,
+        admit: impl AsyncFnOnce(&Arrival<'_>) -> std::result::Result<Admitted<T>, E>,
+    ) -> std::result::Result<Through<T>, E> {
+        let Some(arrival) = self.open(engine.store(), headers).await? else {
+            return Ok(Through::Duplicate);
+        };
+        let (inputs, admitted) = match admit(&arrival).await? {
+            Admitted::Nothing(admitted) => return Ok(Through::Nothing(admitted)),
+            Admitted::Inputs(inputs, admitted) => (inputs, admitted),
+        };
+        Ok(
+            match arrival.accept(engine, inputs, Run::Background).await? {
+                Accepted::Duplicate => Through::Duplicate,
+                Accepted::Queued { tasks, queued_at } => Through::Queued {
+                    tasks,
+                    queued_at,
+                    admitted,
+                },
+            },
+        )
+    }
+
+    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
+    /// seen within the dedupe window; otherwise its id is held until the arrival is dropped.
+    async fn open<'d>(
         &'d self,
         store: &dyn Backend,
         headers: &Headers,

@@ -20,8 +20,10 @@
 //! - `providers`: the LLM providers of the plan, made on first use;
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
-//! - `door`: the one door every arrival enters by: dedupe, the trigger envelope, one durable
-//!   write of its queue entries, waking the runners ([`Origin`], [`Run`], [`Arrival`]);
+//! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
+//!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
+//!   envelope, one durable write of its queue entries, waking the runners ([`Origin`],
+//!   [`Run`], [`Arrival`]);
 //! - `admission`: whether a task takes a tool event routed to it (its filter component and
 //!   middleware), for `agentmesh-routing`;
 //! - [`watch`]: what other crates keep in step with the engine ([`Watcher`]: the routing
@@ -67,7 +69,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
-pub use door::{Accepted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, WebhookError};
+pub use door::{
+    Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
+};
 pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
@@ -1167,15 +1171,16 @@ impl Engine {
         Ok(n)
     }
 
-    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
-    /// seen within the dedupe window. Otherwise, until the [`Arrival`] is accepted or
-    /// dropped, another delivery with the same id waits here (a delivery without one is
-    /// never a repeat). See [`door`](crate#modules).
-    pub async fn arrive(&self, headers: &Headers) -> Result<Option<Arrival<'_>>> {
-        self.inner
-            .door
-            .open(self.inner.store.as_ref(), headers)
-            .await
+    /// Takes a webhook delivery with `headers` through the door: a repeat of a delivery id
+    /// seen within the dedupe window is [`Through::Duplicate`]; otherwise `admit` decides what
+    /// the delivery brings while another delivery with the same id waits here (one without an
+    /// id is never a repeat), and what it admitted is accepted. See [`door`](crate#modules).
+    pub async fn arrive<T, E: From<EngineError>>(
+        &self,
+        headers: &Headers,
+        admit: impl AsyncFnOnce(&Arrival<'_>) -> std::result::Result<Admitted<T>, E>,
+    ) -> std::result::Result<Through<T>, E> {
+        self.inner.door.through(self, headers, admit).await
     }
 
     /// Whether task `task` takes tool event `event` of `tool` that routing matched to it

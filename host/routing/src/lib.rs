@@ -4,12 +4,12 @@
 //! delivery meets them:
 //!
 //! - `webhooks`: the pipeline, [`EventRouter::deliver_tool_webhook`]: the tool's events whose
-//!   signature the raw body passes ([`signature`], from `agentmesh-secrets`), the delivery id
-//!   at the engine's door (dedupe: [`Engine::arrive`](agentmesh_engine::Engine::arrive)),
-//!   routing, admission by each matched task
-//!   ([`Engine::admit_event`](agentmesh_engine::Engine::admit_event): filter component,
-//!   middleware, message), one durable write of the queue entries
-//!   ([`Arrival::accept`](agentmesh_engine::Arrival::accept));
+//!   signature the raw body passes ([`signature`], from `agentmesh-secrets`), then the
+//!   engine's door ([`Engine::arrive`](agentmesh_engine::Engine::arrive): the delivery id
+//!   checked and held while `admit` runs, one durable write of the queue entries);
+//! - `admit`: what a delivery brings, decided at the door: its events routed, then admitted
+//!   by each matched task ([`Engine::admit_event`](agentmesh_engine::Engine::admit_event):
+//!   filter component, middleware, message);
 //! - `routes`: every active subscription of every task, kept in step with the task records
 //!   (an engine [`Watcher`](agentmesh_engine::Watcher)), with their deadlines;
 //! - [`index`]: the [`SubscriptionIndex`], which finds the subscriptions an event can match
@@ -49,6 +49,7 @@
 //! # Ok::<(), agentmesh_expr::CompileError>(())
 //! ```
 
+mod admit;
 mod allow_list;
 mod analysis;
 pub mod filter;

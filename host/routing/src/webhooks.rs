@@ -1,21 +1,21 @@
 //! Tool events arriving by webhook (CONTRACT §3, §5), from the delivery to the door: the
-//! signature of each event on the raw bytes, the delivery id at the door (dedupe), routing
-//! through the subscription index, admission by each matched task (the engine's
-//! [`Engine::admit_event`]: filter component, middleware, message), and one durable queue
-//! entry per admitted task with the trigger envelope ([`Arrival::accept`]).
+//! signature of each event on the raw bytes, then the engine's door ([`Engine::arrive`]):
+//! the delivery id checked and held (dedupe) while `admit` routes the events and each matched
+//! task admits them, then one durable queue entry per admitted task with the trigger
+//! envelope.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan};
-use agentmesh_engine::{Accepted, Engine, EngineError, Input, Origin, Run, WebhookError};
-use agentmesh_model::event::ContentPart;
+use agentmesh_engine::{Arrival, Engine, EngineError, Through, WebhookError};
 use agentmesh_store::now_ms;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::admit;
 use crate::routes::SharedRoutes;
-use crate::{Event, Headers, Inbound, delivery_id, signature};
+use crate::{Headers, Inbound, delivery_id, signature};
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,47 +67,19 @@ impl EventRouter {
         let events = verified_events(tool, headers, body)?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
-        let Some(arrival) = self.engine.arrive(headers).await? else {
-            return Ok(WebhookOutcome::Duplicate);
+        let routes = &*self.routes;
+        let admit = async |arrival: &Arrival<'_>| {
+            Ok::<_, WebhookError>(
+                admit::tool_events(&self.engine, routes, (tool, &events), &payload, arrival).await,
+            )
         };
-        let fired_at = arrival.fired_at();
-        let mut inputs: Vec<Input> = Vec::new();
-        for event in events {
-            let event_json = arrival.event(&event.name, &payload);
-            let routed = Event::new(event_json.clone());
-            let tasks = self
-                .routes
-                .read()
-                .route(tool_id, &event.name, &routed, fired_at);
-            for task in tasks {
-                let admitted = self
-                    .engine
-                    .admit_event(tool, event, &task, &event_json)
-                    .await
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(task.id = %task, tool.name = %tool_id, "event dropped: {e}");
-                        None
-                    });
-                let Some(text) = admitted else {
-                    continue;
-                };
-                inputs.push(Input {
-                    task,
-                    io: json!({"message": [ContentPart::text(text)]}),
-                    origin: Origin::Webhook { auth_subject: None },
-                });
+        match self.engine.arrive(headers, admit).await? {
+            Through::Duplicate => Ok(WebhookOutcome::Duplicate),
+            Through::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
+            Through::Nothing(()) => {
+                tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers), "webhook matched no subscription");
+                Ok(WebhookOutcome::Unmatched)
             }
-        }
-        if inputs.is_empty() {
-            tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers), "webhook matched no subscription");
-            return Ok(WebhookOutcome::Unmatched);
-        }
-        match arrival
-            .accept(&self.engine, inputs, Run::Background)
-            .await?
-        {
-            Accepted::Duplicate => Ok(WebhookOutcome::Duplicate),
-            Accepted::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
         }
     }
 

@@ -32,7 +32,7 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan,
 };
 use agentmesh_engine::{
-    Accepted, EngineError, Input, NewTask, Origin, Run, UserRef, WebhookError,
+    Admitted, Arrival, EngineError, Input, NewTask, Origin, Run, Through, UserRef, WebhookError,
     normalize_trigger_input,
 };
 
@@ -459,68 +459,68 @@ impl Triggers {
             .map_err(|e| WebhookError::Unauthorized(e.0))?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
-        let Some(arrival) = self.engine.arrive(headers).await? else {
-            return Ok(SourceDelivery::Duplicate);
-        };
-        let origin = Origin::Webhook { auth_subject };
-        let name = headers
-            .text("x-github-event")
-            .and_then(Result::ok)
-            .unwrap_or(source);
-        let event = arrival.event(name, &payload);
-        let fired_at = arrival.fired_at();
-        let mut triggers: Vec<&Arc<TriggerPlan>> = plan
-            .triggers
-            .values()
-            .filter(|t| t.source == source)
-            .collect();
-        triggers.sort_by_key(|t| t.id());
-        // The fires that created a task (trigger, task), and their tasks' inputs.
-        let mut fired: Vec<(String, String)> = Vec::new();
-        let mut inputs: Vec<Input> = Vec::new();
-        let mut dropped = 0;
-        for t in triggers {
-            let id = t.id();
-            let status = self.fire_status(TRIGGER_STATE, &id)?;
-            match self.admit_trigger(t, &status, &event, None, &Map::new(), fired_at) {
-                Admit::Ready(io) => {
-                    self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
-                    match self.cold_start(&t.agent, &t.owner).await {
-                        Ok(task) => {
-                            inputs.push(Input {
-                                task: task.clone(),
-                                io,
-                                origin: origin.clone(),
-                            });
-                            fired.push((id, task));
+        // While the delivery id is held at the door: every trigger of the source that takes
+        // the event creates its task. Its id is remembered even when none does.
+        let admit = async |arrival: &Arrival<'_>| {
+            let origin = Origin::Webhook { auth_subject };
+            let name = headers
+                .text("x-github-event")
+                .and_then(Result::ok)
+                .unwrap_or(source);
+            let event = arrival.event(name, &payload);
+            let fired_at = arrival.fired_at();
+            let mut triggers: Vec<&Arc<TriggerPlan>> = plan
+                .triggers
+                .values()
+                .filter(|t| t.source == source)
+                .collect();
+            triggers.sort_by_key(|t| t.id());
+            // The fires that created a task (trigger, task), and their tasks' inputs.
+            let mut fired: Vec<(String, String)> = Vec::new();
+            let mut inputs: Vec<Input> = Vec::new();
+            let mut dropped = 0;
+            for t in triggers {
+                let id = t.id();
+                let status = self.fire_status(TRIGGER_STATE, &id)?;
+                match self.admit_trigger(t, &status, &event, None, &Map::new(), fired_at) {
+                    Admit::Ready(io) => {
+                        self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
+                        match self.cold_start(&t.agent, &t.owner).await {
+                            Ok(task) => {
+                                inputs.push(Input {
+                                    task: task.clone(),
+                                    io,
+                                    origin: origin.clone(),
+                                });
+                                fired.push((id, task));
+                            }
+                            Err(e) => self.record_fire(
+                                TRIGGER_STATE,
+                                &id,
+                                Err(FireOutcome::Failed(&e.to_string())),
+                            ),
                         }
-                        Err(e) => self.record_fire(
-                            TRIGGER_STATE,
-                            &id,
-                            Err(FireOutcome::Failed(&e.to_string())),
-                        ),
+                    }
+                    Admit::Skipped(why) => {
+                        tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
+                    }
+                    Admit::Dropped(why) => {
+                        tracing::info!(trigger.id = %id, "{why}");
+                        dropped += 1;
+                        self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Dropped));
+                    }
+                    Admit::Failed(why) => {
+                        tracing::warn!(trigger.id = %id, "trigger failed: {why}");
+                        self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
                     }
                 }
-                Admit::Skipped(why) => {
-                    tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
-                }
-                Admit::Dropped(why) => {
-                    tracing::info!(trigger.id = %id, "{why}");
-                    dropped += 1;
-                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Dropped));
-                }
-                Admit::Failed(why) => {
-                    tracing::warn!(trigger.id = %id, "trigger failed: {why}");
-                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
-                }
             }
-        }
-        if let Accepted::Duplicate = arrival
-            .accept(&self.engine, inputs, Run::Background)
-            .await?
-        {
-            return Ok(SourceDelivery::Duplicate);
-        }
+            Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped)))
+        };
+        let (fired, dropped) = match self.engine.arrive(headers, admit).await? {
+            Through::Duplicate => return Ok(SourceDelivery::Duplicate),
+            Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
+        };
         let mut tasks = Vec::new();
         for (id, task) in fired {
             self.record_fire(TRIGGER_STATE, &id, Ok(&task));
@@ -574,40 +574,42 @@ impl Triggers {
             .filter(|(k, _)| *k != "message")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let Some(arrival) = self.engine.arrive(headers).await? else {
-            return Err(FireError::Duplicate);
+        // While the delivery id is held at the door: the trigger takes the call or refuses it
+        // (a refusal leaves the id unremembered).
+        let admit = async |arrival: &Arrival<'_>| {
+            let origin = Origin::Api { auth_subject };
+            let event = arrival.event("api", &payload);
+            let fired_at = arrival.fired_at();
+            let status = self.fire_status(TRIGGER_STATE, id)?;
+            let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {
+                Admit::Ready(io) => io,
+                Admit::Skipped(why) => return Err(FireError::Refused(why)),
+                Admit::Dropped(why) => {
+                    self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Dropped));
+                    return Err(FireError::Throttled(why));
+                }
+                Admit::Failed(why) => {
+                    self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Failed(&why)));
+                    return Err(FireError::BadRequest(why));
+                }
+            };
+            self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
+            let task = self.cold_start(&t.agent, &t.owner).await?;
+            let input = Input {
+                task: task.clone(),
+                io,
+                origin,
+            };
+            Ok::<_, FireError>(Admitted::Inputs(vec![input], task))
         };
-        let origin = Origin::Api { auth_subject };
-        let event = arrival.event("api", &payload);
-        let fired_at = arrival.fired_at();
-        let status = self.fire_status(TRIGGER_STATE, id)?;
-        let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {
-            Admit::Ready(io) => io,
-            Admit::Skipped(why) => return Err(FireError::Refused(why)),
-            Admit::Dropped(why) => {
-                self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Dropped));
-                return Err(FireError::Throttled(why));
+        match self.engine.arrive(headers, admit).await? {
+            Through::Duplicate => Err(FireError::Duplicate),
+            Through::Queued { admitted: task, .. } => {
+                self.record_fire(TRIGGER_STATE, id, Ok(&task));
+                Ok(task)
             }
-            Admit::Failed(why) => {
-                self.record_fire(TRIGGER_STATE, id, Err(FireOutcome::Failed(&why)));
-                return Err(FireError::BadRequest(why));
-            }
-        };
-        self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
-        let task = self.cold_start(&t.agent, &t.owner).await?;
-        let input = Input {
-            task: task.clone(),
-            io,
-            origin,
-        };
-        let accepted = arrival
-            .accept(&self.engine, vec![input], Run::Background)
-            .await?;
-        if let Accepted::Duplicate = accepted {
-            return Err(FireError::Duplicate);
+            Through::Nothing(_) => Err(FireError::Refused("nothing was admitted".into())),
         }
-        self.record_fire(TRIGGER_STATE, id, Ok(&task));
-        Ok(task)
     }
 
     /// The triggers (optionally only those `owner` owns), with their read-only status, sorted

@@ -1,0 +1,55 @@
+//! What a delivery of tool events brings, decided at the engine's door while its delivery id
+//! is held there: each event routed through the subscription index (`routes`), then admitted
+//! by each matched task ([`Engine::admit_event`]: its filter component, its capability's
+//! middleware, the message), one input per admitted task.
+
+use agentmesh_engine::plan::{EventPlan, ToolPlan};
+use agentmesh_engine::{Admitted, Arrival, Engine, Input, Origin};
+use agentmesh_model::event::ContentPart;
+use serde_json::{Value, json};
+
+use crate::Event;
+use crate::routes::SharedRoutes;
+
+/// The inputs `events` of `tool` (their JSON `payload`) bring the tasks subscribed to them;
+/// nothing, and the delivery id left unremembered, when no task takes one. A task whose
+/// admission fails does not take the event (logged).
+pub(crate) async fn tool_events(
+    engine: &Engine,
+    routes: &SharedRoutes,
+    (tool, events): (&ToolPlan, &[&EventPlan]),
+    payload: &Value,
+    arrival: &Arrival<'_>,
+) -> Admitted<()> {
+    let tool_id = tool.id();
+    let fired_at = arrival.fired_at();
+    let mut inputs: Vec<Input> = Vec::new();
+    for event in events {
+        let event_json = arrival.event(&event.name, payload);
+        let routed = Event::new(event_json.clone());
+        let tasks = routes
+            .read()
+            .route(&tool_id, &event.name, &routed, fired_at);
+        for task in tasks {
+            let admitted = engine
+                .admit_event(tool, event, &task, &event_json)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(task.id = %task, tool.name = %tool_id, "event dropped: {e}");
+                    None
+                });
+            let Some(text) = admitted else {
+                continue;
+            };
+            inputs.push(Input {
+                task,
+                io: json!({"message": [ContentPart::text(text)]}),
+                origin: Origin::Webhook { auth_subject: None },
+            });
+        }
+    }
+    match inputs.is_empty() {
+        true => Admitted::Nothing(()),
+        false => Admitted::Inputs(inputs, ()),
+    }
+}
