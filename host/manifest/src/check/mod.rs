@@ -3,6 +3,7 @@
 
 mod agent;
 mod host;
+mod mcp;
 pub mod scopes;
 mod steps;
 mod tool;

@@ -188,6 +188,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             c.templates_in(src, &recv("poll", "headers"), &scopes::POLL_REQUEST);
         }
     }
+    super::mcp::check(c, src, tool);
     settings_configured(c, src, tool);
 }
 

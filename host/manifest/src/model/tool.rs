@@ -207,6 +207,9 @@ impl Inherit for Mcp {
             command: or(&self.command, &shared.command),
             args: or(&self.args, &shared.args),
             url: or(&self.url, &shared.url),
+            headers: merge(&self.headers, &shared.headers, |a, b| {
+                a.eq_ignore_ascii_case(b)
+            }),
             env: merge(&self.env, &shared.env, |a, b| a == b),
             tool_name: or(&self.tool_name, &shared.tool_name),
         }
@@ -325,15 +328,17 @@ pub struct OpenApi {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mcp {
-    /// `stdio` or `sse`.
+    /// `stdio`, `sse` or `http`.
     pub transport: Option<McpTransport>,
-    /// The program, for stdio.
+    /// The program, for stdio: a name looked up in `PATH`, or a path relative to the manifest.
     pub command: Option<String>,
     /// Its arguments.
     pub args: Option<Vec<String>>,
-    /// The endpoint, for sse.
+    /// The endpoint, for sse and http.
     pub url: Option<String>,
-    /// Environment of the program.
+    /// Headers of the requests, for sse and http (templates over `settings`).
+    pub headers: Option<IndexMap<String, String>>,
+    /// Environment of the program, for stdio: all it gets (templates over `settings`).
     pub env: Option<IndexMap<String, String>>,
     /// The MCP tool an action calls (the later draft's field).
     pub tool_name: Option<String>,
@@ -345,8 +350,10 @@ pub struct Mcp {
 pub enum McpTransport {
     /// A subprocess over stdin/stdout.
     Stdio,
-    /// Server-sent events over HTTP.
+    /// Server-sent events over HTTP (the legacy transport).
     Sse,
+    /// Streamable HTTP.
+    Http,
 }
 
 /// `kubernetes_job`.

@@ -1,0 +1,229 @@
+//! `mcp` blocks, without running anything: the transport and the fields it needs, a stdio
+//! `command` that exists and is executable, an endpoint that is an `http(s)` URL, and `env`
+//! values and `headers` whose `{settings.*}` name settings the tool declares.
+
+use std::path::Path;
+
+use agentmesh_expr::Template;
+
+use super::{Checker, I, K, Seg, key_pos, pos_at, scopes};
+use crate::load::Source;
+use crate::model::Tool;
+use crate::model::tool::{Mcp, McpTransport};
+use crate::suggest::did_you_mean;
+
+/// Checks tool `tool`'s shared `mcp` block, then each action's own block and what the two
+/// make together.
+pub(super) fn check(c: &mut Checker, src: &Source, tool: &Tool) {
+    if let Some(shared) = &tool.mcp {
+        fields(c, src, tool, &[K("mcp")], shared);
+    }
+    for (i, action) in tool.actions.iter().enumerate() {
+        let Some(own) = action.execute.as_ref().and_then(|e| e.mcp.as_ref()) else {
+            continue;
+        };
+        let path = [K("actions"), I(i), K("execute"), K("mcp")];
+        fields(c, src, tool, &path, own);
+        let Some(mcp) = tool.execute_of(action).and_then(|e| e.mcp) else {
+            continue;
+        };
+        let at = key_pos(&src.node, &path);
+        let name = &action.name;
+        match mcp.transport {
+            None => c.error(
+                src,
+                at,
+                format!("action `{name}`: `mcp` needs a `transport`: stdio, sse or http"),
+            ),
+            Some(McpTransport::Stdio) => {
+                if mcp.command.is_none() {
+                    c.error(
+                        src,
+                        at,
+                        format!("action `{name}`: an stdio `mcp` server needs a `command`"),
+                    );
+                }
+                for field in ["url", "headers"] {
+                    if set(&mcp, field) {
+                        c.error(src, at, format!("action `{name}`: `{field}` is for the sse and http transports, not stdio"));
+                    }
+                }
+            }
+            Some(McpTransport::Sse | McpTransport::Http) => {
+                if mcp.url.is_none() {
+                    c.error(
+                        src,
+                        at,
+                        format!("action `{name}`: an sse or http `mcp` server needs a `url`"),
+                    );
+                }
+                for field in ["command", "args", "env"] {
+                    if set(&mcp, field) {
+                        c.error(src, at, format!("action `{name}`: `{field}` is for the stdio transport, not sse or http"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether `field` of `mcp` is set.
+fn set(mcp: &Mcp, field: &str) -> bool {
+    match field {
+        "command" => mcp.command.is_some(),
+        "args" => mcp.args.is_some(),
+        "env" => mcp.env.is_some(),
+        "url" => mcp.url.is_some(),
+        "headers" => mcp.headers.is_some(),
+        _ => false,
+    }
+}
+
+/// The fields one block sets, at `path`.
+fn fields(c: &mut Checker, src: &Source, tool: &Tool, path: &[Seg], mcp: &Mcp) {
+    let at = |key: &'static str| {
+        let mut p = path.to_vec();
+        p.push(K(key));
+        p
+    };
+    if let Some(command) = &mcp.command
+        && let Err(why) = runnable(c, &src.base_dir, command)
+    {
+        c.error(
+            src,
+            pos_at(&src.node, &at("command")),
+            format!("`mcp` command `{command}` {why}"),
+        );
+    }
+    if let Some(url) = &mcp.url
+        && let Err(why) = endpoint(url)
+    {
+        c.error(
+            src,
+            pos_at(&src.node, &at("url")),
+            format!("`mcp` url `{url}` {why}"),
+        );
+    }
+    for (key, values) in [("env", &mcp.env), ("headers", &mcp.headers)] {
+        let Some(values) = values else { continue };
+        c.templates_in(src, &at(key), &scopes::MCP);
+        for (name, value) in values {
+            for setting in settings_named(value) {
+                if declares(tool, &setting) {
+                    continue;
+                }
+                let declared: Vec<&str> = tool
+                    .settings
+                    .iter()
+                    .flat_map(|s| s.properties.keys())
+                    .map(String::as_str)
+                    .collect();
+                let hint = did_you_mean(&setting, declared.iter().copied())
+                    .map(|s| format!("; did you mean `{s}`?"))
+                    .unwrap_or_default();
+                let mut p = at(key);
+                p.push(K(name));
+                c.error(
+                    src,
+                    pos_at(&src.node, &p),
+                    format!(
+                        "`settings.{setting}` is not a setting of tool `{}/{}`{hint}",
+                        tool.namespace, tool.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `command` names a program that can run: a path (relative to `base_dir`) to an
+/// executable file, or a name found as one in the host's `PATH`.
+fn runnable(c: &Checker, base_dir: &Path, command: &str) -> Result<(), String> {
+    if command.is_empty() {
+        return Err("is empty".into());
+    }
+    if command.contains('/') {
+        let path = base_dir.join(command);
+        return match executable(&path) {
+            true => Ok(()),
+            false if path.exists() => Err("is not an executable file".into()),
+            false => Err("does not exist (a path is relative to the manifest)".into()),
+        };
+    }
+    let path = c.env_var("PATH").unwrap_or_default();
+    match std::env::split_paths(&path).any(|dir| executable(&dir.join(command))) {
+        true => Ok(()),
+        false => Err("is not an executable in the host's PATH".into()),
+    }
+}
+
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Whether `url` is an absolute `http` or `https` URL with a host.
+fn endpoint(url: &str) -> Result<(), String> {
+    let not_absolute = || "is not an absolute http or https URL".to_owned();
+    let uri: http::Uri = url.parse().map_err(|_| not_absolute())?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(host)) if !host.is_empty() => Ok(()),
+        (Some("http" | "https"), _) => Err("has no host".into()),
+        _ => Err(not_absolute()),
+    }
+}
+
+/// The names `X` of `settings.X` that template `text`'s holes read (none when it does not
+/// parse: that error is reported on its own).
+fn settings_named(text: &str) -> Vec<String> {
+    let Ok(template) = Template::parse(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (_, expr) in template.expressions() {
+        let src = expr.source();
+        for (at, m) in src.match_indices("settings.") {
+            let prev = src[..at].chars().next_back();
+            if prev.is_some_and(|p| p.is_ascii_alphanumeric() || p == '_' || p == '.') {
+                continue;
+            }
+            let tail = &src[at + m.len()..];
+            let len = tail
+                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                .unwrap_or(tail.len());
+            if len > 0 {
+                out.push(tail[..len].to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Whether `tool` declares setting `name`.
+fn declares(tool: &Tool, name: &str) -> bool {
+    tool.settings
+        .as_ref()
+        .is_some_and(|s| s.properties.contains_key(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_named_in_templates() {
+        assert_eq!(settings_named("Bearer {settings.token}"), ["token"]);
+        assert_eq!(settings_named("{settings.a}:{settings.b_2}"), ["a", "b_2"]);
+        assert!(settings_named("{my_settings.a} {x.settings.b}").is_empty());
+        assert!(settings_named("path/settings.json, no holes").is_empty());
+    }
+
+    #[test]
+    fn endpoints() {
+        assert!(endpoint("https://mcp.example.com/mcp").is_ok());
+        assert!(endpoint("http://127.0.0.1:8080/sse").is_ok());
+        assert!(endpoint("ftp://example.com").is_err());
+        assert!(endpoint("example.com/mcp").is_err());
+        assert!(endpoint("not a url").is_err());
+    }
+}
