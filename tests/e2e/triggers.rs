@@ -376,6 +376,39 @@ fn api_fire_needs_the_sources_token_and_drops_fires_over_the_hourly_cap() {
     assert_eq!(status["status"]["dropped"], 1, "the drop is recorded");
 }
 
+/// An API fire with a delivery id is taken once; one the trigger refuses (over its hourly
+/// cap) leaves the id unremembered, so its retry is refused again rather than called a
+/// duplicate.
+#[test]
+fn an_api_fires_delivery_id_is_remembered_only_when_the_fire_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", TRIGGERS);
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
+    let fire_once = |id: &str, version: &str| {
+        server
+            .request("POST", "/v1/triggers/lab/deploy/fire")
+            .header("Authorization", &format!("Bearer {OPS_TOKEN}"))
+            .header("X-Delivery-Id", id)
+            .json(&json!({ "version": version }))
+            .send()
+    };
+    assert_eq!(fire_once("f-1", "1.0").status, 202);
+    let again = fire_once("f-1", "1.0");
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["status"], "duplicate");
+    assert_eq!(fire_once("f-2", "1.1").status, 202);
+    // Over the cap of two an hour: refused, twice, whatever the id.
+    for _ in 0..2 {
+        let r = fire_once("f-3", "1.2");
+        assert_eq!(r.status, 429, "{}", r.text());
+    }
+    assert_eq!(
+        tasks(&server, "lab/triage").len(),
+        2,
+        "one task per fire taken"
+    );
+}
+
 #[test]
 fn interval_schedule_creates_a_task_every_tick_while_earlier_ones_still_run() {
     let dir = tempfile::tempdir().unwrap();

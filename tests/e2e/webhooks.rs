@@ -281,6 +281,21 @@ fn author_allow_list_grows_with_create_pr_calls() {
     assert_eq!(got, ["d-alice", "d-bob-2"]);
 }
 
+/// A delivery that no subscription matched is not remembered: sent again (say, once a task
+/// subscribed), it is routed afresh instead of being called a duplicate.
+#[test]
+fn a_delivery_that_matched_nothing_is_not_remembered() {
+    let (_root, dir, data) = dirs(&[]);
+    config(&dir, &[]);
+    let server = start(&dir, &data);
+    let merged = fixture(MERGED);
+    for _ in 0..2 {
+        let r = deliver(&server, "pull_request", "d-nobody", &merged);
+        assert_eq!(r.status, 202, "{}", r.text());
+        assert_eq!(r.json()["tasks"], 0, "{}", r.text());
+    }
+}
+
 #[test]
 fn include_excludes_events_and_duplicates_and_bad_signatures_queue_nothing() {
     let (_root, dir, data) = dirs(&[]);
