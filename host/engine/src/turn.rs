@@ -34,7 +34,9 @@ pub(crate) async fn run(
     let mut vars = StepVars::guardrail(input.io.clone(), None);
     // Inside the guardrails: the input as they let it through, then the conversation.
     let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
-        let (mut events, prompt_error) = take_input(engine, agent, record, &vars.input, &input);
+        // Taken, the input leaves `vars`: the `after` guardrails see the answer alone.
+        let io = std::mem::take(&mut vars.input);
+        let (mut events, prompt_error) = take_input(engine, agent, record, io, &input);
         if let Some(message) = prompt_error {
             terminate(record, Reason::Error, None, &message, &mut events);
             engine.records().save(record, events)?;
@@ -43,10 +45,7 @@ pub(crate) async fn run(
         record.status = Some(Status::Running);
         events.push(status_event("running"));
         engine.records().log(record, events)?;
-        let answer = conversation(engine, agent, record).await?;
-        // The answer goes out alone: the `after` guardrails see no input.
-        vars.input = Value::Null;
-        Ok(answer)
+        conversation(engine, agent, record).await
     };
     let layers = Layers::guardrails(agent, false);
     let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
@@ -54,7 +53,7 @@ pub(crate) async fn run(
         Wrapped::Blocked(reason) | Wrapped::Locked(reason) => {
             // What the guardrails let through (transformed, when a step replaced it) is the
             // input the log holds.
-            let (mut events, _) = take_input(engine, agent, record, &vars.input, &input);
+            let (mut events, _) = take_input(engine, agent, record, vars.input, &input);
             terminate(record, Reason::Locked, None, &reason, &mut events);
             engine.records().save(record, events)?;
             true
@@ -75,7 +74,7 @@ fn take_input(
     engine: &Engine,
     agent: &AgentPlan,
     record: &mut TaskRecord,
-    io: &Value,
+    io: Value,
     input: &QueuedInput,
 ) -> (Events, Option<String>) {
     let content: Vec<ContentPart> = io
@@ -84,7 +83,7 @@ fn take_input(
         .unwrap_or_default();
     let mut events: Events = Vec::new();
     let has_message = io.get("message").is_some();
-    record.inputs.push(io.clone());
+    record.inputs.push(io);
     // The prompt is rendered once the first input is in the context (the spec's own example
     // reads `{context.input[0].ticket_id}`); one that cannot render ends the task, naming the
     // hole, rather than sending the LLM a broken prompt.

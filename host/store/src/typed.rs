@@ -123,11 +123,13 @@ pub trait Typed: Backend {
         queued_at: i64,
         input: &I,
     ) -> Result<QueueKey> {
-        let bytes = serde_json::to_vec(input)?;
-        match self.queue_durably(None, &[(task_id, queued_at, &bytes)])? {
-            Delivery::Queued(mut keys) if keys.len() == 1 => Ok(keys.remove(0)),
-            other => Err(StoreError::Conflict(format!(
-                "task `{task_id}`: one input queued as {other:?}"
+        match self.deliver_durably(None, &[(task_id, queued_at, input)])? {
+            Delivery::Queued(keys) => keys.into_iter().next().ok_or_else(|| {
+                StoreError::Conflict(format!("task `{task_id}`: its input was not queued"))
+            }),
+            // Only a delivery id is ever a duplicate.
+            Delivery::Duplicate => Err(StoreError::Conflict(format!(
+                "task `{task_id}`: an input without a delivery id was called a duplicate"
             ))),
         }
     }

@@ -144,6 +144,17 @@ pub enum FireError {
     Engine(#[from] EngineError),
 }
 
+/// What a source's delivery fired.
+#[derive(Default)]
+struct SourceFires {
+    /// The inputs of the tasks it cold-started.
+    inputs: Vec<Input>,
+    /// The fires that created a task: (trigger, task).
+    fired: Vec<(String, String)>,
+    /// How many fires were dropped (throttle, quota).
+    dropped: u64,
+}
+
 /// Whether a trigger takes an event.
 enum Admit {
     /// It does: the normalized input of the new task.
@@ -462,59 +473,18 @@ impl Triggers {
         // While the delivery id is held at the door: every trigger of the source that takes
         // the event creates its task. Its id is remembered even when none does.
         let admit = async |arrival: &Arrival<'_>| {
-            let origin = Origin::Webhook { auth_subject };
             let name = headers
                 .text("x-github-event")
                 .and_then(Result::ok)
                 .unwrap_or(source);
             let event = arrival.event(name, &payload);
-            let fired_at = arrival.fired_at();
-            let mut triggers: Vec<&Arc<TriggerPlan>> = plan
-                .triggers
-                .values()
-                .filter(|t| t.source == source)
-                .collect();
-            triggers.sort_by_key(|t| t.id());
-            // The fires that created a task (trigger, task), and their tasks' inputs.
-            let mut fired: Vec<(String, String)> = Vec::new();
-            let mut inputs: Vec<Input> = Vec::new();
-            let mut dropped = 0;
-            for t in triggers {
-                let id = t.id();
-                let status = self.fire_status(TRIGGER_STATE, &id)?;
-                match self.admit_trigger(t, &status, &event, None, &Map::new(), fired_at) {
-                    Admit::Ready(io) => {
-                        self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
-                        match self.cold_start(&t.agent, &t.owner).await {
-                            Ok(task) => {
-                                inputs.push(Input {
-                                    task: task.clone(),
-                                    io,
-                                    origin: origin.clone(),
-                                });
-                                fired.push((id, task));
-                            }
-                            Err(e) => self.record_fire(
-                                TRIGGER_STATE,
-                                &id,
-                                Err(FireOutcome::Failed(&e.to_string())),
-                            ),
-                        }
-                    }
-                    Admit::Skipped(why) => {
-                        tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
-                    }
-                    Admit::Dropped(why) => {
-                        tracing::info!(trigger.id = %id, "{why}");
-                        dropped += 1;
-                        self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Dropped));
-                    }
-                    Admit::Failed(why) => {
-                        tracing::warn!(trigger.id = %id, "trigger failed: {why}");
-                        self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
-                    }
-                }
-            }
+            let origin = Origin::Webhook { auth_subject };
+            let fires = self.fire_source(source, &event, arrival.fired_at(), origin);
+            let SourceFires {
+                inputs,
+                fired,
+                dropped,
+            } = fires.await?;
             Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped)))
         };
         let (fired, dropped) = match self.engine.arrive(headers, admit).await? {
@@ -527,6 +497,63 @@ impl Triggers {
             tasks.push(task);
         }
         Ok(SourceDelivery::Accepted { tasks, dropped })
+    }
+
+    /// Fires every trigger of `source` that takes `event` (in id order): each passing one
+    /// cold-starts its task; skips, drops and failures are recorded.
+    async fn fire_source(
+        &self,
+        source: &str,
+        event: &Value,
+        fired_at: i64,
+        origin: Origin,
+    ) -> Result<SourceFires> {
+        let plan = self.engine.plan();
+        let mut triggers: Vec<&Arc<TriggerPlan>> = plan
+            .triggers
+            .values()
+            .filter(|t| t.source == source)
+            .collect();
+        triggers.sort_by_key(|t| t.id());
+        let mut fires = SourceFires::default();
+        for t in triggers {
+            let id = t.id();
+            let status = self.fire_status(TRIGGER_STATE, &id)?;
+            let io = match self.admit_trigger(t, &status, event, None, &Map::new(), fired_at) {
+                Admit::Ready(io) => io,
+                Admit::Skipped(why) => {
+                    tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
+                    continue;
+                }
+                Admit::Dropped(why) => {
+                    tracing::info!(trigger.id = %id, "{why}");
+                    fires.dropped += 1;
+                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Dropped));
+                    continue;
+                }
+                Admit::Failed(why) => {
+                    tracing::warn!(trigger.id = %id, "trigger failed: {why}");
+                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
+                    continue;
+                }
+            };
+            self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
+            match self.cold_start(&t.agent, &t.owner).await {
+                Ok(task) => {
+                    fires.inputs.push(Input {
+                        task: task.clone(),
+                        io,
+                        origin: origin.clone(),
+                    });
+                    fires.fired.push((id, task));
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    self.record_fire(TRIGGER_STATE, &id, Err(FireOutcome::Failed(&why)));
+                }
+            }
+        }
+        Ok(fires)
     }
 
     /// `POST /v1/triggers/{ns}/{name}/fire`: authenticated with a token of the trigger's
