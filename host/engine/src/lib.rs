@@ -256,7 +256,8 @@ impl Engine {
                 runners: Mutex::new(HashMap::new()),
                 watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
-                http: reqwest::Client::new(),
+                // Building fails only if TLS cannot start, as `Client::new` would.
+                http: agentmesh_llm::http_client().build().unwrap_or_default(),
                 plugins: OnceLock::new(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),

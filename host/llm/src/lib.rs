@@ -55,6 +55,15 @@ pub use history::{Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
 pub use openai::{Capped, MAX_ANSWER, MAX_RETRY_AFTER, OpenAiConfig, OpenAiProvider, read_capped};
 pub use scripted::{EXHAUSTED_TEXT, ScriptedProvider};
 
+/// A builder for an outgoing HTTP client: every HTTP client of the host (the LLM, the
+/// `stateless_http` and `mcp` runtimes) starts here, so all of them speak TLS through the
+/// host's one crypto provider (ring) and check certificates against the platform's roots.
+pub fn http_client() -> reqwest::ClientBuilder {
+    // The first installation wins; a later one (another client) changes nothing.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().user_agent(concat!("agentmesh/", env!("CARGO_PKG_VERSION")))
+}
+
 /// A boxed, sendable future: what [`LlmProvider::complete`] returns (the trait stays
 /// object-safe, so the engine can hold a `dyn LlmProvider` per model).
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -321,8 +321,7 @@ impl Client {
             }
             None => None,
         };
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("agentmesh/", env!("CARGO_PKG_VERSION")))
+        let http = crate::http_client()
             .connect_timeout(timeout)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {}", error_chain(&e)))?;
