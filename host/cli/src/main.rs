@@ -32,6 +32,8 @@ enum Command {
     Serve(commands::serve::Args),
     /// Print a task's event log, one JSON object a line.
     Events(commands::events::Args),
+    /// Serve an agent's functions as MCP tools on stdin/stdout until stdin closes.
+    Mcp(commands::mcp::Args),
     /// Print the JSON Schema of a manifest kind.
     Schema(commands::schema::Args),
 }
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::execute(&args, &secrets),
         Command::Serve(args) => commands::serve::execute(&args, &secrets),
         Command::Events(args) => commands::events::execute(&args),
+        Command::Mcp(args) => commands::mcp::execute(&args, &secrets),
         Command::Schema(args) => commands::schema::execute(&args),
     };
     match result {
@@ -58,11 +61,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `AGENTMESH_LOG` (tracing env-filter syntax; default `warn`),
-/// with every secret of the configuration in force replaced by `***`.
+/// Logs go to stderr, filtered by `AGENTMESH_LOG` (tracing env-filter syntax; default `warn`,
+/// `error` for the MCP library), with every secret of the configuration in force replaced by
+/// `***`.
 fn init_logging(secrets: SharedSecrets) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTMESH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // An MCP client probing for a protocol revision the host does not serve is routine.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(LogWriter(secrets))

@@ -38,6 +38,7 @@
 mod admission;
 mod call;
 mod condense;
+mod direct;
 mod door;
 mod journal;
 pub mod mount;
@@ -69,6 +70,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
+pub use direct::DirectEnd;
 pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
@@ -721,14 +723,25 @@ impl Engine {
     /// Deletes task `id`: it terminates with reason `deleted`, its queue is cleared and its
     /// subscriptions removed. Its record and log stay readable.
     pub async fn delete_task(&self, id: &str) -> Result<()> {
+        self.end_task(id, None).await
+    }
+
+    /// Deletes task `id` as [`Engine::delete_task`] does; with `why` (an event saying why it
+    /// ends), a task that has ended already is left as it is, and `why` is logged first.
+    async fn end_task(&self, id: &str, why: Option<(EventSource, EventKind)>) -> Result<()> {
         self.task(id)?;
         lock(&self.inner.interrupts).insert(id.to_owned());
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
         lock(&self.inner.interrupts).remove(id);
         let mut record = self.records().checkout(id)?;
+        if why.is_some() && record.status() == Status::Terminated {
+            self.records().checkin(record);
+            return Ok(());
+        }
         self.inner.store.clear_queue_buffered(id)?;
-        let mut events = self.end_suspended_turn(&mut record, "not run: the task ended")?;
+        let mut events: Vec<_> = why.into_iter().collect();
+        events.extend(self.end_suspended_turn(&mut record, "not run: the task ended")?);
         if record.status() != Status::Terminated {
             record.status = Some(Status::Terminated);
             record.reason = Some(Reason::Deleted);

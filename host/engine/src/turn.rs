@@ -20,7 +20,7 @@ use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
 use crate::task::{Reason, Resume, Status, TaskRecord, status_event};
 use crate::{Engine, QueuedInput, Result};
 
-type Events = Vec<(EventSource, EventKind)>;
+pub(crate) type Events = Vec<(EventSource, EventKind)>;
 
 /// Processes one queued input of `record`'s task: the agent's guardrails wrap the turn
 /// ([`steps::around`]); inside them, the input is logged and the conversation runs until an
@@ -199,7 +199,7 @@ pub(crate) fn terminate(
 
 /// Terminates the task for exceeding `limit`, committing `events` (answers to calls that will
 /// not run) with the events saying why. Returns `true` (the task terminated).
-fn exceeded(
+pub(crate) fn exceeded(
     engine: &Engine,
     record: &mut TaskRecord,
     limit: &str,
@@ -228,13 +228,17 @@ fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static 
             format!("no more LLM turns: the limit of {max} is reached"),
         ));
     }
-    if let Some(max) = l.max_age {
-        let age = now_ms().saturating_sub(record.created_ms);
-        if age as u128 > max.0.as_millis() {
-            return Some(("max_age", format!("the task is older than {max}")));
-        }
+    if let Some(message) = too_old(agent, record) {
+        return Some(("max_age", message));
     }
     tokens_exceeded(agent, record)
+}
+
+/// Why the task is past its `max_age`, if it is.
+pub(crate) fn too_old(agent: &AgentPlan, record: &TaskRecord) -> Option<String> {
+    let max = agent.limits.max_age?;
+    let age = now_ms().saturating_sub(record.created_ms);
+    (age as u128 > max.0.as_millis()).then(|| format!("the task is older than {max}"))
 }
 
 fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static str, String)> {
@@ -391,12 +395,9 @@ async fn run_calls(
             return Ok(Some(false));
         }
         if !(counted && i == 0) {
-            if let Some(max) = agent.limits.max_tool_calls
-                && record.tool_calls >= max
-            {
+            if let Some(message) = over_tool_calls(agent, record) {
                 let mut events = Vec::new();
                 skip_rest(&calls[i..], &mut events);
-                let message = format!("no more capability calls: the limit of {max} is reached");
                 return exceeded(engine, record, "max_tool_calls", &message, events).map(Some);
             }
             record.tool_calls += 1;
@@ -410,66 +411,7 @@ async fn run_calls(
         )
         .await?;
         record.last_activity_ms = now_ms();
-        let name = tool_call.name.clone();
-        let call_id = tool_call.id.clone();
-        let mut events: Events = Vec::new();
-        let terminal = match end {
-            CallEnd::Observation(result) => {
-                events.push((
-                    EventSource::Environment,
-                    EventKind::ObservationEvent {
-                        tool_call_id: call_id,
-                        tool_name: name,
-                        result,
-                    },
-                ));
-                None
-            }
-            CallEnd::Error(error) => {
-                events.push((
-                    EventSource::Environment,
-                    EventKind::ObservationEvent {
-                        tool_call_id: call_id,
-                        tool_name: name,
-                        result: json!({"error": error}),
-                    },
-                ));
-                None
-            }
-            CallEnd::Rejected(reason) => {
-                events.push((
-                    EventSource::Environment,
-                    EventKind::UserRejectObservation {
-                        tool_call_id: call_id,
-                        tool_name: name,
-                        reason,
-                    },
-                ));
-                None
-            }
-            CallEnd::Fatal(error) => {
-                events.push((
-                    EventSource::Agent,
-                    EventKind::AgentErrorEvent {
-                        tool_call_id: Some(call_id),
-                        tool_name: Some(name),
-                        error: error.clone(),
-                    },
-                ));
-                Some((Reason::Error, error))
-            }
-            CallEnd::Locked(reason) => {
-                events.push((
-                    EventSource::Environment,
-                    EventKind::UserRejectObservation {
-                        tool_call_id: call_id,
-                        tool_name: name,
-                        reason: reason.clone(),
-                    },
-                ));
-                Some((Reason::Locked, reason))
-            }
-        };
+        let (mut events, terminal) = answer(end, tool_call);
         if let Some((reason, message)) = terminal {
             skip_rest(&calls[i + 1..], &mut events);
             terminate(record, reason, None, &message, &mut events);
@@ -482,6 +424,59 @@ async fn run_calls(
         engine.tell_watchers(record);
     }
     Ok(None)
+}
+
+/// Why the task may not make one more capability call (`max_tool_calls`), if it may not.
+pub(crate) fn over_tool_calls(agent: &AgentPlan, record: &TaskRecord) -> Option<String> {
+    let max = agent.limits.max_tool_calls?;
+    (record.tool_calls >= max)
+        .then(|| format!("no more capability calls: the limit of {max} is reached"))
+}
+
+/// The events that answer `call`, which ended as `end`, and why the task must terminate, if
+/// it must (a fatal result, a `lock_task`).
+pub(crate) fn answer(end: CallEnd, call: &ToolCall) -> (Events, Option<(Reason, String)>) {
+    let (call_id, name) = (call.id.clone(), call.name.clone());
+    let observation = |result| {
+        (
+            EventSource::Environment,
+            EventKind::ObservationEvent {
+                tool_call_id: call_id.clone(),
+                tool_name: name.clone(),
+                result,
+            },
+        )
+    };
+    let rejection = |reason| {
+        (
+            EventSource::Environment,
+            EventKind::UserRejectObservation {
+                tool_call_id: call_id.clone(),
+                tool_name: name.clone(),
+                reason,
+            },
+        )
+    };
+    match end {
+        CallEnd::Observation(result) => (vec![observation(result)], None),
+        CallEnd::Error(error) => (vec![observation(json!({"error": error}))], None),
+        CallEnd::Rejected(reason) => (vec![rejection(reason)], None),
+        CallEnd::Fatal(error) => {
+            let event = (
+                EventSource::Agent,
+                EventKind::AgentErrorEvent {
+                    tool_call_id: Some(call_id.clone()),
+                    tool_name: Some(name.clone()),
+                    error: error.clone(),
+                },
+            );
+            (vec![event], Some((Reason::Error, error)))
+        }
+        CallEnd::Locked(reason) => {
+            let event = rejection(reason.clone());
+            (vec![event], Some((Reason::Locked, reason)))
+        }
+    }
 }
 
 /// Resumes a turn suspended across a restart once the review its call waited in is decided

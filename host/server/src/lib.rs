@@ -7,6 +7,8 @@
 //!   delivery-id dedupe, routing to subscribed tasks, durable acknowledgement;
 //! - `triggers`: `/v1/webhooks/sources/{source}`, `/v1/triggers…` (API fire, status) and
 //!   `/v1/schedules…` (schedules and self-scheduled wakeups; revocation);
+//! - `mcp`: `/mcp` — the agent `?agent=` names served over MCP (streamable HTTP), one task
+//!   per MCP session, behind the same tokens;
 //! - `status`: `/v1/status`, `/healthz`, `/metrics` (Prometheus text);
 //! - `health`: a probe of the store on threads of its own; `/healthz` answers 503 while the
 //!   store cannot write, and the host exits for a restart when that lasts;
@@ -27,6 +29,7 @@ mod auth;
 pub mod connections;
 mod error;
 pub mod health;
+mod mcp;
 mod metrics;
 pub mod reload;
 pub mod resources;
@@ -48,7 +51,7 @@ use agentmesh_routing::EventRouter;
 use agentmesh_triggers::Triggers;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use tokio::sync::broadcast;
 
 pub use auth::{Auth, Role, Token, tokens_of};
@@ -83,6 +86,8 @@ pub struct AppState {
     pub reload: Mutex<reload::ReloadStatus>,
     /// Whether the store can write (see [`health`]).
     pub health: Arc<health::Health>,
+    /// MCP sessions over streamable HTTP (`/mcp`).
+    mcp: agentmesh_mcp::HttpService,
 }
 
 /// How `serve` runs: what [`AppState`] starts with.
@@ -111,6 +116,14 @@ impl AppState {
             let _ = sender.send(Arc::from(task));
         }));
         let at_start = reload::StartOnly::of(&engine.plan().host);
+        let mcp = agentmesh_mcp::http_service(
+            engine.clone(),
+            agentmesh_mcp::HttpOptions {
+                max_body_bytes: serving.max_body_bytes,
+                // Without tokens the host serves only on loopback: loopback names only.
+                any_host: !serving.auth.is_open(),
+            },
+        );
         AppState {
             engine,
             router,
@@ -125,6 +138,7 @@ impl AppState {
             at_start,
             reload: Mutex::new(reload::ReloadStatus::default()),
             health: Arc::default(),
+            mcp,
         }
     }
 
@@ -180,6 +194,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/triggers/{namespace}/{name}/fire", post(triggers::fire))
         .route("/v1/schedules", get(triggers::schedules))
         .route("/v1/schedules/{*id}", delete(triggers::revoke))
+        .route("/mcp", any(mcp::route))
         .route("/v1/status", get(status::status))
         .route("/healthz", get(status::healthz))
         .route("/metrics", get(status::metrics))

@@ -2,12 +2,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, NewTask, Origin, Run, Status, TaskRecord, UserRef};
+use agentmesh_engine::{Engine, NewTask, Origin, Run, Status, TaskRecord};
 use agentmesh_model::event::EventKind;
 use agentmesh_secrets::SharedSecrets;
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::{Map, Value};
 
 /// Arguments of `run`.
@@ -52,20 +51,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             data.display()
         );
     }
-    let store = agentmesh_store::open(&data)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
-    let options = EngineOptions {
-        mount_root: data.join("mounts"),
-        component_cache: Some(data.join("components")),
-        // Nobody can answer a review during `run`: a review is denied at once.
-        review_timeout: Some(Duration::ZERO),
-        secrets: secrets.clone(),
-        ..EngineOptions::default()
-    };
-    let runtime = agentmesh_engine::async_runtime(&plan.host.policy)?;
-    let engine = Engine::new(plan, store, options);
-    // The wakeup tools keep their wakeups for the next host that serves (`run` fires none).
-    agentmesh_triggers::Triggers::new(engine.clone())?;
+    let (runtime, engine) = super::in_process(plan, &data, secrets)?;
     let input = input(args)?;
     let no_input = input.is_none();
     let record = runtime.block_on(async {
@@ -88,14 +74,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                 let new = NewTask {
                     agent: args.agent.clone(),
                     input,
-                    user: UserRef {
-                        id: args.user.clone(),
-                        email: args
-                            .user
-                            .strip_prefix("user:")
-                            .filter(|u| u.contains('@'))
-                            .map(str::to_owned),
-                    },
+                    user: super::user_ref(&args.user),
                 };
                 engine.create_task(new, Run::Caller).await?.id
             }

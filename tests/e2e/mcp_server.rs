@@ -1,0 +1,286 @@
+//! The host as an MCP server: the official Python SDK's client (`mcp` from PyPI) lists and
+//! calls an agent's Wasm tool through `agentmesh mcp` (stdio) and through `serve`'s `/mcp`
+//! (streamable HTTP, behind bearer tokens). Each session is a task whose log holds the calls,
+//! and whose capability steps refuse what they refuse for an LLM.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agentmesh_testkit::fixtures::{dirs, scripted_agent};
+use agentmesh_testkit::server::Server;
+use serde_json::{Value, json};
+
+use crate::AGENTMESH;
+use crate::util::agentmesh;
+use crate::wasm::notes_tool;
+
+/// The agent `t/a`: the `notes` Wasm tool, whose `before` step refuses the key `secret`.
+fn notes_agent() -> String {
+    scripted_agent(
+        "t/a",
+        "capabilities:
+  notes:
+    before:
+      - assert: \"input.key != 'secret'\"
+        error_message: No secrets.
+",
+    )
+}
+
+/// A config dir with the notes agent and `host` as its host config, and a data dir.
+fn notes_dirs(host: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    dirs(&[
+        ("host.yaml", host),
+        ("tool.yaml", &notes_tool()),
+        ("agent.yaml", &notes_agent()),
+        ("script.yaml", "responses:\n  - text: unused\n"),
+    ])
+}
+
+/// The calls every session makes: a put, a get of it, and a put the step refuses.
+fn calls() -> Value {
+    json!([
+        {"name": "notes_put", "arguments": {"key": "k", "value": "v"}},
+        {"name": "notes_get", "arguments": {"key": "k"}},
+        {"name": "notes_put", "arguments": {"key": "secret", "value": "x"}},
+    ])
+}
+
+/// The Python SDK client script.
+fn sdk_client() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/sdk_client.py")
+}
+
+/// Runs the SDK client (`tests/mcp/sdk_client.py CALLS ARGS…`) and returns what it printed.
+fn run_sdk_client(calls: &Value, args: &[&str]) -> Value {
+    let found = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "the MCP Python SDK is missing: `python3 -m pip install mcp==2.3.0` (.ci/run installs it)"
+    );
+    let out = Command::new("python3")
+        .arg(sdk_client())
+        .arg(calls.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "the SDK client printed no JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// What a session's calls must have given: the note stored and read back, the secret refused
+/// by the step; only the capability's functions are listed, with their input schemas.
+fn assert_session(session: &Value) {
+    assert_eq!(session["protocol"], "2025-11-25", "{session}");
+    let tools = session["tools"].as_object().unwrap();
+    let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["notes_get", "notes_put"], "{session}");
+    assert_eq!(
+        tools["notes_put"]["properties"]["key"]["type"], "string",
+        "{session}"
+    );
+    let results = &session["results"];
+    assert_eq!(results[0]["is_error"], false, "{session}");
+    assert_eq!(results[0]["structured"], json!({"stored": "k"}));
+    assert_eq!(results[1]["structured"], json!({"key": "k", "value": "v"}));
+    assert_eq!(results[2]["is_error"], true, "{session}");
+    assert!(
+        results[2]["text"].as_str().unwrap().contains("No secrets."),
+        "{session}"
+    );
+}
+
+/// The task's log, as `agentmesh events` prints it from `data`.
+fn log_of(data: &Path, task: &str) -> Vec<Value> {
+    let (code, out, err) = agentmesh(&["events", "--data", data.to_str().unwrap(), task]);
+    assert_eq!(code, Some(0), "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The log holds each call as the client's `ActionEvent`, answered as an LLM's call is: two
+/// observations and one refusal; the session's end ended the task.
+fn assert_logged(log: &[Value]) {
+    let kinds = |kind: &str| -> Vec<&Value> { log.iter().filter(|e| e["kind"] == kind).collect() };
+    let actions = kinds("ActionEvent");
+    assert_eq!(actions.len(), 3, "{log:?}");
+    assert!(actions.iter().all(|a| a["source"] == "user"), "{log:?}");
+    assert_eq!(actions[1]["tool_call"]["name"], "notes_get");
+    assert_eq!(kinds("ObservationEvent").len(), 2, "{log:?}");
+    let refused = kinds("UserRejectObservation");
+    assert_eq!(refused.len(), 1, "{log:?}");
+    assert_eq!(refused[0]["reason"], "No secrets.");
+    let states: Vec<&Value> = kinds("ConversationStateUpdateEvent")
+        .into_iter()
+        .filter(|e| e["key"] == "client_session")
+        .collect();
+    assert_eq!(states.len(), 2, "opened and closed: {log:?}");
+    assert_eq!(log.last().unwrap()["value"], "terminated", "{log:?}");
+}
+
+#[test]
+fn the_python_sdk_calls_a_wasm_tool_through_agentmesh_mcp_on_stdio() {
+    let (_root, dir, data) = notes_dirs("");
+    let session = run_sdk_client(
+        &calls(),
+        &[
+            "stdio",
+            AGENTMESH,
+            "mcp",
+            dir.to_str().unwrap(),
+            "--agent",
+            "t/a",
+            "--data",
+            data.to_str().unwrap(),
+        ],
+    );
+    assert_session(&session);
+    let task = session["task_id"].as_str().expect("the task id in `_meta`");
+    assert_logged(&log_of(&data, task));
+}
+
+#[test]
+fn agentmesh_mcp_refuses_an_unknown_agent_before_reading_stdin() {
+    let (_root, dir, data) = notes_dirs("");
+    let (code, out, err) = agentmesh(&[
+        "mcp",
+        dir.to_str().unwrap(),
+        "--agent",
+        "t/nobody",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.is_empty(), "nothing but the protocol on stdout: {out}");
+    assert!(err.contains("t/nobody"), "{err}");
+}
+
+const TOKENS: &str = "kind: agentmesh/v1/host
+api_tokens:
+  - {subject: \"user:ann\", role: agent_user, env: ANN_TOKEN}
+  - {subject: \"user:bob\", role: agent_user, env: BOB_TOKEN}
+  - {subject: \"user:eve\", role: read_only, env: EVE_TOKEN}
+";
+
+const ENV: [(&str, &str); 3] = [
+    ("ANN_TOKEN", "ann-secret-token"),
+    ("BOB_TOKEN", "bob-secret-token"),
+    ("EVE_TOKEN", "eve-secret-token"),
+];
+
+/// `serve` with the notes agent and three tokens.
+fn serving() -> (tempfile::TempDir, PathBuf, Server) {
+    let (root, dir, data) = notes_dirs(TOKENS);
+    let server = Server::start(AGENTMESH, &dir, &data, &ENV);
+    (root, data, server)
+}
+
+#[test]
+fn the_python_sdk_calls_a_wasm_tool_through_serve_mcp_as_the_tokens_subject() {
+    let (_root, data, server) = serving();
+    let url = format!("http://{}/mcp?agent=t/a", server.addr);
+    let session = run_sdk_client(&calls(), &["http", &url, "ann-secret-token"]);
+    assert_session(&session);
+    let task = session["task_id"].as_str().expect("the task id in `_meta`");
+    // The session's task is in the task API, owned by the token's subject, ended with it.
+    let seen = server
+        .request("GET", &format!("/v1/tasks/{task}"))
+        .header("authorization", "Bearer ann-secret-token")
+        .send();
+    assert_eq!(seen.status, 200, "{}", seen.text());
+    let seen = seen.json();
+    assert_eq!(seen["owner"], "user:ann");
+    assert_eq!(seen["status"], "terminated");
+    assert_eq!(seen["reason"], "deleted");
+    assert_eq!(seen["allow_list"]["t/notes"]["key"], json!(["k"]));
+    let other = server
+        .request("GET", &format!("/v1/tasks/{task}"))
+        .header("authorization", "Bearer bob-secret-token")
+        .send();
+    assert_eq!(other.status, 404, "another agent_user does not see it");
+    // Stopped as an operator stops it (its writes flushed), then its log read from disk.
+    assert_eq!(server.terminate(), Some(0));
+    assert_logged(&log_of(&data, task));
+}
+
+/// An `initialize` request's body.
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+}
+
+#[test]
+fn serve_mcp_needs_a_writing_token_an_agent_and_the_sessions_own_caller() {
+    let (_root, _data, server) = serving();
+    let post = |path: &str, token: Option<&str>, body: &Value| {
+        let mut r = server
+            .request("POST", path)
+            .header("accept", "application/json, text/event-stream")
+            .json(body);
+        if let Some(t) = token {
+            r = r.header("authorization", &format!("Bearer {t}"));
+        }
+        r.send()
+    };
+    let path = "/mcp?agent=t/a";
+    assert_eq!(post(path, None, &initialize()).status, 401);
+    assert_eq!(post(path, Some("wrong"), &initialize()).status, 401);
+    let read_only = post(path, Some("eve-secret-token"), &initialize());
+    assert_eq!(read_only.status, 403, "{}", read_only.text());
+    let no_agent = post("/mcp", Some("ann-secret-token"), &initialize());
+    assert_eq!(no_agent.status, 400, "{}", no_agent.text());
+    assert!(no_agent.text().contains("agent=ns/name"));
+    let unknown = post(
+        "/mcp?agent=t/nobody",
+        Some("ann-secret-token"),
+        &initialize(),
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    // Ann opens a session; Bob, holding its id, cannot use it.
+    let opened = post(path, Some("ann-secret-token"), &initialize());
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session = opened
+        .headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone())
+        .expect("a session id");
+    let in_session = |token: &str, body: &Value| {
+        server
+            .request("POST", path)
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", &format!("Bearer {token}"))
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(body)
+            .send()
+    };
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let sent = in_session("ann-secret-token", &initialized);
+    assert_eq!(sent.status, 202, "{}", sent.text());
+    let put = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "notes_put", "arguments": {"key": "k", "value": "v"}}});
+    let as_ann = in_session("ann-secret-token", &put);
+    assert!(as_ann.text().contains("stored"), "{}", as_ann.text());
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "notes_get", "arguments": {"key": "k"}}});
+    let as_bob = in_session("bob-secret-token", &call);
+    let text = as_bob.text();
+    assert!(
+        text.contains("belongs to another caller"),
+        "{}: {text}",
+        as_bob.status
+    );
+    assert!(!text.contains("\"value\""), "{text}");
+}
