@@ -275,12 +275,26 @@ fn serve_mcp_needs_a_writing_token_an_agent_and_the_sessions_own_caller() {
     assert!(as_ann.text().contains("stored"), "{}", as_ann.text());
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "notes_get", "arguments": {"key": "k"}}});
+    // Bob holds Ann's session id: he can neither call in it, nor stream it, nor close it.
     let as_bob = in_session("bob-secret-token", &call);
-    let text = as_bob.text();
+    assert_eq!(as_bob.status, 404, "{}", as_bob.text());
+    assert!(!as_bob.text().contains("\"value\""), "{}", as_bob.text());
+    for method in ["GET", "DELETE"] {
+        let by_bob = server
+            .request(method, path)
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", "Bearer bob-secret-token")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send();
+        assert_eq!(by_bob.status, 404, "{method}: {}", by_bob.text());
+    }
+    // Ann's session is intact.
+    let as_ann = in_session("ann-secret-token", &call);
+    assert_eq!(as_ann.status, 200, "{}", as_ann.text());
     assert!(
-        text.contains("belongs to another caller"),
-        "{}: {text}",
-        as_bob.status
+        as_ann.text().contains("\"value\":\"v\""),
+        "{}",
+        as_ann.text()
     );
-    assert!(!text.contains("\"value\""), "{text}");
 }

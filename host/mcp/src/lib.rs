@@ -69,29 +69,19 @@ pub async fn serve_stdio(engine: Engine, of: SessionOf) -> Result<(), McpError> 
         .map_err(|e| McpError::Transport(e.to_string()))
 }
 
-/// How [`http_service`] serves.
-#[derive(Debug, Clone, Copy)]
-pub struct HttpOptions {
-    /// The largest request body accepted.
-    pub max_body_bytes: usize,
-    /// Whether to accept any `Host` header. Without bearer tokens (a host that serves only
-    /// on loopback) only loopback names are accepted, against DNS rebinding.
-    pub any_host: bool,
-}
-
 /// The streamable-HTTP MCP service of [`http_service`].
 pub type HttpService = StreamableHttpService<AgentServer, LocalSessionManager>;
 
 /// Serves MCP sessions over streamable HTTP; each request must carry a [`SessionOf`] in its
-/// extensions (the caller, checked by the server).
-pub fn http_service(engine: Engine, options: HttpOptions) -> HttpService {
-    let mut config = StreamableHttpServerConfig::default();
+/// extensions (the caller). The server in front checks the caller, the session's owner, the
+/// `Host` name and the body's size and time, with its configuration in force: this service
+/// checks none of them.
+pub fn http_service(engine: Engine) -> HttpService {
+    let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     // Answers as JSON unless the call sends something before its result.
     config.json_response = true;
-    config.max_request_body_bytes = options.max_body_bytes;
-    if options.any_host {
-        config = config.disable_allowed_hosts();
-    }
+    // The body arrives read already, within the server's cap in force.
+    config.max_request_body_bytes = usize::MAX;
     StreamableHttpService::new(
         move || Ok(AgentServer::new(engine.clone(), None)),
         Arc::new(LocalSessionManager::default()),

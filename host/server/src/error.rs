@@ -132,27 +132,34 @@ impl axum::extract::FromRequest<Arc<AppState>> for Body {
         req: axum::extract::Request,
         state: &Arc<AppState>,
     ) -> Result<Self, ApiError> {
-        let limit = state.max_body_bytes();
-        let req = req.map(|b| axum::body::Body::new(http_body_util::Limited::new(b, limit)));
-        let within = state.body_timeout;
-        let Ok(read) =
-            tokio::time::timeout(within, axum::body::Bytes::from_request(req, state)).await
-        else {
-            return Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                format!("the body did not arrive within the host's body_timeout ({within:?})"),
-            ));
-        };
-        match read {
-            Ok(bytes) => Ok(Body(bytes)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!("the body is larger than the host's max_body_bytes ({limit} bytes)"),
-            )),
-            Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
-        }
+        read_body(req.into_body(), state).await.map(Body)
+    }
+}
+
+/// Reads a request body within the size cap and the time in force (see [`Body`]).
+pub async fn read_body(
+    body: axum::body::Body,
+    state: &AppState,
+) -> Result<axum::body::Bytes, ApiError> {
+    let limit = state.max_body_bytes();
+    let within = state.body_timeout;
+    let limited = http_body_util::Limited::new(body, limit);
+    let Ok(read) = tokio::time::timeout(within, http_body_util::BodyExt::collect(limited)).await
+    else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the body did not arrive within the host's body_timeout ({within:?})"),
+        ));
+    };
+    match read {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is larger than the host's max_body_bytes ({limit} bytes)"),
+        )),
+        Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
     }
 }
 

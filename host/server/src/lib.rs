@@ -88,6 +88,8 @@ pub struct AppState {
     pub health: Arc<health::Health>,
     /// MCP sessions over streamable HTTP (`/mcp`).
     mcp: agentmesh_mcp::HttpService,
+    /// Who opened each of them.
+    mcp_owners: mcp::Owners,
 }
 
 /// How `serve` runs: what [`AppState`] starts with.
@@ -116,14 +118,9 @@ impl AppState {
             let _ = sender.send(Arc::from(task));
         }));
         let at_start = reload::StartOnly::of(&engine.plan().host);
-        let mcp = agentmesh_mcp::http_service(
-            engine.clone(),
-            agentmesh_mcp::HttpOptions {
-                max_body_bytes: serving.max_body_bytes,
-                // Without tokens the host serves only on loopback: loopback names only.
-                any_host: !serving.auth.is_open(),
-            },
-        );
+        // `/mcp` checks the caller, the `Host` name and the body itself, with the
+        // configuration in force (`mcp.rs`).
+        let mcp = agentmesh_mcp::http_service(engine.clone());
         AppState {
             engine,
             router,
@@ -139,6 +136,7 @@ impl AppState {
             reload: Mutex::new(reload::ReloadStatus::default()),
             health: Arc::default(),
             mcp,
+            mcp_owners: mcp::Owners::default(),
         }
     }
 

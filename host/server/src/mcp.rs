@@ -1,20 +1,68 @@
 //! `/mcp`: an agent's functions served over MCP (streamable HTTP), behind the API's bearer
 //! tokens. Each MCP session is a task of the agent `?agent=ns/name` names, owned by the
-//! token's subject; a `read_only` token cannot open one, and a session answers only the
-//! subject that opened it.
+//! token's subject; a `read_only` token cannot open one.
+//!
+//! Every request is checked here before the MCP transport sees it, with the configuration in
+//! force (a reload applies at once): the caller, the agent, the `Host` name (loopback names
+//! only while the host has no tokens, against DNS rebinding) and, for a request in a session,
+//! that the session is the caller's own — a session id held by anyone else answers 404, so
+//! no other token can read, stream or close it. The body is read within the API's size cap
+//! and body timeout.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use agentmesh_engine::UserRef;
 use agentmesh_mcp::SessionOf;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tower::ServiceExt;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiQuery, ApiResult};
+use crate::error::{ApiError, ApiQuery, ApiResult, read_body};
+
+/// The header naming a request's MCP session.
+const SESSION_ID: &str = "mcp-session-id";
+
+/// How long a session's owner is remembered after its last request: past the MCP
+/// transport's own idle expiry (5 minutes), so a session it still knows is never forgotten.
+const OWNER_KEPT: Duration = Duration::from_secs(6 * 60);
+
+/// The owner of each open MCP session, by session id.
+#[derive(Default)]
+pub struct Owners(Mutex<HashMap<String, (SessionOf, Instant)>>);
+
+impl Owners {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (SessionOf, Instant)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether session `id` is `of`'s; its last use is now.
+    fn owned_by(&self, id: &str, of: &SessionOf) -> bool {
+        match self.lock().get_mut(id) {
+            Some((owner, seen)) if owner == of => {
+                *seen = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records a new session, forgetting those unused for longer than the transport keeps
+    /// them.
+    fn opened(&self, id: String, of: SessionOf) {
+        let mut owners = self.lock();
+        owners.retain(|_, (_, seen)| seen.elapsed() < OWNER_KEPT);
+        owners.insert(id, (of, Instant::now()));
+    }
+
+    fn closed(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
 
 /// `/mcp`'s query.
 #[derive(Deserialize)]
@@ -22,35 +70,113 @@ pub struct AgentQuery {
     agent: Option<String>,
 }
 
-/// Any method on `/mcp`: the caller and the agent checked, then the MCP transport.
+/// Any method on `/mcp`: the checks above, then the MCP transport.
 pub async fn route(
     State(state): State<Arc<AppState>>,
     ApiQuery(query): ApiQuery<AgentQuery>,
-    mut request: Request,
+    request: Request,
 ) -> ApiResult<Response> {
-    let caller = state.auth().caller(request.headers())?;
+    let auth = state.auth();
+    let caller = auth.caller(request.headers())?;
     caller.require_write()?;
+    if auth.is_open() && !loopback_host(request.headers()) {
+        return Err(ApiError::forbidden(
+            "without api_tokens the host answers MCP only to a loopback Host name",
+        ));
+    }
     let agent = query
         .agent
         .ok_or_else(|| ApiError::bad_request("name the agent to serve: `/mcp?agent=ns/name`"))?;
     state.engine().agent(&agent)?;
-    request.extensions_mut().insert(SessionOf {
+    let of = SessionOf {
         agent,
         user: UserRef {
             id: caller.subject,
             email: None,
         },
-    });
-    let closing = request.method() == Method::DELETE;
+    };
+    let session = request
+        .headers()
+        .get(SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && !state.mcp_owners.owned_by(id, &of)
+    {
+        return Err(ApiError::not_found("no such MCP session"));
+    }
+    let (mut parts, body) = request.into_parts();
+    let body = read_body(body, &state).await?;
+    parts.extensions.insert(of.clone());
+    let request = Request::from_parts(parts, axum::body::Body::from(body));
+    let method = request.method().clone();
     let served = state.mcp.clone().oneshot(request).await;
     // The MCP service answers every request itself (its errors are JSON-RPC errors).
     let mut response = match served {
         Ok(response) => response,
         Err(never) => match never {},
     };
-    // A closed session has nothing more to say: 204, which clients expect, not 202.
-    if closing && response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::NO_CONTENT;
+    match &session {
+        None => {
+            if let Some(id) = response.headers().get(SESSION_ID)
+                && let Ok(id) = id.to_str()
+            {
+                state.mcp_owners.opened(id.to_owned(), of);
+            }
+        }
+        Some(id) if response.status() == StatusCode::NOT_FOUND => state.mcp_owners.closed(id),
+        Some(id) if method == Method::DELETE && response.status().is_success() => {
+            state.mcp_owners.closed(id);
+            // A closed session has nothing more to say: 204, which clients expect, not 202.
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        Some(_) => {}
     }
     Ok(response.map(axum::body::Body::new).into_response())
+}
+
+/// Whether the request's `Host` is a loopback name (`localhost`, `127.0.0.1`, `[::1]`, with
+/// any port).
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "::1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, axum::http::HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for name in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "[::1]",
+        ] {
+            assert!(loopback_host(&host(name)), "{name}");
+        }
+        for name in [
+            "evil.example",
+            "evil.example:80",
+            "127.0.0.2",
+            "localhost.evil:80",
+        ] {
+            assert!(!loopback_host(&host(name)), "{name}");
+        }
+        assert!(!loopback_host(&HeaderMap::new()));
+    }
 }
