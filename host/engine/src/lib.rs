@@ -19,6 +19,7 @@
 //! - [`mount`]: the `file` mount backend;
 //! - `providers`: the LLM providers of the plan, made on first use;
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
+//! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -40,6 +41,7 @@ mod call;
 mod condense;
 mod door;
 mod journal;
+mod mcp;
 pub mod mount;
 pub mod plan;
 mod providers;
@@ -199,6 +201,8 @@ struct Inner {
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
+    /// Each task's sessions with MCP servers.
+    mcp: mcp::McpSessions,
     /// The host tools another crate runs (see [`watch`]).
     host_tools: RwLock<Option<Arc<dyn HostTools>>>,
     /// The locks of delivery ids, for arrivals (see [`door`]).
@@ -259,6 +263,7 @@ impl Engine {
                 // Building fails only if TLS cannot start, as `Client::new` would.
                 http: agentmesh_llm::http_client().build().unwrap_or_default(),
                 plugins: OnceLock::new(),
+                mcp: mcp::McpSessions::new(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
@@ -297,6 +302,7 @@ impl Engine {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_all().await;
         }
+        self.inner.mcp.close_all().await;
         if self.inner.marked_running.swap(false, Ordering::SeqCst)
             && let Err(e) = self
                 .inner
@@ -626,10 +632,11 @@ impl Engine {
             }
             // A turn that stopped early (an interrupt) keeps what it did.
             self.records().write_ahead(&mut record)?;
-            if record.status() == Status::Terminated
-                && let Some(Ok(p)) = self.inner.plugins.get()
-            {
-                p.close_task(&record.id).await;
+            if record.status() == Status::Terminated {
+                if let Some(Ok(p)) = self.inner.plugins.get() {
+                    p.close_task(&record.id).await;
+                }
+                self.inner.mcp.close_task(&record.id).await;
             }
         }
     }
@@ -752,6 +759,7 @@ impl Engine {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
         }
+        self.inner.mcp.close_task(id).await;
         Ok(())
     }
 
