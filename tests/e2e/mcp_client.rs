@@ -201,8 +201,9 @@ fn a_task_keeps_one_server_process_for_its_calls_and_run_stops_it() {
 }
 
 /// The misbehaving server's tool, `t/bad`, with `timeout: 3s` and actions named after its
-/// behaviours; `args` are the server's arguments after the script.
-fn misbehaving(args: &str) -> String {
+/// behaviours; `args` are the server's arguments after the script, `extra` more entries of
+/// its `mcp:` block.
+fn misbehaving(args: &str, extra: &str) -> String {
     let actions = [
         "ok",
         "crash",
@@ -217,7 +218,7 @@ fn misbehaving(args: &str) -> String {
         "bad",
         "{}",
         &format!(
-            "transport: stdio, command: \"{}\", args: [\"{}\"{args}], timeout: 3s",
+            "transport: stdio, command: \"{}\", args: [\"{}\"{args}], timeout: 3s{extra}",
             python(),
             servers().join("misbehaving.py").display()
         ),
@@ -244,7 +245,7 @@ fn every_failure_of_a_server_is_an_observation_and_the_next_call_starts_it_again
     .map(|n| call(n))
     .collect();
     let calls: Vec<(&str, Value)> = calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
-    let (_root, dir, data) = config(&misbehaving(""), "bad: \"*\"", &calls, "");
+    let (_root, dir, data) = config(&misbehaving("", ""), "bad: \"*\"", &calls, "");
     let (task, seen) = run(&dir, &data, &[], 0);
     assert_eq!(task["status"], "idle", "the task went on to its end");
     assert_eq!(task["output"][0]["message"][0]["text"], "done", "{task}");
@@ -284,15 +285,21 @@ fn every_failure_of_a_server_is_an_observation_and_the_next_call_starts_it_again
 
 #[test]
 fn a_server_that_does_not_start_is_an_observation() {
-    for (args, expected) in [
+    for (args, extra, expected) in [
         (
             ", exit",
+            "",
             "exited with code 1 at start; its stderr ended with: misbehaving: exiting at start",
         ),
-        (", silent", "did not start within 3s"),
+        (", silent", "", "did not start within 3s"),
+        (
+            "",
+            ", max_output: 16",
+            "it sent a message larger than 16 bytes (max_output)",
+        ),
     ] {
         let (_root, dir, data) = config(
-            &misbehaving(args),
+            &misbehaving(args, extra),
             "bad: \"*\"",
             &[("bad_ok", json!({}))],
             "",
@@ -431,4 +438,32 @@ fn serve_stops_a_tasks_server_when_the_task_is_deleted() {
     assert_eq!(r.status, 204, "{}", r.text());
     let gone = wait_for(Duration::from_secs(30), || (!alive(pid)).then_some(()));
     assert!(gone.is_some(), "the server of a deleted task still runs");
+}
+
+#[test]
+fn a_full_pool_closes_the_least_recently_used_idle_session() {
+    // Two servers of one task, in a pool of one session: each call of the other server takes
+    // the place of the idle one, which its next call starts again.
+    let manifests = [
+        python_tool(""),
+        misbehaving("", "").replace("name: bad", "name: other"),
+    ]
+    .join("---\n");
+    let (_root, dir, data) = config(
+        &manifests,
+        "py: \"*\", other: \"*\"",
+        &[
+            ("py_whoami", json!({})),
+            ("other_ok", json!({})),
+            ("py_whoami", json!({})),
+        ],
+        "policy: {max_mcp_sessions: 1}\n",
+    );
+    let (task, seen) = run(&dir, &data, &[], 0);
+    assert_eq!(task["status"], "idle");
+    let first = seen[0]["pid"].as_u64().unwrap();
+    assert!(seen[1]["pid"].is_u64(), "{}", seen[1]);
+    let again = seen[2]["pid"].as_u64().unwrap();
+    assert_ne!(first, again, "the evicted session was opened anew");
+    assert!(!alive(first), "the evicted server was stopped");
 }

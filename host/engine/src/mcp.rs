@@ -574,6 +574,10 @@ async fn open_stdio(
                 t => format!("; its stderr ended with: {t}"),
             };
             let what = match status {
+                _ if oversized.load(Ordering::Relaxed) => format!(
+                    "it sent a message larger than {} bytes (max_output)",
+                    plan.max_output
+                ),
                 Some(s) if s.code().is_some() => format!("{} at start", exit(status)),
                 _ => format!("its initialization failed: {e}"),
             };
@@ -852,6 +856,39 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_full_pool_waits_for_a_call_to_end_and_refuses_when_none_does() {
+        let pool = Arc::new(McpSessions::new());
+        let key = |task: &str| (task.to_owned(), "t/x {}".to_owned());
+        let soon = || Instant::now() + Duration::from_secs(30);
+        let (_, busy) = pool.reserve(&key("t1"), 1, soon()).await.unwrap();
+
+        // The only session is in a call: a call of another task waits, then is refused.
+        let refused = pool
+            .reserve(&key("t2"), 1, Instant::now() + Duration::from_millis(20))
+            .await;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("are in calls")),
+            "{:?}",
+            refused.err()
+        );
+
+        // A waiting call takes the place once the call ends.
+        let waiting = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let (_, state) = pool.reserve(&key("t3"), 1, soon()).await.unwrap();
+                matches!(*state, State::Closed)
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(busy);
+        pool.room.notify_waiters();
+        assert!(waiting.await.unwrap());
+        let slots = lock(&pool.slots);
+        assert!(slots.contains_key(&key("t3")) && !slots.contains_key(&key("t1")));
+    }
 
     #[tokio::test]
     async fn line_cap_ends_the_stream_at_a_line_over_the_bound() {
