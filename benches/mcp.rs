@@ -12,6 +12,13 @@
 //! - **cold start**: from spawning `agentmesh mcp` to the first call's result, the component
 //!   already in the compiled cache (a first start filled it); `initialize`, `initialized` and
 //!   the call are written at once. 20 starts; p50 and the fastest.
+//!
+//! And the other way, the host as an MCP client: an agent run (`agentmesh run`, the scripted
+//! model) making 1,000 calls, one per step, of an `mcp` tool whose stdio server is the
+//! `agentmesh mcp` above, against the same run calling a `cel` tool. A step's time is the
+//! span of the steps' events (first call to last answer) over their number; the host's
+//! overhead per MCP call is the `mcp` step less the `cel` step less the server's own time
+//! (the minimal client's mean).
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -30,6 +37,8 @@ use serde_json::{Value, json};
 const WARM_UP: usize = 20;
 const CALLS: usize = 1_000;
 const COLD_STARTS: usize = 20;
+/// Calls in a measured agent run, one per LLM step.
+const STEPS: usize = 1_000;
 
 /// A config dir with the tool `bench/trivial` (`ok`, on the `test_panic` program) and the
 /// agent `bench/a` using it.
@@ -183,6 +192,129 @@ fn sdk_client(dir: &Path, data: &Path) -> Result<f64, String> {
         .ok_or_else(|| format!("no p50 in {figures}"))
 }
 
+/// A config dir for an agent run of `STEPS` calls of `function`, whose tool `tool` (a
+/// manifest) is its one capability, `client/b` on a script calling it once a step.
+fn client_config(dir: &Path, tool: &str, capability: &str, function: &str) {
+    let agent = scripted_agent(
+        "client/b",
+        &format!(
+            "limits: {{max_turns: {}, max_tool_calls: {}}}\ncapabilities:\n  {capability}: \"*\"\n",
+            STEPS + 10,
+            STEPS + 10
+        ),
+    );
+    let mut script = String::from("responses:\n");
+    for _ in 0..STEPS {
+        script.push_str(&format!(
+            "  - tool_calls: [{{name: {function}, arguments: {{}}}}]\n"
+        ));
+    }
+    script.push_str("  - text: done\n");
+    fixtures::write(
+        dir,
+        &[
+            ("tool.yaml", tool),
+            ("agent.yaml", &agent),
+            ("script.yaml", &script),
+        ],
+    );
+}
+
+/// Runs `client/b` of `dir` to its end; the mean time of a step, from the first call to the
+/// last answer, every answer checked to be a result.
+fn step_time(dir: &Path, data: &Path) -> Duration {
+    let run = Command::new(AGENTMESH)
+        .args([
+            "run",
+            dir.to_str().unwrap(),
+            "--agent",
+            "client/b",
+            "-m",
+            "go",
+        ])
+        .args(["--data", data.to_str().unwrap(), "--json"])
+        .env(QUIET.0, QUIET.1)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let task: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let id = task["id"].as_str().unwrap();
+    let log = Command::new(AGENTMESH)
+        .args(["events", "--data", data.to_str().unwrap(), id])
+        .output()
+        .unwrap();
+    let events: Vec<Value> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at =
+        |e: &Value| chrono::DateTime::parse_from_rfc3339(e["timestamp"].as_str().unwrap()).unwrap();
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "ActionEvent")
+        .collect();
+    let answers: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .collect();
+    assert_eq!((calls.len(), answers.len()), (STEPS, STEPS));
+    if let Some(failed) = answers.iter().find(|a| a["result"].get("error").is_some()) {
+        panic!("a call failed: {failed}");
+    }
+    let span = at(answers[STEPS - 1]) - at(calls[0]);
+    span.to_std().unwrap() / STEPS as u32
+}
+
+/// The host as an MCP client: per-step times of `cel` and `mcp` runs (interleaved, three
+/// each) and the MCP overhead given the server's own mean time `server`.
+fn as_client(root: &Path, server_dir: &Path, server_data: &Path, server: Duration) {
+    let cel = "kind: commonagents.info/v1beta2/tool
+namespace: client
+name: constant
+description: Returns a constant.
+actions:
+  - name: ok
+    description: Returns a constant.
+    execute: {cel: {expression: \"'still alive'\"}}
+";
+    let mcp = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: client
+name: remote
+description: The trivial tool of another agentmesh, over MCP.
+mcp: {{transport: stdio, command: {AGENTMESH}, args: [mcp, {}, --agent, bench/a, --data, {}]}}
+actions:
+  - name: ok
+    description: Returns a constant.
+    execute: {{mcp: {{tool_name: trivial}}}}
+",
+        server_dir.display(),
+        server_data.display()
+    );
+    let (cel_dir, mcp_dir) = (root.join("cel"), root.join("mcp"));
+    client_config(&cel_dir, cel, "constant", "constant");
+    client_config(&mcp_dir, &mcp, "remote", "remote");
+    let (mut cel_steps, mut mcp_steps) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        cel_steps.push(step_time(&cel_dir, &root.join(format!("cel-data-{round}"))));
+        mcp_steps.push(step_time(&mcp_dir, &root.join(format!("mcp-data-{round}"))));
+    }
+    cel_steps.sort_unstable();
+    mcp_steps.sort_unstable();
+    let (cel, mcp) = (cel_steps[1], mcp_steps[1]);
+    println!(
+        "agent run, {STEPS} steps (median of 3 interleaved runs): cel step {:.1} µs, mcp step {:.1} µs; server's own time {:.1} µs; host overhead per MCP call {:.1} µs",
+        us(cel),
+        us(mcp),
+        us(server),
+        us(mcp) - us(cel) - us(server),
+    );
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -212,6 +344,8 @@ fn main() {
         Ok(p50) => println!("Python SDK client, {CALLS} calls after {WARM_UP}: p50 {p50:.1} µs"),
         Err(why) => println!("Python SDK client: not measured: {why}"),
     }
+    let mean = minimal.iter().sum::<Duration>() / minimal.len() as u32;
+    as_client(root.path(), &dir, &data, mean);
     let cold = cold_starts(&dir, &data);
     println!(
         "cold start to the first result, {COLD_STARTS} starts: p50 {:.1} ms, fastest {:.1} ms",

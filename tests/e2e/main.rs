@@ -12,6 +12,7 @@ mod disk;
 mod durability;
 mod governance;
 mod limits;
+mod mcp_client;
 mod mcp_server;
 mod mount;
 mod reload;

@@ -298,3 +298,56 @@ fn serve_mcp_needs_a_writing_token_an_agent_and_the_sessions_own_caller() {
         as_ann.text()
     );
 }
+
+#[test]
+fn an_agent_calls_another_hosts_wasm_tool_through_its_mcp_server() {
+    // Host A serves its notes agent over MCP; host B's agent has an `mcp` tool whose stdio
+    // server is `agentmesh mcp` on A: B's LLM calls reach A's Wasm tool through A's steps.
+    let (_root_a, dir_a, data_a) = notes_dirs("");
+    let remote = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: remote
+description: The notes of another host.
+mcp:
+  transport: stdio
+  command: {AGENTMESH}
+  args: [mcp, {}, --agent, t/a, --data, {}]
+actions:
+  - name: put
+    description: Store a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}, value: {{type: string}}}}}}
+    execute: {{mcp: {{tool_name: notes_put}}}}
+  - name: get
+    description: Read a note.
+    parameters: {{type: object, properties: {{key: {{type: string}}}}}}
+    execute: {{mcp: {{tool_name: notes_get}}}}
+",
+        dir_a.display(),
+        data_a.display()
+    );
+    let script = "responses:
+  - tool_calls: [{name: remote_put, arguments: {key: k, value: v}}]
+  - tool_calls: [{name: remote_get, arguments: {key: k}}]
+  - tool_calls: [{name: remote_put, arguments: {key: secret, value: x}}]
+  - text: done
+";
+    let (_root_b, dir_b, data_b) = dirs(&[
+        ("tool.yaml", &remote),
+        (
+            "agent.yaml",
+            &scripted_agent("t/b", "capabilities:\n  remote: \"*\"\n"),
+        ),
+        ("script.yaml", script),
+    ]);
+    let task = crate::util::run_json(&dir_b, "t/b", "go", &data_b, &[]);
+    assert_eq!(task["status"], "idle", "{task}");
+    let results = crate::util::observations(&crate::util::events(&data_b, &task));
+    assert_eq!(results[0], json!({"stored": "k"}), "{results:?}");
+    assert_eq!(results[1], json!({"key": "k", "value": "v"}), "{results:?}");
+    // A's step refused the secret: B's LLM sees a tool error saying why.
+    assert!(
+        results[2].to_string().contains("No secrets."),
+        "{results:?}"
+    );
+}

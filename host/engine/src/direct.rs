@@ -148,13 +148,6 @@ impl Engine {
         }
         Ok(seen)
     }
-
-    /// Tears down every tool session of task `id` (it ended).
-    pub(crate) async fn close_task_sessions(&self, id: &str) {
-        if let Some(Ok(p)) = self.inner.plugins.get() {
-            p.close_task(id).await;
-        }
-    }
 }
 
 /// The log's note of a client session opening or closing.

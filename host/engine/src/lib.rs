@@ -19,6 +19,7 @@
 //! - [`mount`]: the `file` mount backend;
 //! - `providers`: the LLM providers of the plan, made on first use;
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
+//! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -41,6 +42,7 @@ mod condense;
 mod direct;
 mod door;
 mod journal;
+mod mcp;
 pub mod mount;
 pub mod plan;
 mod providers;
@@ -201,6 +203,8 @@ struct Inner {
     http: reqwest::Client,
     /// The Wasm plugin host, started on first use (`Err`: why it could not start).
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
+    /// Each task's sessions with MCP servers.
+    mcp: mcp::McpSessions,
     /// The host tools another crate runs (see [`watch`]).
     host_tools: RwLock<Option<Arc<dyn HostTools>>>,
     /// The locks of delivery ids, for arrivals (see [`door`]).
@@ -261,6 +265,7 @@ impl Engine {
                 // Building fails only if TLS cannot start, as `Client::new` would.
                 http: agentmesh_llm::http_client().build().unwrap_or_default(),
                 plugins: OnceLock::new(),
+                mcp: mcp::McpSessions::new(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
@@ -299,6 +304,7 @@ impl Engine {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_all().await;
         }
+        self.inner.mcp.close_all().await;
         if self.inner.marked_running.swap(false, Ordering::SeqCst)
             && let Err(e) = self
                 .inner
@@ -628,10 +634,8 @@ impl Engine {
             }
             // A turn that stopped early (an interrupt) keeps what it did.
             self.records().write_ahead(&mut record)?;
-            if record.status() == Status::Terminated
-                && let Some(Ok(p)) = self.inner.plugins.get()
-            {
-                p.close_task(&record.id).await;
+            if record.status() == Status::Terminated {
+                self.close_task_sessions(&record.id).await;
             }
         }
     }
@@ -762,10 +766,17 @@ impl Engine {
         for w in self.watchers().iter() {
             w.deleted(self, id)?;
         }
+        self.close_task_sessions(id).await;
+        Ok(())
+    }
+
+    /// Tears down every tool session of task `id` — its Wasm components' and its MCP
+    /// servers' (it ended).
+    pub(crate) async fn close_task_sessions(&self, id: &str) {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
         }
-        Ok(())
+        self.inner.mcp.close_task(id).await;
     }
 
     /// How long a `review()` in task `id`'s running turn waits: the configured timeout, or

@@ -5,11 +5,13 @@
 //!
 //! - `analysis`: what a compiled list of steps reads (`Reads`, the context it needs);
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
+//! - `mcp`: an `mcp` action compiled ([`McpPlan`]);
 //! - `secrets`: the plan's secrets, collected when it is built;
 //! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
 
 mod analysis;
 mod host_tools;
+pub mod mcp;
 mod secrets;
 pub mod triggers;
 
@@ -36,6 +38,7 @@ use crate::EngineError;
 
 pub(crate) use analysis::{Reads, needs_of};
 pub use host_tools::HostTool;
+pub use mcp::{McpPlan, McpServer};
 pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
 /// Everything the engine runs, compiled.
@@ -417,6 +420,8 @@ pub enum Runtime {
         /// Its sandbox.
         runtime: WasmRuntime,
     },
+    /// A tool of an MCP server.
+    Mcp(McpPlan),
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -679,8 +684,8 @@ fn runtime(
         Runtime::Unsupported("stateful_session")
     } else if e.openapi.is_some() {
         Runtime::Unsupported("openapi")
-    } else if e.mcp.is_some() {
-        Runtime::Unsupported("mcp")
+    } else if let Some(mcp) = &e.mcp {
+        Runtime::Mcp(mcp::mcp_plan(mcp, action, base_dir)?)
     } else if e.kubernetes_job.is_some() {
         Runtime::Unsupported("kubernetes_job")
     } else if let Some(wasm) = e.wasm {

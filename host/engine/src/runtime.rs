@@ -1,4 +1,5 @@
-//! Action backends: `cel`, `stateless_http`, and sub-agent delegation.
+//! Action backends: `cel`, `stateless_http`, the dispatch to Wasm components (`wasm.rs`) and
+//! MCP servers (`mcp.rs`), and sub-agent delegation.
 
 use std::sync::Arc;
 
@@ -147,6 +148,14 @@ pub(crate) async fn run_action(
                     &plan.name,
                     input,
                 )
+                .await
+        }
+        Runtime::Mcp(mcp) => {
+            let max_sessions = engine.plan().host.policy.max_mcp_sessions;
+            engine
+                .inner
+                .mcp
+                .call(&record.id, tool, mcp, max_sessions, input)
                 .await
         }
         Runtime::Unsupported(kind) => ActionResult::Recoverable(format!(

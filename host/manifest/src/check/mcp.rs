@@ -1,8 +1,10 @@
 //! `mcp` blocks, without running anything: the transport and the fields it needs, a stdio
-//! `command` that exists and is executable, an endpoint that is an `http(s)` URL, and `env`
-//! values and `headers` whose `{settings.*}` name settings the tool declares.
+//! `command` that exists and is executable, an endpoint that is an `http(s)` URL (or a template
+//! over `settings` with the `allowed_hosts` it may render to), origins in `allowed_hosts`, and
+//! `url`, `env` values and `headers` whose `{settings.*}` name settings the tool declares.
 
-use std::path::Path;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use agentmesh_expr::Template;
 
@@ -43,7 +45,7 @@ pub(super) fn check(c: &mut Checker, src: &Source, tool: &Tool) {
                         format!("action `{name}`: an stdio `mcp` server needs a `command`"),
                     );
                 }
-                for field in ["url", "headers"] {
+                for field in ["url", "headers", "allowed_hosts"] {
                     if set(&mcp, field) {
                         c.error(src, at, format!("action `{name}`: `{field}` is for the sse and http transports, not stdio"));
                     }
@@ -62,6 +64,13 @@ pub(super) fn check(c: &mut Checker, src: &Source, tool: &Tool) {
                         c.error(src, at, format!("action `{name}`: `{field}` is for the stdio transport, not sse or http"));
                     }
                 }
+                if mcp.url.as_deref().is_some_and(has_holes) && mcp.allowed_hosts.is_none() {
+                    c.error(
+                        src,
+                        at,
+                        format!("action `{name}`: a `url` with `{{…}}` holes needs `allowed_hosts`, the origins it may render to"),
+                    );
+                }
             }
         }
     }
@@ -75,6 +84,7 @@ fn set(mcp: &Mcp, field: &str) -> bool {
         "env" => mcp.env.is_some(),
         "url" => mcp.url.is_some(),
         "headers" => mcp.headers.is_some(),
+        "allowed_hosts" => mcp.allowed_hosts.is_some(),
         _ => false,
     }
 }
@@ -95,66 +105,98 @@ fn fields(c: &mut Checker, src: &Source, tool: &Tool, path: &[Seg], mcp: &Mcp) {
             format!("`mcp` command `{command}` {why}"),
         );
     }
-    if let Some(url) = &mcp.url
-        && let Err(why) = endpoint(url)
-    {
-        c.error(
-            src,
-            pos_at(&src.node, &at("url")),
-            format!("`mcp` url `{url}` {why}"),
-        );
+    if let Some(url) = &mcp.url {
+        if has_holes(url) {
+            c.templates_in(src, &at("url"), &scopes::MCP);
+            undeclared_settings(c, src, tool, &at("url"), url);
+        } else if let Err(why) = endpoint(url) {
+            c.error(
+                src,
+                pos_at(&src.node, &at("url")),
+                format!("`mcp` url `{url}` {why}"),
+            );
+        }
+    }
+    for (i, host) in mcp.allowed_hosts.iter().flatten().enumerate() {
+        if let Err(why) = origin(host) {
+            let mut p = at("allowed_hosts");
+            p.push(I(i));
+            c.error(
+                src,
+                pos_at(&src.node, &p),
+                format!("`{host}` is not an origin (scheme://host[:port]): {why}"),
+            );
+        }
     }
     for (key, values) in [("env", &mcp.env), ("headers", &mcp.headers)] {
         let Some(values) = values else { continue };
         c.templates_in(src, &at(key), &scopes::MCP);
         for (name, value) in values {
-            for setting in settings_named(value) {
-                if declares(tool, &setting) {
-                    continue;
-                }
-                let declared: Vec<&str> = tool
-                    .settings
-                    .iter()
-                    .flat_map(|s| s.properties.keys())
-                    .map(String::as_str)
-                    .collect();
-                let hint = did_you_mean(&setting, declared.iter().copied())
-                    .map(|s| format!("; did you mean `{s}`?"))
-                    .unwrap_or_default();
-                let mut p = at(key);
-                p.push(K(name));
-                c.error(
-                    src,
-                    pos_at(&src.node, &p),
-                    format!(
-                        "`settings.{setting}` is not a setting of tool `{}/{}`{hint}",
-                        tool.namespace, tool.name
-                    ),
-                );
-            }
+            let mut p = at(key);
+            p.push(K(name));
+            undeclared_settings(c, src, tool, &p, value);
         }
     }
 }
 
-/// Whether `command` names a program that can run: a path (relative to `base_dir`) to an
-/// executable file, or a name found as one in the host's `PATH`.
+/// Reports each `settings.X` that template `text` (at `path`) reads and `tool` does not declare.
+fn undeclared_settings(c: &mut Checker, src: &Source, tool: &Tool, path: &[Seg], text: &str) {
+    for setting in settings_named(text) {
+        if declares(tool, &setting) {
+            continue;
+        }
+        let declared: Vec<&str> = tool
+            .settings
+            .iter()
+            .flat_map(|s| s.properties.keys())
+            .map(String::as_str)
+            .collect();
+        let hint = did_you_mean(&setting, declared.iter().copied())
+            .map(|s| format!("; did you mean `{s}`?"))
+            .unwrap_or_default();
+        c.error(
+            src,
+            pos_at(&src.node, path),
+            format!(
+                "`settings.{setting}` is not a setting of tool `{}/{}`{hint}",
+                tool.namespace, tool.name
+            ),
+        );
+    }
+}
+
+/// Whether template `text` has `{…}` holes (a text that does not parse counts as having them:
+/// the template check reports it).
+fn has_holes(text: &str) -> bool {
+    Template::parse(text).map_or(true, |t| !t.is_literal())
+}
+
+/// Whether `command` names a program that can run (see [`mcp_program`]), with the host's
+/// `PATH` as the checker sees it.
 fn runnable(c: &Checker, base_dir: &Path, command: &str) -> Result<(), String> {
+    let path = c.env_var("PATH").unwrap_or_default();
+    mcp_program(command, base_dir, OsStr::new(&path)).map(drop)
+}
+
+/// The program an stdio `mcp` `command` names: a path (with a `/`, relative to `base_dir`) to
+/// an executable file, or the first executable of that name in the directories of `path` (a
+/// `PATH` value). The error completes "`command` …".
+pub fn mcp_program(command: &str, base_dir: &Path, path: &OsStr) -> Result<PathBuf, String> {
     if command.is_empty() {
         return Err("is empty".into());
     }
     if command.contains('/') {
         let path = base_dir.join(command);
         return match executable(&path) {
-            true => Ok(()),
+            true => Ok(path),
             false if path.exists() => Err("is not an executable file".into()),
             false => Err("does not exist (a path is relative to the manifest)".into()),
         };
     }
-    let path = c.env_var("PATH").unwrap_or_default();
-    match std::env::split_paths(&path).any(|dir| executable(&dir.join(command))) {
-        true => Ok(()),
-        false => Err("is not an executable in the host's PATH".into()),
-    }
+    std::env::split_paths(path)
+        .map(|dir| dir.join(command))
+        .find(|p| executable(p))
+        .ok_or_else(|| "is not an executable in the host's PATH".into())
 }
 
 fn executable(path: &Path) -> bool {
@@ -170,6 +212,25 @@ fn endpoint(url: &str) -> Result<(), String> {
         (Some("http" | "https"), Some(host)) if !host.is_empty() => Ok(()),
         (Some("http" | "https"), _) => Err("has no host".into()),
         _ => Err(not_absolute()),
+    }
+}
+
+/// Whether `text` is an origin, `http(s)://host[:port]` (a trailing `/` is accepted; a path,
+/// query or user info is not).
+fn origin(text: &str) -> Result<(), String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| "it does not parse as a URL".to_owned())?;
+    let bare = uri.path() == "/" || uri.path().is_empty();
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http" | "https"), Some(a)) if !a.host().is_empty() && !a.as_str().contains('@') => {
+            match bare && uri.query().is_none() {
+                true => Ok(()),
+                false => Err("only scheme, host and port are allowed".into()),
+            }
+        }
+        (Some("http" | "https"), _) => Err("it has no host".into()),
+        _ => Err("the scheme must be http or https".into()),
     }
 }
 
@@ -216,6 +277,22 @@ mod tests {
         assert_eq!(settings_named("{settings.a}:{settings.b_2}"), ["a", "b_2"]);
         assert!(settings_named("{my_settings.a} {x.settings.b}").is_empty());
         assert!(settings_named("path/settings.json, no holes").is_empty());
+    }
+
+    #[test]
+    fn origins() {
+        assert!(origin("https://mcp.example.com").is_ok());
+        assert!(origin("http://127.0.0.1:8080/").is_ok());
+        assert!(origin("https://mcp.example.com/mcp").is_err());
+        assert!(origin("https://user@mcp.example.com").is_err());
+        assert!(origin("ftp://mcp.example.com").is_err());
+        assert!(origin("mcp.example.com").is_err());
+    }
+
+    #[test]
+    fn holes() {
+        assert!(has_holes("https://{settings.host}/mcp"));
+        assert!(!has_holes("https://mcp.example.com/mcp"));
     }
 
     #[test]

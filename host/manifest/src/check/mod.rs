@@ -9,6 +9,8 @@ mod steps;
 mod tool;
 mod triggers;
 
+pub use mcp::mcp_program;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 

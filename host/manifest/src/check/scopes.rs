@@ -56,8 +56,8 @@ pub const CEL_TOOL: Scope = scope(
 pub const EVENT_MESSAGE: Scope = scope("an event `message`", &["event"], false);
 /// A `receive.*.filter`.
 pub const FILTER: Scope = scope("an event filter", &["event", "parameters"], false);
-/// An `mcp` block's `env` values and `headers`.
-pub const MCP: Scope = scope("an `mcp` env value or header", &["settings"], false);
+/// An `mcp` block's `url`, `env` values and `headers`.
+pub const MCP: Scope = scope("an `mcp` url, env value or header", &["settings"], false);
 /// A webhook `secret`.
 pub const SECRET: Scope = scope("a webhook `secret`", &["settings"], false);
 /// Request templates of `stateless_http` and `stateful_session`.

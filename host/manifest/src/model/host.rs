@@ -221,4 +221,10 @@ pub struct Policy {
     /// How long a call waits for an instance when every one is busy in a call (default 10s);
     /// then it is an error the LLM sees, and the task goes on. Read at start.
     pub instance_wait: Option<Duration>,
+    /// How many MCP sessions (an stdio server process, or a streamable-HTTP session) may be
+    /// open at once (default 64). Each task has its own session of an `mcp` tool; when all
+    /// are taken, the least recently used session not in a call is closed to make room (its
+    /// task's next call opens a new one), and a call that finds every session in a call waits
+    /// up to its `timeout` for one, then is an error the LLM sees. Applies at once on a reload.
+    pub max_mcp_sessions: Option<u32>,
 }

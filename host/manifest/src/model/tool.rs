@@ -212,6 +212,9 @@ impl Inherit for Mcp {
             }),
             env: merge(&self.env, &shared.env, |a, b| a == b),
             tool_name: or(&self.tool_name, &shared.tool_name),
+            allowed_hosts: or(&self.allowed_hosts, &shared.allowed_hosts),
+            timeout: self.timeout.or(shared.timeout),
+            max_output: self.max_output.or(shared.max_output),
         }
     }
 }
@@ -323,7 +326,18 @@ pub struct OpenApi {
     pub operation_id: Option<String>,
 }
 
-/// `mcp`.
+/// `mcp`: the tools of an MCP server. In an action's `execute` every field is optional: what
+/// it leaves out comes from the tool's top-level `mcp:` block.
+/// ```yaml
+/// mcp:
+///   transport: stdio
+///   command: node
+///   args: [server/index.js]
+///   env: {API_KEY: "{settings.api_key}"}
+///   timeout: 30s
+/// actions:
+///   - {name: search, description: Search., execute: {mcp: {tool_name: web-search}}}
+/// ```
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -340,8 +354,16 @@ pub struct Mcp {
     pub headers: Option<IndexMap<String, String>>,
     /// Environment of the program, for stdio: all it gets (templates over `settings`).
     pub env: Option<IndexMap<String, String>>,
-    /// The MCP tool an action calls (the later draft's field).
+    /// The MCP tool an action calls (the later draft's field; default the action's name).
     pub tool_name: Option<String>,
+    /// For sse and http: origins (`scheme://host[:port]`) a `url` with `{settings.*}` holes
+    /// may render to. A `url` without holes is allowed by being written; one with holes needs
+    /// this list, and an origin outside it is refused.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Wall-clock limit of the server's start (Initialize) and of each call (default 30s).
+    pub timeout: Option<Duration>,
+    /// Largest message the server may send, and so the largest result (default 4 MiB).
+    pub max_output: Option<ByteSize>,
 }
 
 /// An MCP transport.

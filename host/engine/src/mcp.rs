@@ -1,0 +1,952 @@
+//! The `mcp` runtime: tools of MCP servers, each task with its own session of a tool's server.
+//!
+//! A session is opened (Initialize: the stdio server started, or the streamable-HTTP session
+//! initialized) on a task's first call of the tool, reused by the task's later calls, and
+//! closed (Teardown) when the task ends, as a Wasm tool session is (`wasm.rs`). MCP gives a
+//! server no way to say that it can serve several tasks at once, so an stdio server runs as one
+//! process per task. Sessions are pooled ([`McpSessions`]): at most `policy.max_mcp_sessions`
+//! are open at once.
+//!
+//! Whatever a server does is an observation the LLM sees, and the task goes on: a server that
+//! does not start, exits, answers late (every wait on a server is bounded by the action's
+//! `timeout`), sends more than `max_output`, or answers a JSON-RPC error or a tool error. A
+//! session that broke (the server stopped, timed out or flooded) is closed, and the task's next
+//! call opens a new one. Only faults of the configuration itself end the task: a setting that
+//! does not render, a header that is not one, a `url` whose origin is not allowed.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentmesh_expr::{Activation, Template};
+use agentmesh_manifest::check::mcp_program;
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    ProtocolVersion,
+};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
+use tokio::process::ChildStderr;
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{Instant, timeout, timeout_at};
+
+use crate::lock;
+use crate::plan::ToolPlan;
+use crate::plan::mcp::{HttpServer, McpPlan, McpServer, StdioServer, origin_of};
+use crate::runtime::ActionResult;
+
+/// How many sessions may be open at once when the host config does not say.
+const DEFAULT_MAX_SESSIONS: usize = 64;
+
+/// How long a closing stdio server is given to exit by itself once its stdin is closed (the
+/// MCP stdio shutdown), and the closing session to end; then its process group is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How long reaping a killed server may take. Reaping a process killed with SIGKILL is
+/// immediate; the bound is there so that no teardown can wait forever.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// The longest stderr line logged; the rest of a longer line is dropped. A server controls
+/// what it prints: without a bound, one endless line would be held in memory and become one
+/// giant log record.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// How much of its stderr a session logs over its life before the rest is read and dropped
+/// (with one warning): a server printing in a loop cannot flood the host's log and disk.
+const MAX_STDERR_TOTAL: usize = 1024 * 1024;
+
+/// How much of the end of stderr is kept, to say why a server did not start.
+const STDERR_TAIL: usize = 1024;
+
+/// A session: the task, and the tool with the server block its actions share.
+type SessionKey = (String, String);
+
+/// The open MCP sessions of every task, bounded in number.
+pub(crate) struct McpSessions {
+    /// Every session, open or not yet (re)opened; its count is what the pool bounds.
+    slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    /// Woken when a call ends or a session closes: a call waiting for room looks again.
+    room: Notify,
+    /// The client of streamable-HTTP servers (`Err`: why it could not be made).
+    http: Result<reqwest::Client, String>,
+    /// Stamps of use, for least-recently-used eviction.
+    clock: AtomicU64,
+}
+
+/// A place in the pool: a task's session of one server.
+struct Slot {
+    /// Held through a call (and an opening), so a task's calls of one server take turns.
+    state: Arc<tokio::sync::Mutex<State>>,
+    /// When it was last used (a stamp of [`McpSessions::clock`]).
+    last_used: AtomicU64,
+}
+
+/// What a slot holds.
+enum State {
+    /// No session: not opened yet, or the last one broke; the next call opens one.
+    Closed,
+    /// An open session.
+    Open(Session),
+    /// Evicted or closed for good: the slot is out of the pool, and a caller holding it looks
+    /// for its place again.
+    Evicted,
+}
+
+/// An open MCP session.
+struct Session {
+    /// The MCP client.
+    client: RunningService<RoleClient, ClientConfig>,
+    /// The server process, for stdio.
+    process: Option<ServerProcess>,
+    /// Set when the server sent a message over `max_output` (the session then ends).
+    oversized: Arc<AtomicBool>,
+}
+
+/// What [`McpSessions::reserve`] found in the pool.
+enum Found {
+    /// The session's own slot.
+    Own(Arc<Slot>),
+    /// No room: the least recently used idle slot, taken out (with its session), if any.
+    Full(Option<(SessionKey, Option<Session>)>),
+}
+
+/// Why a session did not open.
+enum OpenError {
+    /// The configuration's fault: the task ends.
+    Config(String),
+    /// The server's: an observation.
+    Server(String),
+}
+
+impl McpSessions {
+    /// An empty pool.
+    pub(crate) fn new() -> McpSessions {
+        // No redirects: one would take the session, and its headers, to a place the manifest
+        // did not allow. No idle connections kept, as rmcp's own client does: reusing one whose
+        // last response was not read to its end stalls on delayed ACKs.
+        let http = agentmesh_llm::http_client()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(|e| format!("the HTTP client for MCP servers could not start: {e}"));
+        McpSessions {
+            slots: Mutex::new(HashMap::new()),
+            room: Notify::new(),
+            http,
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// Calls the MCP tool of action `plan` of `tool` with `input` as its arguments, in task
+    /// `task`'s session of the server (opened first if need be); `max_sessions`
+    /// (`policy.max_mcp_sessions`, at least 1) bounds the pool.
+    pub(crate) async fn call(
+        &self,
+        task: &str,
+        tool: &ToolPlan,
+        plan: &McpPlan,
+        max_sessions: Option<u32>,
+        input: &Value,
+    ) -> ActionResult {
+        let max_sessions = max_sessions.map_or(DEFAULT_MAX_SESSIONS, |n| n.max(1) as usize);
+        let key = (task.to_owned(), format!("{} {}", tool.id(), plan.session));
+        let deadline = Instant::now() + plan.timeout;
+        loop {
+            let (slot, mut state) = match self.reserve(&key, max_sessions, deadline).await {
+                Ok(reserved) => reserved,
+                Err(full) => return ActionResult::Recoverable(full),
+            };
+            if matches!(*state, State::Evicted) {
+                continue;
+            }
+            slot.touch(&self.clock);
+            let result = self.call_in(&mut state, task, tool, plan, input).await;
+            slot.touch(&self.clock);
+            drop(state);
+            self.room.notify_waiters();
+            return result;
+        }
+    }
+
+    /// The slot of `key`, held: its own if it has one, else a new one when the pool has room
+    /// (made, if need be, by closing the least recently used session not in a call); waits
+    /// for room until `deadline`.
+    async fn reserve(
+        &self,
+        key: &SessionKey,
+        max_sessions: usize,
+        deadline: Instant,
+    ) -> Result<(Arc<Slot>, OwnedMutexGuard<State>), String> {
+        loop {
+            // Registered before looking, so that room made after the look is not missed.
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let found = {
+                let mut slots = lock(&self.slots);
+                match slots.get(key) {
+                    Some(slot) => Found::Own(Arc::clone(slot)),
+                    None if slots.len() < max_sessions => {
+                        let slot = Arc::new(Slot::new());
+                        // A new slot is held before anyone else can see it, so it is never
+                        // taken for an idle one.
+                        let Ok(state) = Arc::clone(&slot.state).try_lock_owned() else {
+                            continue;
+                        };
+                        slots.insert(key.clone(), Arc::clone(&slot));
+                        return Ok((slot, state));
+                    }
+                    None => Found::Full(evict_idle(&mut slots)),
+                }
+            };
+            let evicted = match found {
+                Found::Own(slot) => {
+                    let state = Arc::clone(&slot.state).lock_owned().await;
+                    return Ok((slot, state));
+                }
+                Found::Full(evicted) => evicted,
+            };
+            match evicted {
+                Some((evicted, session)) => {
+                    tracing::info!(
+                        task.id = evicted.0,
+                        "MCP session pool full: closing the least recently used idle session"
+                    );
+                    if let Some(session) = session {
+                        session.close().await;
+                    }
+                }
+                None if timeout_at(deadline, room).await.is_err() => {
+                    return Err(format!(
+                        "no MCP session could be opened: all {} sessions of the pool \
+                         (policy.max_mcp_sessions) are in calls",
+                        max_sessions
+                    ));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// One call in a held slot: opens the session if it has none, calls, and closes a session
+    /// that broke.
+    async fn call_in(
+        &self,
+        state: &mut State,
+        task: &str,
+        tool: &ToolPlan,
+        plan: &McpPlan,
+        input: &Value,
+    ) -> ActionResult {
+        let name = &plan.tool_name;
+        if matches!(state, State::Closed) {
+            match timeout(plan.timeout, self.open(task, tool, plan)).await {
+                Ok(Ok(session)) => *state = State::Open(session),
+                Ok(Err(OpenError::Config(e))) => return ActionResult::Fatal(e),
+                Ok(Err(OpenError::Server(e))) => return ActionResult::Recoverable(e),
+                Err(_) => {
+                    return ActionResult::Recoverable(format!(
+                        "the MCP server of tool `{}` did not start within {:?} (its timeout)",
+                        tool.id(),
+                        plan.timeout
+                    ));
+                }
+            }
+        }
+        let State::Open(session) = state else {
+            return ActionResult::Fatal(format!("MCP session of tool `{}` lost", tool.id()));
+        };
+        let mut params = CallToolRequestParams::new(name.clone());
+        params.arguments = match input {
+            Value::Object(arguments) => Some(arguments.clone()),
+            Value::Null => None,
+            other => {
+                return ActionResult::Recoverable(format!(
+                    "the arguments of MCP tool `{name}` must be an object, not {other}"
+                ));
+            }
+        };
+        let answer = timeout(plan.timeout, session.client.call_tool(params)).await;
+        let broken = match answer {
+            Ok(Ok(result)) => return observation(name, result),
+            Ok(Err(ServiceError::McpError(e))) => {
+                return ActionResult::Recoverable(format!(
+                    "the MCP server refused the call of `{name}`: {} (JSON-RPC error {})",
+                    e.message, e.code.0
+                ));
+            }
+            Ok(Err(e)) => Broken::Failed(e.to_string()),
+            Err(_) => Broken::TimedOut,
+        };
+        let State::Open(session) = std::mem::replace(state, State::Closed) else {
+            return ActionResult::Fatal(format!("MCP session of tool `{}` lost", tool.id()));
+        };
+        let oversized = session.oversized.load(Ordering::Relaxed);
+        let status = session.close().await;
+        ActionResult::Recoverable(broken.describe(name, plan, oversized, status))
+    }
+
+    /// Opens a session of `plan`'s server for task `task` (Initialize), with `tool`'s settings.
+    async fn open(
+        &self,
+        task: &str,
+        tool: &ToolPlan,
+        plan: &McpPlan,
+    ) -> Result<Session, OpenError> {
+        let mut settings = Activation::new();
+        settings.set("settings", Value::Object(tool.settings.clone()));
+        let id = tool.id();
+        match &*plan.server {
+            McpServer::Stdio(server) => open_stdio(task, &id, server, plan, &settings).await,
+            McpServer::Http(server) => {
+                let http = self
+                    .http
+                    .as_ref()
+                    .map_err(|e| OpenError::Config(e.clone()))?;
+                open_http(&id, server, plan, &settings, http).await
+            }
+        }
+    }
+
+    /// Tears down every session of `task` (when it ends).
+    pub(crate) async fn close_task(&self, task: &str) {
+        let slots: Vec<Arc<Slot>> = {
+            let mut all = lock(&self.slots);
+            let keys: Vec<SessionKey> = all.keys().filter(|(t, _)| t == task).cloned().collect();
+            keys.iter().filter_map(|k| all.remove(k)).collect()
+        };
+        close_slots(slots).await;
+        self.room.notify_waiters();
+    }
+
+    /// Tears down every open session (the host stops).
+    pub(crate) async fn close_all(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).drain().map(|(_, s)| s).collect();
+        close_slots(slots).await;
+        self.room.notify_waiters();
+    }
+}
+
+/// Closes the sessions of `slots` (taken out of the pool) at once, each after the call it may
+/// be in (bounded by its timeout).
+async fn close_slots(slots: Vec<Arc<Slot>>) {
+    let mut closing = JoinSet::new();
+    for slot in slots {
+        closing.spawn(async move {
+            let mut state = slot.state.lock().await;
+            if let State::Open(session) = std::mem::replace(&mut *state, State::Evicted) {
+                session.close().await;
+            }
+        });
+    }
+    while closing.join_next().await.is_some() {}
+}
+
+/// Takes the least recently used slot not in a call out of `slots`, with its session.
+fn evict_idle(slots: &mut HashMap<SessionKey, Arc<Slot>>) -> Option<(SessionKey, Option<Session>)> {
+    let mut by_age: Vec<(u64, SessionKey)> = slots
+        .iter()
+        .map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone()))
+        .collect();
+    by_age.sort();
+    for (_, key) in by_age {
+        let Some(slot) = slots.get(&key).cloned() else {
+            continue;
+        };
+        let Ok(mut state) = slot.state.try_lock() else {
+            continue;
+        };
+        let session = match std::mem::replace(&mut *state, State::Evicted) {
+            State::Open(session) => Some(session),
+            _ => None,
+        };
+        drop(state);
+        slots.remove(&key);
+        return Some((key, session));
+    }
+    None
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: Arc::new(tokio::sync::Mutex::new(State::Closed)),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a use now.
+    fn touch(&self, clock: &AtomicU64) {
+        let now = clock.fetch_add(1, Ordering::Relaxed);
+        self.last_used.store(now, Ordering::Relaxed);
+    }
+}
+
+impl Session {
+    /// Teardown: ends the MCP session (closing an stdio server's stdin, the MCP way to ask it
+    /// to exit), then stops the server's process group. The server's exit status, when it had
+    /// a process that could be reaped.
+    async fn close(self) -> Option<ExitStatus> {
+        let Session {
+            client, process, ..
+        } = self;
+        let _ = timeout(EXIT_GRACE, client.cancel()).await;
+        match process {
+            Some(process) => process.stop().await,
+            None => None,
+        }
+    }
+}
+
+/// How a call broke its session.
+enum Broken {
+    /// The connection failed (the server exited, closed its output, or sent too much).
+    Failed(String),
+    /// No answer within the timeout.
+    TimedOut,
+}
+
+impl Broken {
+    /// What the LLM is told: what happened, and that the next call starts the server again.
+    fn describe(
+        &self,
+        name: &str,
+        plan: &McpPlan,
+        oversized: bool,
+        status: Option<ExitStatus>,
+    ) -> String {
+        let what = match self {
+            _ if oversized => format!(
+                "the MCP server sent a message larger than {} bytes (max_output) in answer to `{name}`",
+                plan.max_output
+            ),
+            Broken::TimedOut => format!(
+                "the MCP server did not answer `{name}` within {:?} (its timeout)",
+                plan.timeout
+            ),
+            Broken::Failed(_) if status.is_some_and(|s| s.code().is_some()) => {
+                format!(
+                    "the MCP server stopped during the call of `{name}` ({})",
+                    exit(status)
+                )
+            }
+            Broken::Failed(e) => {
+                format!("the connection to the MCP server failed during the call of `{name}`: {e}")
+            }
+        };
+        format!("{what}; the session is closed, and the next call starts a new one")
+    }
+}
+
+/// `status` in words.
+fn exit(status: Option<ExitStatus>) -> String {
+    match status.map(|s| (s.code(), std::os::unix::process::ExitStatusExt::signal(&s))) {
+        Some((Some(code), _)) => format!("it exited with code {code}"),
+        Some((None, Some(signal))) => format!("it was ended by signal {signal}"),
+        _ => "it did not exit".to_owned(),
+    }
+}
+
+/// The observation of a call's result: its structured content when it has one, else its
+/// content (text parts joined by line breaks; other parts as their MCP JSON). A tool error
+/// (`isError: true`) is a recoverable error carrying the content.
+fn observation(name: &str, result: CallToolResult) -> ActionResult {
+    let content = content(&result);
+    if result.is_error == Some(true) {
+        let text = match &content {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        return ActionResult::Recoverable(format!("MCP tool `{name}` failed: {text}"));
+    }
+    ActionResult::Ok(result.structured_content.unwrap_or(content))
+}
+
+/// A result's content parts as one value: `null` for none, a string when every part is text,
+/// else the list of parts.
+fn content(result: &CallToolResult) -> Value {
+    let texts: Option<Vec<&str>> = result
+        .content
+        .iter()
+        .map(|part| part.as_text().map(|t| t.text.as_str()))
+        .collect();
+    match texts {
+        _ if result.content.is_empty() => Value::Null,
+        Some(texts) => Value::String(texts.join("\n")),
+        None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+    }
+}
+
+/// How this host introduces itself to MCP servers.
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("agentmesh", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// Renders each `(name, template)` of `pairs` with `settings`; `what` names the field for an
+/// error (a configuration fault).
+fn render_all(
+    pairs: &[(String, Template)],
+    settings: &Activation,
+    tool: &str,
+    what: &str,
+) -> Result<Vec<(String, String)>, OpenError> {
+    pairs
+        .iter()
+        .map(|(name, template)| {
+            let value = template.render(settings).map_err(|e| {
+                OpenError::Config(format!("`{what}.{name}` of tool `{tool}`: {}", e.message))
+            })?;
+            Ok((name.clone(), value))
+        })
+        .collect()
+}
+
+/// Starts an stdio server for task `task` and initializes its session. Its environment is
+/// exactly the rendered `env`; the program is found through the host's `PATH`.
+async fn open_stdio(
+    task: &str,
+    tool: &str,
+    server: &StdioServer,
+    plan: &McpPlan,
+    settings: &Activation,
+) -> Result<Session, OpenError> {
+    let env = render_all(&server.env, settings, tool, "env")?;
+    let command = &server.command;
+    let cannot = |why: String| OpenError::Server(format!("cannot start the MCP server: {why}"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let program = mcp_program(command, &server.dir, &path)
+        .map_err(|why| cannot(format!("`{command}` {why}")))?;
+    let mut spawn = tokio::process::Command::new(&program);
+    spawn
+        .args(&server.args)
+        .env_clear()
+        .envs(env)
+        .current_dir(&server.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut spawn = CommandWrap::from(spawn);
+    spawn.wrap(ProcessGroup::leader());
+    let mut child = spawn
+        .spawn()
+        .map_err(|e| cannot(format!("`{command}`: {e}")))?;
+    let (stdin, stdout, stderr) = (
+        child.stdin().take(),
+        child.stdout().take(),
+        child.stderr().take(),
+    );
+    let process = ServerProcess::new(child, stderr, task, tool);
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        return Err(cannot(format!(
+            "`{command}`: its stdin or stdout is missing"
+        )));
+    };
+    let oversized = Arc::new(AtomicBool::new(false));
+    let stdout = LineCap::new(stdout, plan.max_output, Arc::clone(&oversized));
+    // `LineCap` bounds every line, so rmcp's own bound (which drops a long line silently
+    // and leaves the call waiting) never applies.
+    let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(usize::MAX);
+    match client_config().serve(transport).await {
+        Ok(client) => Ok(Session {
+            client,
+            process: Some(process),
+            oversized,
+        }),
+        Err(e) => {
+            let (status, tail) = process.stop_with_stderr().await;
+            let tail = match tail.trim() {
+                "" => String::new(),
+                t => format!("; its stderr ended with: {t}"),
+            };
+            let what = match status {
+                _ if oversized.load(Ordering::Relaxed) => format!(
+                    "it sent a message larger than {} bytes (max_output)",
+                    plan.max_output
+                ),
+                Some(s) if s.code().is_some() => format!("{} at start", exit(status)),
+                _ => format!("its initialization failed: {e}"),
+            };
+            Err(OpenError::Server(format!(
+                "the MCP server `{command}` did not start: {what}{tail}"
+            )))
+        }
+    }
+}
+
+/// Opens a streamable-HTTP session with `server`, whose rendered URL must have an allowed
+/// origin.
+async fn open_http(
+    tool: &str,
+    server: &HttpServer,
+    plan: &McpPlan,
+    settings: &Activation,
+    http: &reqwest::Client,
+) -> Result<Session, OpenError> {
+    let url = server
+        .url
+        .render(settings)
+        .map_err(|e| OpenError::Config(format!("the `mcp` url of tool `{tool}`: {}", e.message)))?;
+    let origin = origin_of(&url)
+        .map_err(|e| OpenError::Config(format!("the `mcp` url `{url}` of tool `{tool}`: {e}")))?;
+    if !server.allowed.contains(&origin) {
+        let allowed: Vec<String> = server.allowed.iter().map(ToString::to_string).collect();
+        return Err(OpenError::Config(format!(
+            "the `mcp` url `{url}` of tool `{tool}` is refused: its origin {origin} is not in allowed_hosts ({})",
+            allowed.join(", ")
+        )));
+    }
+    let mut headers = HashMap::new();
+    for (name, value) in render_all(&server.headers, settings, tool, "headers")? {
+        let bad = |what: &str| {
+            OpenError::Config(format!(
+                "header `{name}` of tool `{tool}`: not a valid header {what}"
+            ))
+        };
+        let header =
+            reqwest::header::HeaderName::try_from(name.as_str()).map_err(|_| bad("name"))?;
+        let value =
+            reqwest::header::HeaderValue::try_from(value.as_str()).map_err(|_| bad("value"))?;
+        headers.insert(header, value);
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+        .custom_headers(headers)
+        .max_json_response_size(plan.max_output)
+        .max_sse_event_size(plan.max_output);
+    let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+    let client = client_config().serve(transport).await.map_err(|e| {
+        OpenError::Server(format!(
+            "cannot open a session with the MCP server at `{url}`: {e}"
+        ))
+    })?;
+    Ok(Session {
+        client,
+        process: None,
+        oversized: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+/// An stdio server's process: the leader of a process group of its own, so that teardown
+/// stops whatever it started too. Dropped without [`ServerProcess::stop`] (a call or an
+/// opening abandoned at its timeout), its group is killed and the leader is reaped by tokio.
+struct ServerProcess {
+    child: Option<Box<dyn ChildWrapper>>,
+    /// The task logging its stderr.
+    stderr: Option<JoinHandle<()>>,
+    /// The end of its stderr.
+    tail: Arc<Mutex<String>>,
+}
+
+impl ServerProcess {
+    /// Takes charge of `child`, logging its `stderr` line by line (tagged with `task` and
+    /// `tool`).
+    fn new(
+        child: Box<dyn ChildWrapper>,
+        stderr: Option<ChildStderr>,
+        task: &str,
+        tool: &str,
+    ) -> ServerProcess {
+        let tail = Arc::new(Mutex::new(String::new()));
+        let stderr = stderr.map(|stderr| {
+            let log = StderrLog {
+                task: task.to_owned(),
+                tool: tool.to_owned(),
+                tail: Arc::clone(&tail),
+            };
+            tokio::spawn(log.run(BufReader::new(stderr)))
+        });
+        ServerProcess {
+            child: Some(child),
+            stderr,
+            tail,
+        }
+    }
+
+    /// Waits up to [`EXIT_GRACE`] for the server to exit, then kills its process group and
+    /// reaps it: its exit status, unless it could not be reaped within [`REAP_WAIT`].
+    async fn stop(mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let exited = match timeout(EXIT_GRACE, child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => None,
+        };
+        // Whatever the server left running in its group goes with it.
+        let _ = child.start_kill();
+        match exited {
+            Some(status) => Some(status),
+            None => match timeout(REAP_WAIT, child.wait()).await {
+                Ok(Ok(status)) => Some(status),
+                _ => None,
+            },
+        }
+    }
+
+    /// [`ServerProcess::stop`], and the end of what it wrote to stderr.
+    async fn stop_with_stderr(mut self) -> (Option<ExitStatus>, String) {
+        let stderr = self.stderr.take();
+        let tail = Arc::clone(&self.tail);
+        let status = self.stop().await;
+        // Stopped, its stderr is at its end, unless a process it detached still holds it.
+        if let Some(stderr) = stderr {
+            let _ = timeout(EXIT_GRACE, stderr).await;
+        }
+        let tail = lock(&tail).clone();
+        (status, tail)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// Logs a server's stderr.
+struct StderrLog {
+    task: String,
+    tool: String,
+    tail: Arc<Mutex<String>>,
+}
+
+impl StderrLog {
+    /// Logs each line of `stderr` (at most [`MAX_STDERR_LINE`] bytes of it, and
+    /// [`MAX_STDERR_TOTAL`] bytes in all) until its end, keeping its last [`STDERR_TAIL`]
+    /// bytes.
+    async fn run(self, mut stderr: impl AsyncBufRead + Unpin) {
+        let mut line = Vec::new();
+        let mut total = 0;
+        let mut warned = false;
+        loop {
+            line.clear();
+            match read_line_capped(&mut stderr, &mut line, MAX_STDERR_LINE).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return,
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches('\r');
+            self.keep(text);
+            if total < MAX_STDERR_TOTAL {
+                tracing::warn!(
+                    task.id = self.task,
+                    tool.name = self.tool,
+                    stream = "stderr",
+                    "MCP server: {text}"
+                );
+            } else if !warned {
+                warned = true;
+                tracing::warn!(
+                    task.id = self.task,
+                    tool.name = self.tool,
+                    "MCP server stderr exceeds {MAX_STDERR_TOTAL} bytes; dropping the rest"
+                );
+            }
+            total += line.len() + 1;
+        }
+    }
+
+    /// Keeps `text` at the end of the tail.
+    fn keep(&self, text: &str) {
+        let mut tail = lock(&self.tail);
+        tail.push_str(text);
+        tail.push('\n');
+        let excess = tail.len().saturating_sub(STDERR_TAIL);
+        if excess > 0 {
+            let cut = (excess..=tail.len())
+                .find(|&i| tail.is_char_boundary(i))
+                .unwrap_or(tail.len());
+            tail.drain(..cut);
+        }
+    }
+}
+
+/// Reads one line into `line` (without its `\n`), keeping at most `cap` bytes of it and
+/// dropping the rest: `false` at the end of the stream.
+async fn read_line_capped(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<bool> {
+    let mut read_any = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(read_any);
+        }
+        read_any = true;
+        let end = available.iter().position(|&b| b == b'\n');
+        let text = end.unwrap_or(available.len());
+        let room = cap.saturating_sub(line.len());
+        line.extend_from_slice(&available[..text.min(room)]);
+        reader.consume(end.map_or(text, |e| e + 1));
+        if end.is_some() {
+            return Ok(true);
+        }
+    }
+}
+
+/// An stdio server's stdout, ended (read as end of file) once a line passes `max` bytes: each
+/// JSON-RPC message is one line, which the transport buffers whole, so this bounds what a
+/// server can make the host hold — a line that never ends included. `oversized` records why
+/// it ended.
+struct LineCap<R> {
+    inner: R,
+    /// Bytes of the current line so far.
+    line: usize,
+    max: usize,
+    oversized: Arc<AtomicBool>,
+}
+
+impl<R> LineCap<R> {
+    fn new(inner: R, max: usize, oversized: Arc<AtomicBool>) -> LineCap<R> {
+        LineCap {
+            inner,
+            line: 0,
+            max,
+            oversized,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.oversized.load(Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            for &b in &buf.filled()[before..] {
+                this.line = if b == b'\n' { 0 } else { this.line + 1 };
+                if this.line > this.max {
+                    this.oversized.store(true, Ordering::Relaxed);
+                    buf.set_filled(before);
+                    break;
+                }
+            }
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_pool_waits_for_a_call_to_end_and_refuses_when_none_does() {
+        let pool = Arc::new(McpSessions::new());
+        let key = |task: &str| (task.to_owned(), "t/x {}".to_owned());
+        let soon = || Instant::now() + Duration::from_secs(30);
+        let (_, busy) = pool.reserve(&key("t1"), 1, soon()).await.unwrap();
+
+        // The only session is in a call: a call of another task waits, then is refused.
+        let refused = pool
+            .reserve(&key("t2"), 1, Instant::now() + Duration::from_millis(20))
+            .await;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("are in calls")),
+            "{:?}",
+            refused.err()
+        );
+
+        // A waiting call takes the place once the call ends.
+        let waiting = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let (_, state) = pool.reserve(&key("t3"), 1, soon()).await.unwrap();
+                matches!(*state, State::Closed)
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(busy);
+        pool.room.notify_waiters();
+        assert!(waiting.await.unwrap());
+        let slots = lock(&pool.slots);
+        assert!(slots.contains_key(&key("t3")) && !slots.contains_key(&key("t1")));
+    }
+
+    #[tokio::test]
+    async fn line_cap_ends_the_stream_at_a_line_over_the_bound() {
+        let oversized = Arc::new(AtomicBool::new(false));
+        let text: &[u8] = b"short\nabcdefghij\nnever read\n";
+        let mut capped = LineCap::new(text, 8, Arc::clone(&oversized));
+        let mut out = Vec::new();
+        capped.read_to_end(&mut out).await.unwrap();
+        assert!(oversized.load(Ordering::Relaxed));
+        assert!(!out.windows(10).any(|w| w == b"never read"), "{out:?}");
+        assert!(out.len() <= text.len());
+
+        let fine = Arc::new(AtomicBool::new(false));
+        let mut capped = LineCap::new(&b"12345678\n12345678\n"[..], 8, Arc::clone(&fine));
+        let mut out = Vec::new();
+        capped.read_to_end(&mut out).await.unwrap();
+        assert!(!fine.load(Ordering::Relaxed));
+        assert_eq!(out, b"12345678\n12345678\n");
+    }
+
+    #[tokio::test]
+    async fn stderr_lines_are_cut_at_the_bound() {
+        let mut reader = BufReader::new(&b"0123456789\nab\nlast"[..]);
+        let mut line = Vec::new();
+        assert!(read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+        assert_eq!(line, b"0123");
+        line.clear();
+        assert!(read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+        assert_eq!(line, b"ab");
+        line.clear();
+        assert!(read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+        assert_eq!(line, b"last");
+        line.clear();
+        assert!(!read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+    }
+
+    #[test]
+    fn content_is_text_joined_or_the_parts() {
+        let text = |t: &str| rmcp::model::ContentBlock::text(t);
+        let mut result = CallToolResult::success(vec![text("a"), text("b")]);
+        assert_eq!(content(&result), Value::String("a\nb".into()));
+        result
+            .content
+            .push(rmcp::model::ContentBlock::image("AAAA", "image/png"));
+        assert!(content(&result).is_array());
+        result.content.clear();
+        assert_eq!(content(&result), Value::Null);
+    }
+
+    #[test]
+    fn structured_content_is_preferred_and_a_tool_error_is_recoverable() {
+        let mut result =
+            CallToolResult::success(vec![rmcp::model::ContentBlock::text("{\"t\": 1}")]);
+        result.structured_content = Some(serde_json::json!({"t": 1}));
+        assert!(matches!(observation("x", result), ActionResult::Ok(v) if v["t"] == 1));
+        let failed = CallToolResult::error(vec![rmcp::model::ContentBlock::text("no such city")]);
+        assert!(
+            matches!(observation("x", failed), ActionResult::Recoverable(e) if e.contains("no such city"))
+        );
+    }
+}
