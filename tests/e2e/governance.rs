@@ -504,11 +504,26 @@ fn only_the_named_reviewer_or_an_admin_decides_a_review() {
 
     let path = format!("/v1/tasks/{id}/reviews/{review_id}");
     let approve = Some(json!({"approve": true}));
-    for token in ["alice-token", "bob-token", "audit-token"] {
+    for token in ["alice-token", "audit-token"] {
         let r = as_user(&server, token, ("POST", &path), approve.clone());
         assert_eq!(r.status, 403, "{token}: {}", r.text());
         assert_eq!(r.json()["error"]["code"], "forbidden", "{token}");
     }
+    // Bob may not see Alice's task: it answers him as a task that does not exist would,
+    // naming neither its review nor its reviewer.
+    let r = as_user(&server, "bob-token", ("POST", &path), approve.clone());
+    assert_eq!(r.status, 404, "{}", r.text());
+    let unknown = as_user(
+        &server,
+        "bob-token",
+        ("POST", &format!("/v1/tasks/t_nope/reviews/{review_id}")),
+        approve.clone(),
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    assert_eq!(
+        r.text().replace(id.as_str(), "ID"),
+        unknown.text().replace("t_nope", "ID")
+    );
     // A name in the body is never taken for the caller.
     let posing = Some(json!({"approve": true, "user": "user:admin"}));
     let r = as_user(&server, "ops-token", ("POST", &path), posing);

@@ -368,6 +368,9 @@ pub async fn review(
     let caller = caller(&state, &headers)?;
     caller.require_write()?;
     let body: ReviewBody = parse_body(&body)?;
+    // Only a caller who may see the task, or whom its pending review names, learns anything
+    // of it: to anyone else the task is as unknown as a task that does not exist.
+    readable_task(&state, &caller, &id)?;
     if let Some(user) = body.user.filter(|u| *u != caller.subject) {
         return Err(ApiError::forbidden(format!(
             "a review is decided as the authenticated caller `{}`, not `{user}`",
