@@ -119,6 +119,24 @@ fn tokens_and_roles_decide_who_sees_and_changes_what() {
         .json();
     assert_eq!(t["status"], "terminated");
     assert_eq!(t["reason"], "deleted");
+    // Deleting it again answers 204 and adds nothing to its log.
+    let log_length = || {
+        server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .header("Authorization", &bearer("admin-token"))
+            .send()
+            .json()["events"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let before = log_length();
+    let r = server
+        .request("DELETE", &format!("/v1/tasks/{id}"))
+        .header("Authorization", &bearer("alice-token"))
+        .send();
+    assert_eq!(r.status, 204);
+    assert_eq!(log_length(), before);
 }
 
 #[test]

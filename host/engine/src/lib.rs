@@ -746,23 +746,30 @@ impl Engine {
         self.inner.store.clear_queue_buffered(id)?;
         let mut events: Vec<_> = why.into_iter().collect();
         events.extend(self.end_suspended_turn(&mut record, "not run: the task ended")?);
-        if record.status() != Status::Terminated {
-            record.status = Some(Status::Terminated);
-            record.reason = Some(Reason::Deleted);
-        }
-        record.subscriptions.clear();
-        events.extend([
-            (
+        // A task that ended already keeps its reason, and a second deletion adds nothing to
+        // its log but the subscriptions it still had.
+        let ended = record.status() == Status::Terminated;
+        if !ended || !record.subscriptions.is_empty() {
+            events.push((
                 EventSource::Environment,
                 EventKind::ConversationStateUpdateEvent {
                     key: "subscriptions_removed".into(),
                     value: json!({"reason": "deleted"}),
                 },
-            ),
-            task::status_event("terminated"),
-        ]);
-        self.records().save(&mut record, events)?;
-        self.tell_watchers(&record);
+            ));
+        }
+        if !ended {
+            record.status = Some(Status::Terminated);
+            record.reason = Some(Reason::Deleted);
+            events.push(task::status_event("terminated"));
+        }
+        record.subscriptions.clear();
+        if events.is_empty() {
+            self.records().checkin(record);
+        } else {
+            self.records().save(&mut record, events)?;
+            self.tell_watchers(&record);
+        }
         for w in self.watchers().iter() {
             w.deleted(self, id)?;
         }
