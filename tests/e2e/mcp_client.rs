@@ -14,7 +14,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
-use crate::util::{Env, events, observations, run_in};
+use crate::util::{Env, agentmesh, events, observations, run_in};
 
 /// `tests/mcp/`: the servers' sources and their npm packages.
 fn servers() -> PathBuf {
@@ -466,4 +466,163 @@ fn a_full_pool_closes_the_least_recently_used_idle_session() {
     let again = seen[2]["pid"].as_u64().unwrap();
     assert_ne!(first, again, "the evicted session was opened anew");
     assert!(!alive(first), "the evicted server was stopped");
+}
+
+/// A config dir holding `tools.yaml` (`manifest`) and the executable shell scripts `scripts`
+/// (name, body after the `#!/bin/sh` line).
+fn probe_config(manifest: &str, scripts: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (root, dir, _) = fixtures::dirs(&[("tools.yaml", manifest)]);
+    for (name, body) in scripts {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (root, dir)
+}
+
+/// `agentmesh validate DIR [--probe]`: exit code, stdout and stderr.
+fn validate(dir: &Path, probe: bool) -> (Option<i32>, String, String) {
+    let dir = dir.to_str().unwrap();
+    match probe {
+        true => agentmesh(&["validate", dir, "--probe"]),
+        false => agentmesh(&["validate", dir]),
+    }
+}
+
+#[test]
+fn validate_probe_reports_unknown_tools_and_parameters_the_server_disagrees_with() {
+    let manifest = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: everything
+description: The tool under test.
+mcp: {{transport: stdio, command: node, args: [\"{}\", stdio]}}
+actions:
+  - name: echo
+    description: Echoes.
+    parameters: {{type: object, properties: {{message: {{type: string}}}}}}
+    execute: {{mcp: {{}}}}
+  - name: ecko
+    description: Misspelt.
+    execute: {{mcp: {{}}}}
+  - name: sum
+    description: Adds.
+    parameters:
+      type: object
+      properties:
+        a: {{type: string}}
+        c: {{type: number}}
+    execute: {{mcp: {{tool_name: get-sum}}}}
+",
+        everything().display()
+    );
+    let (_root, dir) = probe_config(&manifest, &[]);
+    let file = dir.join("tools.yaml");
+    let file = file.display();
+
+    // Without `--probe`, nothing is started and the config is valid.
+    let (code, out, err) = validate(&dir, false);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("ok: "), "{out}");
+    assert!(!out.contains("probed"), "{out}");
+
+    let (code, out, err) = validate(&dir, true);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{file}:11:5: error: action `ecko`: the MCP server offers no tool `ecko` (did you mean `echo`?); it offers `echo`, "
+        )),
+        "{out}"
+    );
+    assert!(lines[0].contains("`get-sum`"), "{out}");
+    assert_eq!(
+        lines[1],
+        format!(
+            "{file}:16:5: error: action `sum`: MCP tool `get-sum` requires `b`, which the action's parameters do not declare"
+        )
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "{file}:19:9: error: action `sum`: parameter `a` is of type `string`, but MCP tool `get-sum` takes `number`"
+        )
+    );
+    assert_eq!(
+        lines[3],
+        format!(
+            "{file}:20:9: error: action `sum`: parameter `c` is not in the input schema of MCP tool `get-sum`; its properties are `a`, `b`"
+        )
+    );
+    assert!(!out.contains("ok:"), "{out}");
+}
+
+#[test]
+fn validate_probe_passes_when_every_action_matches_and_stops_the_server() {
+    // The server is started through a script that records its process id, then becomes it.
+    let manifest = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: py
+description: The tool under test.
+mcp: {transport: stdio, command: ./server.sh}
+actions:
+  - name: whoami
+    description: Who answers.
+    parameters: {type: object, properties: {}}
+    execute: {mcp: {}}
+  - name: sum
+    description: Adds.
+    parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}}
+    execute: {mcp: {tool_name: add}}
+";
+    let body = format!(
+        "echo $$ > server.pid\nexec \"{}\" \"{}\" stdio",
+        python(),
+        servers().join("server.py").display()
+    );
+    let (_root, dir) = probe_config(manifest, &[("server.sh", &body)]);
+    let (code, out, err) = validate(&dir, true);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        out,
+        "ok: 0 agents, 1 tools, 0 triggers, 0 schedules, 0 components\nprobed: 1 servers, 2 actions\n"
+    );
+    let pid: u64 = std::fs::read_to_string(dir.join("server.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "the server outlived `validate --probe`");
+}
+
+#[test]
+fn validate_probe_reports_a_server_that_exits_at_once_without_waiting() {
+    let manifest = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: gone
+description: The tool under test.
+mcp: {transport: stdio, command: ./gone.sh, timeout: 60s}
+actions:
+  - name: first
+    description: One.
+    execute: {mcp: {}}
+  - name: second
+    description: Two.
+    execute: {mcp: {}}
+";
+    let (_root, dir) = probe_config(manifest, &[("gone.sh", "echo leaving >&2\nexit 3")]);
+    let started = std::time::Instant::now();
+    let (code, out, err) = validate(&dir, true);
+    assert!(started.elapsed() < Duration::from_secs(20), "{out}{err}");
+    assert_eq!(code, Some(1), "{out}{err}");
+    let file = dir.join("tools.yaml");
+    assert_eq!(
+        out,
+        format!(
+            "{}:9:15: error: cannot probe the MCP server of actions `first`, `second`: the MCP server `./gone.sh` did not start: it exited with code 3 at start; its stderr ended with: leaving\n",
+            file.display()
+        )
+    );
 }

@@ -19,7 +19,8 @@
 //! - [`mount`]: the `file` mount backend;
 //! - `providers`: the LLM providers of the plan, made on first use;
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
-//! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled;
+//! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled; and
+//!   [`probe`], `validate --probe`'s check of actions against their servers' tools;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -76,6 +77,7 @@ pub use direct::DirectEnd;
 pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
+pub use mcp::{About, Finding, Probe, probe};
 pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};

@@ -13,8 +13,11 @@
 //! session that broke (the server stopped, timed out or flooded) is closed, and the task's next
 //! call opens a new one. Only faults of the configuration itself end the task: a setting that
 //! does not render, a header that is not one, a `url` whose origin is not allowed.
+//!
+//! [`probe`] (`agentmesh validate --probe`) opens one session with each server, without a
+//! task, to list its tools and compare them with the actions that call them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,10 +27,11 @@ use std::time::Duration;
 
 use agentmesh_expr::{Activation, Template};
 use agentmesh_manifest::check::mcp_program;
+use agentmesh_manifest::suggest::did_you_mean;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    ProtocolVersion,
+    PaginatedRequestParams, ProtocolVersion,
 };
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -42,8 +46,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::lock;
-use crate::plan::ToolPlan;
 use crate::plan::mcp::{HttpServer, McpPlan, McpServer, StdioServer, origin_of};
+use crate::plan::{Runtime, ToolPlan};
 use crate::runtime::ActionResult;
 
 /// How many sessions may be open at once when the host config does not say.
@@ -849,6 +853,295 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineCap<R> {
     }
 }
 
+/// The most pages of `tools/list` a probe reads: a server whose cursor never ends cannot keep
+/// `validate --probe` listing forever.
+const MAX_LIST_PAGES: usize = 100;
+
+/// The most offered tool names a finding lists; the rest are counted.
+const MAX_NAMES_SHOWN: usize = 20;
+
+/// What [`probe`] did and found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Probe {
+    /// The distinct servers probed (one session each).
+    pub servers: usize,
+    /// The `mcp` actions checked.
+    pub actions: usize,
+    /// What disagrees, by tool and action.
+    pub findings: Vec<Finding>,
+}
+
+/// An `mcp` action that disagrees with its server, or whose server could not be probed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The tool, `namespace/name`.
+    pub tool: String,
+    /// The action's index in the tool's `actions`.
+    pub action: usize,
+    /// The action's name.
+    pub action_name: String,
+    /// What of the action the finding is about, to place it in the manifest.
+    pub about: About,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What part of an action a [`Finding`] is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum About {
+    /// Its server (which could not be probed).
+    Server,
+    /// The MCP tool it names (`tool_name`, else its own name).
+    ToolName,
+    /// Its declared parameter of this name.
+    Parameter(String),
+    /// Its parameters as a whole (one the server requires is missing).
+    Parameters,
+}
+
+/// `validate --probe`: opens one session with each distinct server of the plan's `mcp` actions
+/// (settings rendered as when a task runs; every wait bounded by the action's `timeout`),
+/// lists its tools, closes it (an stdio server is stopped), and reports each action naming a
+/// tool the server does not offer, or whose declared parameters disagree with the tool's input
+/// schema (top-level properties: one the schema lacks, one it requires that is not declared,
+/// a `type` that differs). A server that cannot be started or reached is a finding too.
+pub async fn probe(plan: &crate::Plan) -> Probe {
+    // One session per server: the actions of a tool whose blocks differ only in `tool_name`
+    // share it, as at run time.
+    let mut servers: BTreeMap<(String, String), (Arc<ToolPlan>, Vec<usize>)> = BTreeMap::new();
+    for tool in plan.tools.values() {
+        for (i, action) in tool.actions.iter().enumerate() {
+            if let Runtime::Mcp(mcp) = &action.runtime {
+                servers
+                    .entry((tool.id(), mcp.session.clone()))
+                    .or_insert_with(|| (Arc::clone(tool), Vec::new()))
+                    .1
+                    .push(i);
+            }
+        }
+    }
+    let mut probe = Probe {
+        servers: servers.len(),
+        actions: servers.values().map(|(_, actions)| actions.len()).sum(),
+        findings: Vec::new(),
+    };
+    let sessions = Arc::new(McpSessions::new());
+    let mut probing = JoinSet::new();
+    for (tool, actions) in servers.into_values() {
+        let sessions = Arc::clone(&sessions);
+        probing.spawn(async move { probe_server(&sessions, &tool, &actions).await });
+    }
+    while let Some(found) = probing.join_next().await {
+        match found {
+            Ok(found) => probe.findings.extend(found),
+            Err(e) => tracing::error!("an MCP probe failed: {e}"),
+        }
+    }
+    probe
+        .findings
+        .sort_by(|a, b| (&a.tool, a.action).cmp(&(&b.tool, b.action)));
+    probe
+}
+
+/// Probes the server that actions `actions` (indexes) of `tool` share.
+async fn probe_server(sessions: &McpSessions, tool: &ToolPlan, actions: &[usize]) -> Vec<Finding> {
+    let mcp: Vec<(usize, &str, &McpPlan)> = actions
+        .iter()
+        .filter_map(|&i| match &tool.actions.get(i)?.runtime {
+            Runtime::Mcp(plan) => Some((i, tool.actions[i].name.as_str(), plan)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(first, first_name, plan)) = mcp.first() else {
+        return Vec::new();
+    };
+    let listed = match timeout(plan.timeout, sessions.open("probe", tool, plan)).await {
+        Ok(Ok(session)) => {
+            let listed = list_tools(&session, plan).await;
+            session.close().await;
+            listed
+        }
+        Ok(Err(OpenError::Config(e) | OpenError::Server(e))) => Err(e),
+        Err(_) => Err(format!(
+            "the MCP server did not start within {:?} (its timeout)",
+            plan.timeout
+        )),
+    };
+    let offered = match listed {
+        Ok(offered) => offered,
+        Err(why) => {
+            let names: Vec<String> = mcp.iter().map(|(_, n, _)| format!("`{n}`")).collect();
+            return vec![Finding {
+                tool: tool.id(),
+                action: first,
+                action_name: first_name.to_owned(),
+                about: About::Server,
+                message: format!(
+                    "cannot probe the MCP server of action{} {}: {why}",
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ),
+            }];
+        }
+    };
+    mcp.iter()
+        .flat_map(|&(i, name, plan)| check_action(tool, i, name, plan, &offered))
+        .collect()
+}
+
+/// Every tool `session`'s server offers (`tools/list`, page by page, each bounded by the
+/// action's timeout, at most [`MAX_LIST_PAGES`] pages).
+async fn list_tools(session: &Session, plan: &McpPlan) -> Result<Vec<rmcp::model::Tool>, String> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let page = match timeout(plan.timeout, session.client.list_tools(Some(params))).await {
+            Ok(Ok(page)) => page,
+            Ok(Err(_)) if session.oversized.load(Ordering::Relaxed) => {
+                return Err(format!(
+                    "the MCP server sent a message larger than {} bytes (max_output) in answer to tools/list",
+                    plan.max_output
+                ));
+            }
+            Ok(Err(e)) => return Err(format!("tools/list failed: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "the MCP server did not answer tools/list within {:?} (its timeout)",
+                    plan.timeout
+                ));
+            }
+        };
+        tools.extend(page.tools);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "the MCP server's tools/list goes on past {MAX_LIST_PAGES} pages"
+    ))
+}
+
+/// What disagrees between action `name` (index `index` of `tool`, compiled as `plan`) and the
+/// tools its server offers.
+fn check_action(
+    tool: &ToolPlan,
+    index: usize,
+    name: &str,
+    plan: &McpPlan,
+    offered: &[rmcp::model::Tool],
+) -> Vec<Finding> {
+    let finding = |about: About, message: String| Finding {
+        tool: tool.id(),
+        action: index,
+        action_name: name.to_owned(),
+        about,
+        message,
+    };
+    let wanted = &plan.tool_name;
+    let Some(found) = offered.iter().find(|t| t.name == *wanted) else {
+        let names: Vec<&str> = offered.iter().map(|t| t.name.as_ref()).collect();
+        let hint = did_you_mean(wanted, names.iter().copied())
+            .map(|n| format!(" (did you mean `{n}`?)"))
+            .unwrap_or_default();
+        let mut shown: Vec<String> = names
+            .iter()
+            .take(MAX_NAMES_SHOWN)
+            .map(|n| format!("`{n}`"))
+            .collect();
+        if names.len() > MAX_NAMES_SHOWN {
+            shown.push(format!("and {} more", names.len() - MAX_NAMES_SHOWN));
+        }
+        let offers = match shown.is_empty() {
+            true => "it offers none".to_owned(),
+            false => format!("it offers {}", shown.join(", ")),
+        };
+        return vec![finding(
+            About::ToolName,
+            format!("action `{name}`: the MCP server offers no tool `{wanted}`{hint}; {offers}"),
+        )];
+    };
+    let declares = tool.manifest.parameters.is_some()
+        || tool
+            .manifest
+            .actions
+            .get(index)
+            .is_some_and(|a| a.parameters.is_some());
+    let Some(action) = tool.actions.get(index).filter(|_| declares) else {
+        return Vec::new();
+    };
+    let schema = &found.input_schema;
+    let empty = serde_json::Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let listed = || {
+        let names: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
+        match names.is_empty() {
+            true => "it has none".to_owned(),
+            false => format!("its properties are {}", names.join(", ")),
+        }
+    };
+    let mut findings = Vec::new();
+    for (param, declared) in &action.parameters {
+        let Some(theirs) = properties.get(param) else {
+            findings.push(finding(
+                About::Parameter(param.clone()),
+                format!(
+                    "action `{name}`: parameter `{param}` is not in the input schema of MCP tool `{wanted}`; {}",
+                    listed()
+                ),
+            ));
+            continue;
+        };
+        let ours = declared
+            .schema_type
+            .and_then(|t| serde_json::to_value(t).ok())
+            .and_then(|t| t.as_str().map(str::to_owned));
+        if let (Some(ours), Some(types)) = (ours, schema_types(theirs))
+            && !types.iter().any(|t| accepts(t, &ours))
+        {
+            findings.push(finding(
+                About::Parameter(param.clone()),
+                format!(
+                    "action `{name}`: parameter `{param}` is of type `{ours}`, but MCP tool `{wanted}` takes {}",
+                    types.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" or ")
+                ),
+            ));
+        }
+    }
+    let required = schema.get("required").and_then(Value::as_array);
+    for needed in required.into_iter().flatten().filter_map(Value::as_str) {
+        if !action.parameters.contains_key(needed) {
+            findings.push(finding(
+                About::Parameters,
+                format!(
+                    "action `{name}`: MCP tool `{wanted}` requires `{needed}`, which the action's parameters do not declare"
+                ),
+            ));
+        }
+    }
+    findings
+}
+
+/// The `type` of a property of an input schema: one name or a list of them; `None` when it
+/// says none (any type).
+fn schema_types(property: &Value) -> Option<Vec<&str>> {
+    match property.get("type")? {
+        Value::String(t) => Some(vec![t.as_str()]),
+        Value::Array(ts) => Some(ts.iter().filter_map(Value::as_str).collect()),
+        _ => None,
+    }
+}
+
+/// Whether a server's type `theirs` accepts every value of a parameter of type `ours`: the
+/// same, or a `number` for an `integer` (every integer is a JSON Schema number).
+fn accepts(theirs: &str, ours: &str) -> bool {
+    theirs == ours || (theirs == "number" && ours == "integer")
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -923,6 +1216,22 @@ mod tests {
         assert_eq!(line, b"last");
         line.clear();
         assert!(!read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+    }
+
+    #[test]
+    fn a_probe_compares_types_by_name_and_takes_an_integer_for_a_number() {
+        let types = |p: Value| schema_types(&p).map(|t| t.join(","));
+        assert_eq!(
+            types(serde_json::json!({"type": "number"})).as_deref(),
+            Some("number")
+        );
+        assert_eq!(
+            types(serde_json::json!({"type": ["string", "null"]})).as_deref(),
+            Some("string,null")
+        );
+        assert_eq!(types(serde_json::json!({"anyOf": []})), None);
+        assert!(accepts("number", "integer") && accepts("string", "string"));
+        assert!(!accepts("integer", "number") && !accepts("number", "string"));
     }
 
     #[test]

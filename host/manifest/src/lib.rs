@@ -13,7 +13,7 @@
 //! - [`validate`]: both, as `agentmesh validate` runs them;
 //! - `shape`: the shape check of a document against its kind's schema; `env`: `{env: …}`
 //!   values read from the environment; `diag`: [`Diagnostic`]s with file and position;
-//!   `suggest`: "did you mean" for misspelt names.
+//! - [`suggest`]: "did you mean" for misspelt names (the CLI's MCP probe uses it too).
 //!
 //! ```no_run
 //! let report = agentmesh_manifest::validate(std::path::Path::new("examples/quickstart"));
@@ -29,7 +29,7 @@ pub mod load;
 pub mod model;
 pub mod resolve;
 mod shape;
-mod suggest;
+pub mod suggest;
 pub mod yaml;
 
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! "Did you mean" suggestions.
 
 /// The candidate closest to `word`, if it is close enough to be a likely typo.
-pub(crate) fn did_you_mean<'a>(
+pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
