@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Runs every check and test: formatting, lints, API docs, the guest components the tests load,
-# and the whole test suite, optimized (the `ci` profile: release without LTO; wasmtime is
-# 15–30× slower in debug). The guests always build into guests/target, where the tests look
-# for them, whatever CARGO_TARGET_DIR says.
+# Runs every check and test: the MCP packages the tests use (pip, npm), formatting, lints, API
+# docs, the guest components the tests load, and the whole test suite, optimized (the `ci`
+# profile: release without LTO; wasmtime is 15–30× slower in debug). The guests always build
+# into guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+# The MCP servers the `mcp` runtime's end-to-end tests run (a Python one on the `mcp` package,
+# and `@modelcontextprotocol/server-everything` from tests/mcp/package-lock.json), and the
+# official Python SDK's client, which drives `agentmesh mcp` and `/mcp`: the Python package is
+# installed unless in place, the npm one from its lockfile (a few seconds, offline from npm's
+# cache once fetched).
+python3 -c 'import importlib.metadata as m; assert m.version("mcp") == "2.3.0"' 2>/dev/null \
+  || python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
+npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
 cargo fmt --all --check
 # No module of a crate imports a module that imports it back.
 python3 scripts/module-cycles.py
