@@ -31,17 +31,22 @@ fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
     ])
 }
 
-/// Posts the alert `{"n": id}` with delivery id `id`, signed: the status, or `None` when the
-/// server does not answer (it is down or died mid-request).
-fn deliver(addr: SocketAddr, id: &str) -> Option<u16> {
+/// Posts the alert `{"n": id}` with delivery id `id`, signed: the status and the answer's
+/// `status` field (`accepted`, `unmatched`, `duplicate`), or `None` when the server does not
+/// answer (it is down or died mid-request).
+fn deliver(addr: SocketAddr, id: &str) -> Option<(u16, String)> {
     let body = json!({"n": id}).to_string().into_bytes();
-    Request::new(addr, "POST", "/v1/webhooks/tools/ops/pager")
+    let answer = Request::new(addr, "POST", "/v1/webhooks/tools/ops/pager")
         .header("Content-Type", "application/json")
         .header("X-GitHub-Delivery", id)
         .header("X-Hub-Signature-256", &sign_github(SECRET, &body))
         .body(body)
-        .send_head(Duration::from_secs(20))
-        .map(|r| r.status)
+        .try_send(Duration::from_secs(20))?;
+    let said = serde_json::from_slice::<serde_json::Value>(&answer.body)
+        .ok()
+        .and_then(|v| v["status"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Some((answer.status, said))
 }
 
 #[test]
@@ -57,7 +62,8 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     let task = r.json()["id"].as_str().unwrap().to_owned();
 
     // The load generator: 4 threads sending signed webhooks with unique delivery ids.
-    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    // Each acknowledged delivery with what its answer said.
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
     let sent = Arc::new(Mutex::new(BTreeSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let addr = server.addr;
@@ -71,12 +77,12 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
                 }
                 let id = format!("d-{t}-{n}");
                 sent.lock().unwrap().insert(id.clone());
-                let Some(status) = deliver(addr, &id) else {
+                let Some((status, said)) = deliver(addr, &id) else {
                     // The server is gone: this delivery's fate is unknown, and it stops here.
                     return;
                 };
                 if (200..300).contains(&status) {
-                    acked.lock().unwrap().insert(id);
+                    acked.lock().unwrap().insert(id, said);
                 }
             }
         }));
@@ -121,7 +127,7 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     assert!(twice.is_empty(), "processed more than once: {twice:?}");
     let lost: Vec<_> = acked
         .iter()
-        .filter(|id| !processed.contains_key(*id))
+        .filter(|(id, _)| !processed.contains_key(*id))
         .collect();
     assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
     let phantom: Vec<_> = processed.keys().filter(|id| !sent.contains(*id)).collect();
@@ -134,10 +140,16 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
         processed.len() - acked.len()
     );
     // A redelivery of an acknowledged id after the restart is still a duplicate.
-    let first = acked.iter().next().unwrap();
-    assert_eq!(deliver(server.addr, first), Some(200));
+    let (first, _) = acked.iter().next().unwrap();
+    assert_eq!(
+        deliver(server.addr, first),
+        Some((200, "duplicate".to_owned()))
+    );
     // The subscription came back with the task: a new delivery routes to it.
-    assert_eq!(deliver(server.addr, "after-restart"), Some(202));
+    assert_eq!(
+        deliver(server.addr, "after-restart"),
+        Some((202, "accepted".to_owned()))
+    );
     let t = server
         .request("GET", &format!("/v1/tasks/{task}"))
         .send()

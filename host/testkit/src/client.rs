@@ -84,9 +84,19 @@ impl Request {
     /// Sends it and reads the whole response (chunked or up to the close); panics when
     /// nothing answers within 20 s.
     pub fn send(self) -> Response {
-        let (mut response, mut reader) = self
-            .exchange(SEND_WITHIN)
-            .unwrap_or_else(|e| panic!("{} {}: no answer: {e}", self.method, self.path));
+        let what = format!("{} {}", self.method, self.path);
+        self.read_all(SEND_WITHIN)
+            .unwrap_or_else(|e| panic!("{what}: no answer: {e}"))
+    }
+
+    /// Sends it and reads the whole response, or `None` when it does not all arrive within
+    /// `limit` per read (the server is down, stuck, or died mid-request).
+    pub fn try_send(self, limit: Duration) -> Option<Response> {
+        self.read_all(limit).ok()
+    }
+
+    fn read_all(self, limit: Duration) -> io::Result<Response> {
+        let (mut response, mut reader) = self.exchange(limit)?;
         let chunked = response
             .headers
             .iter()
@@ -94,19 +104,19 @@ impl Request {
         if chunked {
             loop {
                 let mut size = String::new();
-                reader.read_line(&mut size).unwrap();
+                reader.read_line(&mut size)?;
                 let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
                 if size == 0 {
                     break;
                 }
                 let mut chunk = vec![0; size + 2];
-                reader.read_exact(&mut chunk).unwrap();
+                reader.read_exact(&mut chunk)?;
                 response.body.extend_from_slice(&chunk[..size]);
             }
         } else {
-            reader.read_to_end(&mut response.body).unwrap();
+            reader.read_to_end(&mut response.body)?;
         }
-        response
+        Ok(response)
     }
 
     /// Sends it and reads the response's head (the body is left unread, empty), or `None` when
