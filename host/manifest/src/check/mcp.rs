@@ -37,34 +37,34 @@ pub(super) fn check(c: &mut Checker, src: &Source, tool: &Tool) {
                 at,
                 format!("action `{name}`: `mcp` needs a `transport`: stdio, sse or http"),
             ),
-            Some(McpTransport::Stdio) => {
-                if mcp.command.is_none() {
+            Some(transport) => {
+                // What the transport needs, and the fields that belong to the other one.
+                let (missing, needs, others, belong) = match transport {
+                    McpTransport::Stdio => (
+                        mcp.command.is_none(),
+                        "an stdio `mcp` server needs a `command`",
+                        ["url", "headers", "allowed_hosts"],
+                        "the sse and http transports, not stdio",
+                    ),
+                    McpTransport::Sse | McpTransport::Http => (
+                        mcp.url.is_none(),
+                        "an sse or http `mcp` server needs a `url`",
+                        ["command", "args", "env"],
+                        "the stdio transport, not sse or http",
+                    ),
+                };
+                if missing {
+                    c.error(src, at, format!("action `{name}`: {needs}"));
+                }
+                for field in others.into_iter().filter(|f| set(&mcp, f)) {
                     c.error(
                         src,
                         at,
-                        format!("action `{name}`: an stdio `mcp` server needs a `command`"),
+                        format!("action `{name}`: `{field}` is for {belong}"),
                     );
                 }
-                for field in ["url", "headers", "allowed_hosts"] {
-                    if set(&mcp, field) {
-                        c.error(src, at, format!("action `{name}`: `{field}` is for the sse and http transports, not stdio"));
-                    }
-                }
-            }
-            Some(McpTransport::Sse | McpTransport::Http) => {
-                if mcp.url.is_none() {
-                    c.error(
-                        src,
-                        at,
-                        format!("action `{name}`: an sse or http `mcp` server needs a `url`"),
-                    );
-                }
-                for field in ["command", "args", "env"] {
-                    if set(&mcp, field) {
-                        c.error(src, at, format!("action `{name}`: `{field}` is for the stdio transport, not sse or http"));
-                    }
-                }
-                if mcp.url.as_deref().is_some_and(has_holes) && mcp.allowed_hosts.is_none() {
+                let templated = mcp.url.as_deref().is_some_and(has_holes);
+                if transport != McpTransport::Stdio && templated && mcp.allowed_hosts.is_none() {
                     c.error(
                         src,
                         at,
