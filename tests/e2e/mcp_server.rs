@@ -166,6 +166,7 @@ fn agentmesh_mcp_refuses_an_unknown_agent_before_reading_stdin() {
 }
 
 const TOKENS: &str = "kind: agentmesh/v1/host
+policy: {max_body_bytes: 4096}
 api_tokens:
   - {subject: \"user:ann\", role: agent_user, env: ANN_TOKEN}
   - {subject: \"user:bob\", role: agent_user, env: BOB_TOKEN}
@@ -241,6 +242,12 @@ fn serve_mcp_needs_a_writing_token_an_agent_and_the_sessions_own_caller() {
     let no_agent = post("/mcp", Some("ann-secret-token"), &initialize());
     assert_eq!(no_agent.status, 400, "{}", no_agent.text());
     assert!(no_agent.text().contains("agent=ns/name"));
+    // The API's body cap holds on `/mcp` too.
+    let mut big = initialize();
+    big["params"]["clientInfo"]["name"] = json!("x".repeat(8192));
+    let too_large = post(path, Some("ann-secret-token"), &big);
+    assert_eq!(too_large.status, 413, "{}", too_large.text());
+    assert_eq!(too_large.json()["error"]["code"], "too_large");
     let unknown = post(
         "/mcp?agent=t/nobody",
         Some("ann-secret-token"),
