@@ -157,24 +157,6 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     assert_eq!(t["subscriptions"][0]["event"], "alert", "{t}");
 }
 
-/// A loopback port that accepts connections and never answers them, for `for_secs` seconds.
-fn silent_port(for_secs: u64) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let until = std::time::Instant::now() + Duration::from_secs(for_secs);
-        let mut held = Vec::new();
-        while std::time::Instant::now() < until {
-            match listener.accept() {
-                Ok((stream, _)) => held.push(stream),
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    });
-    port
-}
-
 /// Waits until task `id` is running with a call in flight: its last `ActionEvent` has no
 /// answer yet.
 fn wait_for_call_in_flight(server: &Server, id: &str) {
@@ -204,7 +186,7 @@ fn wait_for_call_in_flight(server: &Server, id: &str) {
 
 #[test]
 fn a_task_whose_turn_runs_when_the_host_goes_down_twice_is_ended_and_the_host_serves_on() {
-    let port = silent_port(120);
+    let port = HeldPort::start(120).port;
     let manifests = format!(
         "kind: commonagents.info/v1beta2/tool
 namespace: lab
@@ -295,4 +277,142 @@ model: scripted/fine.yaml
     assert_eq!(server.terminate(), Some(0));
     let server = Server::start(AGENTMESH, &dir, &data, &[]);
     assert_eq!(task(&server, &fine)["status"], "idle");
+}
+
+/// A loopback port that accepts connections and holds them unanswered until `release` is set,
+/// then closes them (and any later one) at once; `accepted` counts the connections.
+struct HeldPort {
+    port: u16,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    release: Arc<AtomicBool>,
+}
+
+impl HeldPort {
+    fn start(for_secs: u64) -> HeldPort {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(AtomicBool::new(false));
+        let (count, released) = (Arc::clone(&accepted), Arc::clone(&release));
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + Duration::from_secs(for_secs);
+            let mut held = Vec::new();
+            while std::time::Instant::now() < until {
+                if released.load(Ordering::SeqCst) {
+                    held.clear();
+                }
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        held.push(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        HeldPort {
+            port,
+            accepted,
+            release,
+        }
+    }
+
+    /// Waits until `n` connections were accepted.
+    fn wait_for(&self, n: usize) {
+        let reached = wait_for(Duration::from_secs(30), || {
+            (self.accepted.load(Ordering::SeqCst) >= n).then_some(())
+        });
+        assert!(
+            reached.is_some(),
+            "no connection number {n} to port {}",
+            self.port
+        );
+    }
+}
+
+#[test]
+fn an_input_whose_guardrail_step_is_calling_out_when_the_host_dies_is_not_lost() {
+    let held = HeldPort::start(120);
+    let manifests = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: check
+description: Checks slowly.
+actions:
+  - name: input
+    description: Check the input.
+    execute:
+      stateless_http: {{method: GET, url: \"http://127.0.0.1:{}/\", timeout: 60s}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: guarded
+description: Checks its input outside first.
+prompt: Answer.
+model: scripted/script.yaml
+guardrails:
+  before:
+    - invoke: \"check:input\"
+---
+kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: plain
+description: Answers.
+prompt: Answer.
+model: scripted/script.yaml
+",
+        held.port
+    );
+    let (_root, dir, data) = dirs(&[
+        ("manifests.yaml", &manifests),
+        ("script.yaml", "responses:\n  - text: Fine.\n"),
+    ]);
+    let task_of = |server: &Server, id: &str| {
+        server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json()
+    };
+
+    // While the input's guardrail step calls out, the input is still queued: it is taken only
+    // with the event that logs it.
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let id = server.create_task(&json!({"agent": "lab/guarded", "input": {"message": "first"}}));
+    held.wait_for(1);
+    let task = task_of(&server, &id);
+    assert_eq!(task["queue_depth"], 1, "{task}");
+    // Another task's input is acknowledged once on disk: the store is flushed with whatever
+    // the guarded task wrote so far.
+    server.create_task(&json!({"agent": "lab/plain", "input": {"message": "hi"}}));
+    server.kill();
+
+    // After the restart the input runs again, through the same step: still queued while the
+    // step calls out (the crash marker written before the turn does not take it either).
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    held.wait_for(2);
+    let task = task_of(&server, &id);
+    assert_eq!(task["queue_depth"], 1, "{task}");
+
+    // The step fails (the connection is closed): the guardrail fails closed, and the input is
+    // in the log of the task it locked.
+    held.release.store(true, Ordering::SeqCst);
+    let ended = wait_for(Duration::from_secs(60), || {
+        let task = task_of(&server, &id);
+        (task["status"] == "terminated").then_some(task)
+    })
+    .expect("the task ended");
+    assert_eq!(ended["reason"], "locked", "{ended}");
+    let log = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .json();
+    let inputs: Vec<_> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "user")
+        .map(|e| e["content"][0]["text"].clone())
+        .collect();
+    assert_eq!(inputs, [json!("first")], "{log}");
 }

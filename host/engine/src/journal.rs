@@ -18,7 +18,11 @@ pub struct Journal {
     pub(crate) complete: bool,
     /// How many events at the end of `log` are not written yet.
     pub(crate) pending: usize,
-    /// The queue entry the turn is processing, removed by the next write.
+    /// The queue entry of the input the turn is processing, held (still queued) until the
+    /// input is in the log: writes before that, e.g. ahead of a guardrail step that calls out,
+    /// leave it queued, so a host that goes down then runs it again instead of losing it.
+    pub(crate) held: Option<QueueKey>,
+    /// The queue entry the next write removes, with the events that log its input.
     pub(crate) take: Option<QueueKey>,
     /// The written part of `log`, in bytes as stored.
     pub(crate) log_bytes: usize,
@@ -45,9 +49,17 @@ impl Journal {
         }
     }
 
-    /// Makes the next write also remove queue entry `key` (the input being processed).
-    pub(crate) fn take(&mut self, key: QueueKey) {
-        self.take = Some(key);
+    /// Holds queue entry `key`, the input the turn processes, until [`Journal::take_held`].
+    pub(crate) fn hold(&mut self, key: QueueKey) {
+        self.held = Some(key);
+    }
+
+    /// The held input is in the log (or done with): the next write removes its queue entry,
+    /// in the same write as the events logged with it.
+    pub(crate) fn take_held(&mut self) {
+        if let Some(key) = self.held.take() {
+            self.take = Some(key);
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -591,8 +591,9 @@ impl Engine {
                     else {
                         return Ok(self.records().checkin(record));
                     };
-                    record.journal.take(key);
+                    record.journal.hold(key);
                     if record.status() == Status::Terminated {
+                        record.journal.take_held();
                         self.records().save(&mut record, Vec::new())?;
                         continue;
                     }
@@ -634,7 +635,9 @@ impl Engine {
             if record.crashed.take().is_some() {
                 self.records().save(&mut record, Vec::new())?;
             }
-            // A turn that stopped early (an interrupt) keeps what it did.
+            // A turn that stopped early (an interrupt) keeps what it did; an input it stopped
+            // before logging is done with all the same.
+            record.journal.take_held();
             self.records().write_ahead(&mut record)?;
             if record.status() == Status::Terminated {
                 self.close_task_sessions(&record.id).await;

@@ -83,6 +83,8 @@ fn take_input(
         .unwrap_or_default();
     let mut events: Events = Vec::new();
     let has_message = io.get("message").is_some();
+    // Taken off the queue by the write that logs it.
+    record.journal.take_held();
     record.inputs.push(io);
     // The prompt is rendered once the first input is in the context (the spec's own example
     // reads `{context.input[0].ticket_id}`); one that cannot render ends the task, naming the
