@@ -13,6 +13,7 @@ mod durability;
 mod governance;
 mod limits;
 mod mcp_client;
+mod mcp_events;
 mod mcp_server;
 mod mount;
 mod reload;

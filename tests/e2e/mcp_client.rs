@@ -17,13 +17,13 @@ use crate::AGENTMESH;
 use crate::util::{Env, agentmesh, events, observations, run_in};
 
 /// `tests/mcp/`: the servers' sources and their npm packages.
-fn servers() -> PathBuf {
+pub(crate) fn servers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
 }
 
 /// The Python interpreter that has the `mcp` package (the one `python3` runs; a test server is
 /// started by its absolute path, since a server gets no `PATH` of the host's).
-fn python() -> String {
+pub(crate) fn python() -> String {
     let out = Command::new("python3")
         .args(["-c", "import mcp, sys; print(sys.executable)"])
         .output();

@@ -73,6 +73,8 @@ pub enum Origin {
         /// The wakeup's id.
         id: String,
     },
+    /// A resource update an MCP server sent (`notifications/resources/updated`).
+    McpEvent,
 }
 
 impl Origin {
@@ -85,6 +87,7 @@ impl Origin {
             Origin::Api { auth_subject } => ("api", None, delivered(), auth_subject),
             Origin::Schedule { id } => ("schedule", Some(id), None, &None),
             Origin::Wakeup { id } => ("self-schedule", Some(id), None, &None),
+            Origin::McpEvent => ("mcp-event", None, None, &None),
         };
         Some(TriggerEnvelope {
             source: source.into(),

@@ -44,6 +44,7 @@ mod direct;
 mod door;
 mod journal;
 mod mcp;
+mod mcp_events;
 pub mod mount;
 pub mod plan;
 mod providers;
@@ -78,6 +79,7 @@ pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
 pub use mcp::{About, Finding, Probe, probe};
+pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};

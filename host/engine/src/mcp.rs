@@ -108,13 +108,52 @@ enum State {
 }
 
 /// An open MCP session.
-struct Session {
+pub(crate) struct Session {
     /// The MCP client.
-    client: RunningService<RoleClient, ClientConfig>,
+    pub(crate) client: RunningService<RoleClient, McpClient>,
     /// The server process, for stdio.
-    process: Option<ServerProcess>,
+    pub(crate) process: Option<ServerProcess>,
     /// Set when the server sent a message over `max_output` (the session then ends).
     oversized: Arc<AtomicBool>,
+}
+
+/// This host as an MCP client: how it introduces itself, and where the resource updates the
+/// server sends go (a session opened for the tool's events; other sessions subscribe to
+/// nothing and drop any).
+pub(crate) struct McpClient {
+    updates: Option<tokio::sync::mpsc::Sender<String>>,
+    /// Set once an update was dropped because the receiver fell behind.
+    dropped: AtomicBool,
+}
+
+impl McpClient {
+    fn new(updates: Option<tokio::sync::mpsc::Sender<String>>) -> McpClient {
+        McpClient {
+            updates,
+            dropped: AtomicBool::new(false),
+        }
+    }
+}
+
+impl rmcp::ClientHandler for McpClient {
+    fn get_info(&self) -> ClientConfig {
+        client_config()
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let Some(updates) = &self.updates else { return };
+        // Bounded: a server that floods updates loses some rather than filling the host's
+        // memory.
+        if updates.try_send(params.uri).is_err() && !self.dropped.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "MCP resource updates arrive faster than they are routed: some were dropped"
+            );
+        }
+    }
 }
 
 /// What [`McpSessions::reserve`] found in the pool.
@@ -308,17 +347,53 @@ impl McpSessions {
         tool: &ToolPlan,
         plan: &McpPlan,
     ) -> Result<Session, OpenError> {
+        self.open_with(task, tool, plan, None).await
+    }
+
+    /// Opens a session of `tool`'s server for its events (outside the pool): the resource
+    /// updates it sends go to `updates`. Why it did not open, in words.
+    pub(crate) async fn open_for_events(
+        &self,
+        tool: &ToolPlan,
+        plan: &McpPlan,
+        updates: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<Session, String> {
+        match timeout(
+            plan.timeout,
+            self.open_with("(events)", tool, plan, Some(updates)),
+        )
+        .await
+        {
+            Ok(Ok(session)) => Ok(session),
+            Ok(Err(OpenError::Config(why) | OpenError::Server(why))) => Err(why),
+            Err(_) => Err(format!(
+                "the MCP server did not start within {:?} (its timeout)",
+                plan.timeout
+            )),
+        }
+    }
+
+    async fn open_with(
+        &self,
+        task: &str,
+        tool: &ToolPlan,
+        plan: &McpPlan,
+        updates: Option<tokio::sync::mpsc::Sender<String>>,
+    ) -> Result<Session, OpenError> {
         let mut settings = Activation::new();
         settings.set("settings", Value::Object(tool.settings.clone()));
         let id = tool.id();
+        let client = McpClient::new(updates);
         match &*plan.server {
-            McpServer::Stdio(server) => open_stdio(task, &id, server, plan, &settings).await,
+            McpServer::Stdio(server) => {
+                open_stdio((task, &id), server, plan, &settings, client).await
+            }
             McpServer::Http(server) => {
                 let http = self
                     .http
                     .as_ref()
                     .map_err(|e| OpenError::Config(e.clone()))?;
-                open_http(&id, server, plan, &settings, http).await
+                open_http(&id, server, plan, &settings, (http, client)).await
             }
         }
     }
@@ -523,11 +598,11 @@ fn render_all(
 /// Starts an stdio server for task `task` and initializes its session. Its environment is
 /// exactly the rendered `env`; the program is found through the host's `PATH`.
 async fn open_stdio(
-    task: &str,
-    tool: &str,
+    (task, tool): (&str, &str),
     server: &StdioServer,
     plan: &McpPlan,
     settings: &Activation,
+    client: McpClient,
 ) -> Result<Session, OpenError> {
     let env = render_all(&server.env, settings, tool, "env")?;
     let command = &server.command;
@@ -565,7 +640,7 @@ async fn open_stdio(
     // `LineCap` bounds every line, so rmcp's own bound (which drops a long line silently
     // and leaves the call waiting) never applies.
     let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(usize::MAX);
-    match client_config().serve(transport).await {
+    match client.serve(transport).await {
         Ok(client) => Ok(Session {
             client,
             process: Some(process),
@@ -599,7 +674,7 @@ async fn open_http(
     server: &HttpServer,
     plan: &McpPlan,
     settings: &Activation,
-    http: &reqwest::Client,
+    (http, client): (&reqwest::Client, McpClient),
 ) -> Result<Session, OpenError> {
     let url = server
         .url
@@ -632,7 +707,7 @@ async fn open_http(
         .max_json_response_size(plan.max_output)
         .max_sse_event_size(plan.max_output);
     let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-    let client = client_config().serve(transport).await.map_err(|e| {
+    let client = client.serve(transport).await.map_err(|e| {
         OpenError::Server(format!(
             "cannot open a session with the MCP server at `{url}`: {e}"
         ))
@@ -647,7 +722,7 @@ async fn open_http(
 /// An stdio server's process: the leader of a process group of its own, so that teardown
 /// stops whatever it started too. Dropped without [`ServerProcess::stop`] (a call or an
 /// opening abandoned at its timeout), its group is killed and the leader is reaped by tokio.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Option<Box<dyn ChildWrapper>>,
     /// The task logging its stderr.
     stderr: Option<JoinHandle<()>>,
@@ -682,7 +757,7 @@ impl ServerProcess {
 
     /// Waits up to [`EXIT_GRACE`] for the server to exit, then kills its process group and
     /// reaps it: its exit status, unless it could not be reaped within [`REAP_WAIT`].
-    async fn stop(mut self) -> Option<ExitStatus> {
+    pub(crate) async fn stop(mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
         let exited = match timeout(EXIT_GRACE, child.wait()).await {
             Ok(Ok(status)) => Some(status),

@@ -255,8 +255,10 @@ pub struct ToolPlan {
     pub actions: Vec<ActionPlan>,
     /// The manifest.
     pub manifest: Tool,
-    /// Its webhook events, compiled.
+    /// Its events received by webhook or by MCP subscription, compiled.
     pub events: Vec<EventPlan>,
+    /// The server its MCP events subscribe to (its shared `mcp` block), when it has some.
+    pub mcp_events: Option<Arc<mcp::McpPlan>>,
     /// Settings: declared defaults overlaid with the host config's values.
     pub settings: Map<String, Value>,
 }
@@ -268,7 +270,7 @@ impl ToolPlan {
     }
 }
 
-/// A tool event received by webhook, compiled.
+/// A tool event received by webhook or by MCP subscription, compiled.
 pub struct EventPlan {
     /// The event's name.
     pub name: String,
@@ -285,6 +287,17 @@ pub struct EventPlan {
     pub secret: Secret,
     /// `receive.webhook.filter_component`: an event-filter component.
     pub filter_component: Option<PathBuf>,
+    /// How it arrives.
+    pub via: Via,
+}
+
+/// How a tool event arrives.
+pub enum Via {
+    /// POSTed to the tool's webhook route.
+    Webhook,
+    /// As `notifications/resources/updated` for one of these resources (URI templates over
+    /// `settings`) of the tool's MCP server (`receive.subscription.resources`).
+    McpResources(Vec<Template>),
 }
 
 /// The key a tool event's deliveries are signed with.
@@ -628,32 +641,44 @@ fn tool_plan(
         });
     }
     let mut events = Vec::new();
+    let mut mcp_events = None;
     for event in &tool.events {
-        let Some(webhook) = &event.receive.webhook else {
-            continue;
-        };
-        let secret = match &webhook.secret {
-            Some(src) => {
-                let mut act = Activation::new();
-                act.set("settings", Value::Object(settings.clone()));
-                match template(src)?.render(&act) {
-                    Ok(key) if !key.is_empty() => Secret::Key(key),
-                    Ok(_) => Secret::Unavailable(format!("the secret `{src}` is empty")),
-                    Err(e) => {
-                        Secret::Unavailable(format!("the secret `{src}` cannot be rendered: {e}"))
-                    }
+        // What arrives how: the filter, the secret and filter component (webhooks only).
+        let by_mcp = event
+            .receive
+            .subscription
+            .as_ref()
+            .filter(|s| !s.resources.is_empty());
+        let (filter, secret, filter_component, via) = match (&tool.mcp, by_mcp) {
+            (Some(shared), Some(sub)) => {
+                if mcp_events.is_none() {
+                    mcp_events = Some(Arc::new(mcp::mcp_plan(shared, &event.name, base_dir)?));
                 }
+                let resources = sub.resources.iter().map(|r| template(r));
+                let via = Via::McpResources(resources.collect::<Result<_, _>>()?);
+                (sub.filter.as_deref(), Secret::None, None, via)
             }
-            None => Secret::None,
+            _ => {
+                let Some(webhook) = &event.receive.webhook else {
+                    continue;
+                };
+                let secret = match &webhook.secret {
+                    Some(src) => webhook_secret(src, &settings)?,
+                    None => Secret::None,
+                };
+                let component = webhook.filter_component.as_ref().map(|c| base_dir.join(c));
+                (webhook.filter.as_deref(), secret, component, Via::Webhook)
+            }
         };
         events.push(EventPlan {
             name: event.name.clone(),
             message: template(&event.message)?,
             timeout: event.timeout.map(|d| d.0),
             max_timeout: event.max_timeout.map(|d| d.0),
-            filter: Arc::new(compile(webhook.filter.as_deref().unwrap_or("true"))?),
+            filter: Arc::new(compile(filter.unwrap_or("true"))?),
             secret,
-            filter_component: webhook.filter_component.as_ref().map(|c| base_dir.join(c)),
+            filter_component,
+            via,
         });
     }
     Ok(ToolPlan {
@@ -662,7 +687,20 @@ fn tool_plan(
         actions,
         manifest: tool.clone(),
         events,
+        mcp_events,
         settings,
+    })
+}
+
+/// A webhook event's `secret` template `src`, rendered with the tool's `settings`; one that
+/// does not render, or renders empty, refuses every delivery and says why.
+fn webhook_secret(src: &str, settings: &Map<String, Value>) -> Result<Secret, EngineError> {
+    let mut act = Activation::new();
+    act.set("settings", Value::Object(settings.clone()));
+    Ok(match template(src)?.render(&act) {
+        Ok(key) if !key.is_empty() => Secret::Key(key),
+        Ok(_) => Secret::Unavailable(format!("the secret `{src}` is empty")),
+        Err(e) => Secret::Unavailable(format!("the secret `{src}` cannot be rendered: {e}")),
     })
 }
 

@@ -11,14 +11,14 @@ use serde_json::{Value, json};
 use crate::Event;
 use crate::routes::SharedRoutes;
 
-/// The inputs `events` of `tool` (their JSON `payload`) bring the tasks subscribed to them;
+/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks subscribed to them;
 /// nothing, and the delivery id left unremembered, when no task takes one. A task whose
 /// admission fails does not take the event (logged).
 pub(crate) async fn tool_events(
     engine: &Engine,
     routes: &SharedRoutes,
     (tool, events): (&ToolPlan, &[&EventPlan]),
-    payload: &Value,
+    (payload, origin): (&Value, &Origin),
     arrival: &Arrival<'_>,
 ) -> Admitted<()> {
     let tool_id = tool.id();
@@ -44,7 +44,7 @@ pub(crate) async fn tool_events(
             inputs.push(Input {
                 task,
                 io: json!({"message": [ContentPart::text(text)]}),
-                origin: Origin::Webhook { auth_subject: None },
+                origin: origin.clone(),
             });
         }
     }

@@ -8,14 +8,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan};
-use agentmesh_engine::{Arrival, Engine, EngineError, Through, WebhookError};
+use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan, Via};
+use agentmesh_engine::{
+    Arrival, Engine, EngineError, Origin, ResourceUpdate, Through, WebhookError,
+};
 use agentmesh_store::now_ms;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::admit;
 use crate::routes::SharedRoutes;
 use crate::{Headers, Inbound, delivery_id, signature};
+
+/// The origin of a webhook's tool events (a tool webhook names no `auth_subject`).
+const WEBHOOK: Origin = Origin::Webhook { auth_subject: None };
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +67,7 @@ impl EventRouter {
         let tool = plan
             .tools
             .get(tool_id)
-            .filter(|t| !t.events.is_empty())
+            .filter(|t| t.events.iter().any(|e| matches!(e.via, Via::Webhook)))
             .ok_or_else(|| WebhookError::UnknownTool(tool_id.to_owned()))?;
         let events = verified_events(tool, headers, body)?;
         let payload: Value =
@@ -70,7 +75,14 @@ impl EventRouter {
         let routes = &*self.routes;
         let admit = async |arrival: &Arrival<'_>| {
             Ok::<_, WebhookError>(
-                admit::tool_events(&self.engine, routes, (tool, &events), &payload, arrival).await,
+                admit::tool_events(
+                    &self.engine,
+                    routes,
+                    (tool, &events),
+                    (&payload, &WEBHOOK),
+                    arrival,
+                )
+                .await,
             )
         };
         match self.engine.arrive(headers, admit).await? {
@@ -80,6 +92,44 @@ impl EventRouter {
                 tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers), "webhook matched no subscription");
                 Ok(WebhookOutcome::Unmatched)
             }
+        }
+    }
+
+    /// Routes a resource update of an MCP server to the tasks subscribed to the events that
+    /// name the resource, as a webhook's events are routed (filters, allow lists, middleware),
+    /// with payload `{"uri"}` and the trigger source `mcp-event`. Returns the tasks it was
+    /// queued on (on disk).
+    pub async fn deliver_mcp_update(
+        &self,
+        update: &ResourceUpdate,
+    ) -> Result<Vec<String>, EngineError> {
+        let plan = self.engine.plan();
+        let Some(tool) = plan.tools.get(&update.tool) else {
+            return Ok(Vec::new());
+        };
+        let events: Vec<&EventPlan> = tool
+            .events
+            .iter()
+            .filter(|e| matches!(e.via, Via::McpResources(_)) && update.events.contains(&e.name))
+            .collect();
+        let payload = json!({"uri": update.uri});
+        let routes = &*self.routes;
+        let admit = async |arrival: &Arrival<'_>| {
+            Ok::<_, EngineError>(
+                admit::tool_events(
+                    &self.engine,
+                    routes,
+                    (tool, &events),
+                    (&payload, &Origin::McpEvent),
+                    arrival,
+                )
+                .await,
+            )
+        };
+        // No delivery id: an update is never a repeat of another.
+        match self.engine.arrive(&Headers::default(), admit).await? {
+            Through::Queued { tasks, .. } => Ok(tasks),
+            Through::Duplicate | Through::Nothing(()) => Ok(Vec::new()),
         }
     }
 
@@ -106,7 +156,8 @@ fn verified_events<'t>(
     let mut first_error = None;
     // Several events often share one secret: check each distinct secret once.
     let mut checked: HashMap<&str, bool> = HashMap::new();
-    for event in &tool.events {
+    // Events received by MCP subscription are not POSTed: a delivery never stands for one.
+    for event in tool.events.iter().filter(|e| matches!(e.via, Via::Webhook)) {
         let ok = match &event.secret {
             Secret::None => true,
             Secret::Key(key) => *checked.entry(key.as_str()).or_insert_with(|| {

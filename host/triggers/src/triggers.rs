@@ -32,8 +32,8 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan,
 };
 use agentmesh_engine::{
-    Admitted, Arrival, EngineError, Input, NewTask, Origin, Run, Through, UserRef, WebhookError,
-    normalize_trigger_input,
+    Admitted, Arrival, EngineError, Input, NewTask, Origin, ResourceUpdate, Run, Through, UserRef,
+    WebhookError, normalize_trigger_input,
 };
 
 use crate::{Result, Triggers, lock};
@@ -497,6 +497,57 @@ impl Triggers {
             tasks.push(task);
         }
         Ok(SourceDelivery::Accepted { tasks, dropped })
+    }
+
+    /// Fires the triggers of every `mcp-event` source naming one of the events of `update`'s
+    /// tool that subscribe to its resource: the event's payload is `{"uri"}`, the trigger
+    /// source `mcp-event`. Returns the tasks created (their input on disk).
+    pub async fn deliver_mcp_update(&self, update: &ResourceUpdate) -> Result<Vec<String>> {
+        let plan = self.engine.plan();
+        let mut sources: Vec<(&String, &String)> = plan
+            .sources
+            .iter()
+            .filter_map(|(name, source)| match &**source {
+                SourcePlan::Mcp { tool, event }
+                    if *tool == update.tool && update.events.contains(event) =>
+                {
+                    Some((name, event))
+                }
+                _ => None,
+            })
+            .collect();
+        if sources.is_empty() {
+            return Ok(Vec::new());
+        }
+        sources.sort();
+        let payload = json!({"uri": update.uri});
+        let admit = async |arrival: &Arrival<'_>| {
+            let mut all = SourceFires::default();
+            for (source, event) in &sources {
+                let event = arrival.event(event, &payload);
+                let fires = self.fire_source(source, &event, arrival.fired_at(), Origin::McpEvent);
+                let SourceFires {
+                    inputs,
+                    fired,
+                    dropped,
+                } = fires.await?;
+                all.inputs.extend(inputs);
+                all.fired.extend(fired);
+                all.dropped += dropped;
+            }
+            Ok::<_, EngineError>(Admitted::Inputs(all.inputs, all.fired))
+        };
+        // No delivery id: an update is never a repeat of another.
+        let fired = match self.engine.arrive(&Default::default(), admit).await? {
+            Through::Duplicate => Vec::new(),
+            Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
+        };
+        let mut tasks = Vec::new();
+        for (id, task) in fired {
+            self.record_fire(TRIGGER_STATE, &id, Ok(&task));
+            tasks.push(task);
+        }
+        Ok(tasks)
     }
 
     /// Fires every trigger of `source` that takes `event` (in id order): each passing one

@@ -113,12 +113,14 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             Arc::clone(&state),
             RELOAD_POLL,
         ));
+        let mcp_events = tokio::spawn(route_mcp_updates(router.clone(), triggers.clone()));
         let sweeper = tokio::spawn(sweep(router));
         let scheduler = tokio::spawn(triggers.run());
         agentmesh_server::serve(Arc::clone(&state), listener, limits, shutdown_signal()).await;
         watcher.abort();
         sweeper.abort();
         scheduler.abort();
+        mcp_events.abort();
         engine.shutdown().await;
         engine.store().flush()?;
         eprintln!("agentmesh: stopped");
@@ -145,6 +147,39 @@ async fn sweep(router: EventRouter) {
         }
     }
 }
+
+/// Holds the MCP sessions of tools whose events are resource updates, and routes each update
+/// to the subscribed tasks and to the triggers of the `mcp-event` sources naming its event.
+async fn route_mcp_updates(router: EventRouter, triggers: Triggers) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(MCP_UPDATES_BUFFERED);
+    let engine = router.engine().clone();
+    let watching = engine.watch_mcp_resources(tx);
+    tokio::pin!(watching);
+    loop {
+        let update = tokio::select! {
+            () = &mut watching => return,
+            update = rx.recv() => match update {
+                Some(update) => update,
+                None => return,
+            },
+        };
+        let (tool, uri) = (&update.tool, &update.uri);
+        match router.deliver_mcp_update(&update).await {
+            Ok(tasks) => {
+                tracing::debug!(tool.name = %tool, resource = %uri, tasks = tasks.len(), "MCP resource update routed");
+            }
+            Err(e) => {
+                tracing::warn!(tool.name = %tool, resource = %uri, "MCP resource update not routed: {e}");
+            }
+        }
+        if let Err(e) = triggers.deliver_mcp_update(&update).await {
+            tracing::warn!(tool.name = %tool, resource = %uri, "MCP resource update fired no trigger: {e}");
+        }
+    }
+}
+
+/// How many resource updates wait to be routed before their watches wait.
+const MCP_UPDATES_BUFFERED: usize = 256;
 
 /// Completes on SIGINT or SIGTERM.
 /// How long a stop (SIGINT/SIGTERM) may take: requests in flight finish and tool sessions are

@@ -39,6 +39,14 @@ pub enum SourcePlan {
     },
     /// `Authorization: Bearer <token>`: the accepted tokens, as SHA-256 digests only.
     Bearer(BearerTokens<String>),
+    /// Fired by the resource updates event `event` of MCP tool `tool` receives; it takes no
+    /// deliveries.
+    Mcp {
+        /// The tool, `namespace/name`.
+        tool: String,
+        /// Its event.
+        event: String,
+    },
 }
 
 /// Why a delivery to a source is refused: a bad or missing signature or bearer token.
@@ -69,6 +77,9 @@ impl SourcePlan {
                     .map(|()| None)
                     .map_err(|e| Unauthenticated(e.to_string()))
             }
+            SourcePlan::Mcp { tool, event } => Err(Unauthenticated(format!(
+                "this source fires on the MCP resource updates of event `{event}` of tool `{tool}`; it takes no deliveries"
+            ))),
             SourcePlan::Bearer(tokens) => match tokens.find(headers) {
                 Ok(subject) => Ok(Some(subject.clone())),
                 Err(TokenError::Unknown) => Err(Unauthenticated(
@@ -88,7 +99,18 @@ pub(crate) fn source_plan(
     source: &SourceConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SourcePlan, EngineError> {
-    match source.signature {
+    let Some(scheme) = source.signature else {
+        return match &source.mcp {
+            Some(mcp) => Ok(SourcePlan::Mcp {
+                tool: mcp.tool.clone(),
+                event: mcp.event.clone(),
+            }),
+            None => Err(EngineError::Config(format!(
+                "source `{name}` has neither a `signature` nor `mcp`"
+            ))),
+        };
+    };
+    match scheme {
         SignatureScheme::Github | SignatureScheme::StandardWebhooks => {
             let secret = source.secret.as_ref().ok_or_else(|| {
                 EngineError::Config(format!("source `{name}` is signed but has no `secret`"))
@@ -102,10 +124,7 @@ pub(crate) fn source_plan(
                     "source `{name}`: the secret is empty"
                 )));
             }
-            Ok(SourcePlan::Signed {
-                scheme: source.signature,
-                secret,
-            })
+            Ok(SourcePlan::Signed { scheme, secret })
         }
         SignatureScheme::Bearer => {
             let mut tokens = Vec::new();

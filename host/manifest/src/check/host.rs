@@ -3,7 +3,10 @@
 use std::net::SocketAddr;
 
 use super::{Checker, I, K, MODEL_REF, Seg, pos_at};
+use crate::load::Source;
 use crate::model::common::EnvValue;
+use crate::model::host::SourceConfig;
+use crate::suggest::did_you_mean;
 
 pub(crate) fn check(c: &mut Checker) {
     let Some(doc) = c.config.host.as_ref() else {
@@ -40,6 +43,7 @@ pub(crate) fn check(c: &mut Checker) {
         }
     }
     for (name, source) in &host.sources {
+        source_kind(c, src, name, source);
         if let Some(EnvValue::Env { env }) = &source.secret {
             vars.push((vec![K("sources"), K(name), K("secret"), K("env")], env));
         }
@@ -64,4 +68,78 @@ pub(crate) fn check(c: &mut Checker) {
             );
         }
     }
+}
+
+/// A source is either a webhook source (`signature`) or an `mcp-event` source (`mcp`), whose
+/// event is one an MCP tool receives by subscription.
+fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
+    let at = pos_at(&src.node, &[K("sources"), K(name)]);
+    let Some(mcp) = &source.mcp else {
+        if source.signature.is_none() {
+            c.error(
+                src,
+                at,
+                format!("source `{name}` needs a `signature` (github, standard-webhooks or bearer), or `mcp` for MCP resource updates"),
+            );
+        }
+        return;
+    };
+    if source.signature.is_some() || source.secret.is_some() || !source.tokens.is_empty() {
+        c.error(
+            src,
+            at,
+            format!("source `{name}`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`"),
+        );
+    }
+    let at = pos_at(&src.node, &[K("sources"), K(name), K("mcp")]);
+    let ids: Vec<String> = c
+        .config
+        .tools
+        .iter()
+        .map(|t| format!("{}/{}", t.value.namespace, t.value.name))
+        .collect();
+    let found = ids.iter().position(|id| *id == mcp.tool);
+    let Some(tool) = found.map(|i| c.config.tools[i].value.clone()) else {
+        let hint = suggestion(did_you_mean(&mcp.tool, ids.iter().map(String::as_str)));
+        c.error(
+            src,
+            at,
+            format!("source `{name}`: no tool `{}`{hint}", mcp.tool),
+        );
+        return;
+    };
+    let watched = tool.events.iter().find(|e| e.name == mcp.event);
+    match watched {
+        Some(e)
+            if tool.mcp.is_some()
+                && e.receive
+                    .subscription
+                    .as_ref()
+                    .is_some_and(|s| !s.resources.is_empty()) => {}
+        Some(_) => c.error(
+            src,
+            at,
+            format!(
+                "source `{name}`: event `{}` of tool `{}` is not received by MCP subscription (`receive.subscription.resources` on a tool with a shared `mcp` block)",
+                mcp.event, mcp.tool
+            ),
+        ),
+        None => {
+            let hint = suggestion(did_you_mean(
+                &mcp.event,
+                tool.events.iter().map(|e| e.name.as_str()),
+            ));
+            c.error(
+                src,
+                at,
+                format!("source `{name}`: tool `{}` has no event `{}`{hint}", mcp.tool, mcp.event),
+            );
+        }
+    }
+}
+
+fn suggestion(close: Option<&str>) -> String {
+    close
+        .map(|s| format!("; did you mean `{s}`?"))
+        .unwrap_or_default()
 }

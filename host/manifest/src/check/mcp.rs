@@ -13,6 +13,7 @@ use crate::load::Source;
 use crate::model::Tool;
 use crate::model::tool::{Mcp, McpTransport};
 use crate::suggest::did_you_mean;
+use crate::yaml::Pos;
 
 /// Checks tool `tool`'s shared `mcp` block, then each action's own block and what the two
 /// make together.
@@ -30,46 +31,111 @@ pub(super) fn check(c: &mut Checker, src: &Source, tool: &Tool) {
             continue;
         };
         let at = key_pos(&src.node, &path);
-        let name = &action.name;
-        match mcp.transport {
-            None => c.error(
+        transport(c, src, at, &format!("action `{}`", action.name), &mcp);
+    }
+    subscriptions(c, src, tool);
+}
+
+/// What `mcp`'s transport needs, and the fields that belong to the other one; `who` says whose
+/// block it is in an error.
+fn transport(c: &mut Checker, src: &Source, at: Pos, who: &str, mcp: &Mcp) {
+    let Some(transport) = mcp.transport else {
+        c.error(
+            src,
+            at,
+            format!("{who}: `mcp` needs a `transport`: stdio, sse or http"),
+        );
+        return;
+    };
+    let (missing, needs, others, belong) = match transport {
+        McpTransport::Stdio => (
+            mcp.command.is_none(),
+            "an stdio `mcp` server needs a `command`",
+            ["url", "headers", "allowed_hosts"],
+            "the sse and http transports, not stdio",
+        ),
+        McpTransport::Sse | McpTransport::Http => (
+            mcp.url.is_none(),
+            "an sse or http `mcp` server needs a `url`",
+            ["command", "args", "env"],
+            "the stdio transport, not sse or http",
+        ),
+    };
+    if missing {
+        c.error(src, at, format!("{who}: {needs}"));
+    }
+    for field in others.into_iter().filter(|f| set(mcp, f)) {
+        c.error(src, at, format!("{who}: `{field}` is for {belong}"));
+    }
+    let templated = mcp.url.as_deref().is_some_and(has_holes);
+    if transport != McpTransport::Stdio && templated && mcp.allowed_hosts.is_none() {
+        c.error(
+            src,
+            at,
+            format!("{who}: a `url` with `{{…}}` holes needs `allowed_hosts`, the origins it may render to"),
+        );
+    }
+}
+
+/// Events received by subscription: on a tool with a shared `mcp` block, the MCP server's
+/// resource updates (`resources`, templates over `settings`, and no HTTP requests); otherwise
+/// the spec's `subscribe` and `unsubscribe` requests.
+fn subscriptions(c: &mut Checker, src: &Source, tool: &Tool) {
+    for (i, event) in tool.events.iter().enumerate() {
+        let Some(sub) = &event.receive.subscription else {
+            continue;
+        };
+        let path = [K("events"), I(i), K("receive"), K("subscription")];
+        let at = key_pos(&src.node, &path);
+        let name = &event.name;
+        match &tool.mcp {
+            Some(shared) => {
+                if sub.resources.is_empty() {
+                    c.error(
+                        src,
+                        at,
+                        format!("event `{name}`: a subscription on an MCP tool needs `resources`, the URIs of the server's resources to subscribe to"),
+                    );
+                }
+                for (field, present) in [
+                    ("subscribe", sub.subscribe.is_some()),
+                    ("unsubscribe", sub.unsubscribe.is_some()),
+                ] {
+                    if present {
+                        c.error(
+                            src,
+                            at,
+                            format!("event `{name}`: `{field}` is for an HTTP subscription; on an MCP tool the host subscribes with `resources/subscribe`"),
+                        );
+                    }
+                }
+                let mut at_resources = path.to_vec();
+                at_resources.push(K("resources"));
+                c.templates_in(src, &at_resources, &scopes::MCP);
+                for (j, uri) in sub.resources.iter().enumerate() {
+                    let mut p = at_resources.clone();
+                    p.push(I(j));
+                    undeclared_settings(c, src, tool, &p, uri);
+                }
+                transport(c, src, key_pos(&src.node, &[K("mcp")]), "the tool's shared `mcp` block (the server its events subscribe to)", shared);
+            }
+            None if !sub.resources.is_empty() => c.error(
                 src,
                 at,
-                format!("action `{name}`: `mcp` needs a `transport`: stdio, sse or http"),
+                format!("event `{name}`: `resources` names resources of the MCP server in the tool's shared `mcp` block, and this tool has none"),
             ),
-            Some(transport) => {
-                // What the transport needs, and the fields that belong to the other one.
-                let (missing, needs, others, belong) = match transport {
-                    McpTransport::Stdio => (
-                        mcp.command.is_none(),
-                        "an stdio `mcp` server needs a `command`",
-                        ["url", "headers", "allowed_hosts"],
-                        "the sse and http transports, not stdio",
-                    ),
-                    McpTransport::Sse | McpTransport::Http => (
-                        mcp.url.is_none(),
-                        "an sse or http `mcp` server needs a `url`",
-                        ["command", "args", "env"],
-                        "the stdio transport, not sse or http",
-                    ),
-                };
-                if missing {
-                    c.error(src, at, format!("action `{name}`: {needs}"));
-                }
-                for field in others.into_iter().filter(|f| set(&mcp, f)) {
-                    c.error(
-                        src,
-                        at,
-                        format!("action `{name}`: `{field}` is for {belong}"),
-                    );
-                }
-                let templated = mcp.url.as_deref().is_some_and(has_holes);
-                if transport != McpTransport::Stdio && templated && mcp.allowed_hosts.is_none() {
-                    c.error(
-                        src,
-                        at,
-                        format!("action `{name}`: a `url` with `{{…}}` holes needs `allowed_hosts`, the origins it may render to"),
-                    );
+            None => {
+                for (field, present) in [
+                    ("subscribe", sub.subscribe.is_some()),
+                    ("unsubscribe", sub.unsubscribe.is_some()),
+                ] {
+                    if !present {
+                        c.error(
+                            src,
+                            at,
+                            format!("event `{name}`: an HTTP subscription needs `{field}`"),
+                        );
+                    }
                 }
             }
         }

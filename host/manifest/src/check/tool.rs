@@ -166,20 +166,24 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         }
         if let Some(sub) = &event.receive.subscription {
             c.expr(src, &recv("subscription", "filter"), &scopes::FILTER, "");
-            http(
-                c,
-                src,
-                &recv("subscription", "subscribe"),
-                &sub.subscribe,
-                &scopes::SUBSCRIBE,
-            );
-            http(
-                c,
-                src,
-                &recv("subscription", "unsubscribe"),
-                &sub.unsubscribe,
-                &scopes::UNSUBSCRIBE,
-            );
+            if let Some(req) = &sub.subscribe {
+                http(
+                    c,
+                    src,
+                    &recv("subscription", "subscribe"),
+                    req,
+                    &scopes::SUBSCRIBE,
+                );
+            }
+            if let Some(req) = &sub.unsubscribe {
+                http(
+                    c,
+                    src,
+                    &recv("subscription", "unsubscribe"),
+                    req,
+                    &scopes::UNSUBSCRIBE,
+                );
+            }
         }
         if event.receive.poll.is_some() {
             c.expr(src, &recv("poll", "filter"), &scopes::FILTER, "");

@@ -98,13 +98,27 @@ pub enum Role {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
-    /// How deliveries are authenticated.
-    pub signature: SignatureScheme,
+    /// How deliveries are authenticated (a webhook source).
+    pub signature: Option<SignatureScheme>,
+    /// The MCP resource updates this source fires on (an `mcp-event` source), instead of
+    /// deliveries.
+    pub mcp: Option<McpSource>,
     /// The HMAC secret, for `github` and `standard-webhooks`.
     pub secret: Option<EnvValue>,
     /// Accepted bearer tokens, for `bearer`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<SourceToken>,
+}
+
+/// An `mcp-event` source: the resource updates an event of an MCP tool receives
+/// (`receive.subscription.resources`) also fire the triggers of this source.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpSource {
+    /// The tool, `namespace/name`.
+    pub tool: String,
+    /// Its event.
+    pub event: String,
 }
 
 /// A signature scheme.

@@ -482,10 +482,15 @@ pub struct Webhook {
 pub struct Subscription {
     /// CEL over `event` and `parameters`.
     pub filter: Option<String>,
-    /// Registers the channel.
-    pub subscribe: HttpRequest,
-    /// Removes it.
-    pub unsubscribe: HttpRequest,
+    /// Registers the channel (an HTTP subscription).
+    pub subscribe: Option<HttpRequest>,
+    /// Removes it (an HTTP subscription).
+    pub unsubscribe: Option<HttpRequest>,
+    /// On a tool with a shared `mcp` block: the URIs (templates over `settings`) of the
+    /// server's resources the host subscribes to; each `notifications/resources/updated` for
+    /// one of them is an event with payload `{"uri"}` (this host's extension).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
 }
 
 /// `receive.poll`.
