@@ -1,5 +1,5 @@
 //! The `mcp` tool runtime against real MCP servers: `@modelcontextprotocol/server-everything`
-//! (npm, over stdio and streamable HTTP), a server built on the `mcp` Python package
+//! (npm, over stdio, streamable HTTP and the legacy HTTP+SSE transport), a server built on the `mcp` Python package
 //! (`tests/mcp/server.py`, over stdio and streamable HTTP) and one that misbehaves on request
 //! (`tests/mcp/misbehaving.py`). Each is what a user would run; `.ci/run` installs them
 //! (`npm ci --prefix tests/mcp`, `pip install mcp==2.3.0`).
@@ -347,15 +347,16 @@ fn start_http(mut command: Command, port: u16) -> Running {
 }
 
 #[test]
-fn streamable_http_servers_answer_and_a_url_outside_allowed_hosts_is_refused() {
+fn http_and_legacy_sse_servers_answer_and_a_url_outside_allowed_hosts_is_refused() {
     let py_port = free_port();
     let mut py = Command::new(python());
     py.arg(servers().join("server.py"))
         .args(["http", &py_port.to_string()]);
     let _py = start_http(py, py_port);
+    // server-everything over the legacy HTTP+SSE transport (its `/sse` event stream).
     let node_port = free_port();
     let mut node = Command::new("node");
-    node.args([everything().to_str().unwrap(), "streamableHttp"])
+    node.args([everything().to_str().unwrap(), "sse"])
         .env("PORT", node_port.to_string());
     let _node = start_http(node, node_port);
 
@@ -366,12 +367,11 @@ fn streamable_http_servers_answer_and_a_url_outside_allowed_hosts_is_refused() {
             &format!("transport: http, url: \"http://127.0.0.1:{py_port}/mcp\""),
             &[("add", ""), ("whoami", "")],
         ),
-        // `sse` is spoken as streamable HTTP too.
         tool(
             "everything",
             "{addr: {type: string}}",
             &format!(
-                "transport: sse, url: \"http://{{settings.addr}}/mcp\", allowed_hosts: [\"http://127.0.0.1:{node_port}\"]"
+                "transport: sse, url: \"http://{{settings.addr}}/sse\", allowed_hosts: [\"http://127.0.0.1:{node_port}\"]"
             ),
             &[("echo", ""), ("sum", "tool_name: get-sum")],
         ),
@@ -381,7 +381,7 @@ fn streamable_http_servers_answer_and_a_url_outside_allowed_hosts_is_refused() {
         ("py_add", json!({"a": 20, "b": 22})),
         ("py_whoami", json!({})),
         ("py_whoami", json!({})),
-        ("everything_echo", json!({"message": "over http"})),
+        ("everything_echo", json!({"message": "over sse"})),
         ("everything_sum", json!({"a": 1, "b": 2})),
     ];
     let host = |addr: &str| format!("settings: {{t: {{everything: {{addr: \"{addr}\"}}}}}}\n");
@@ -395,7 +395,7 @@ fn streamable_http_servers_answer_and_a_url_outside_allowed_hosts_is_refused() {
     assert_eq!(task["status"], "idle");
     assert_eq!(seen[0], "42");
     assert_eq!(seen[1]["pid"], seen[2]["pid"]);
-    assert_eq!(seen[3], "Echo: over http");
+    assert_eq!(seen[3], "Echo: over sse");
     assert!(seen[4].as_str().unwrap().contains('3'), "{}", seen[4]);
 
     // Settings that point the URL at an origin the manifest does not allow: the server is

@@ -45,6 +45,7 @@ mod door;
 mod journal;
 mod mcp;
 mod mcp_events;
+mod mcp_sse;
 pub mod mount;
 pub mod plan;
 mod providers;

@@ -1,6 +1,6 @@
 //! The `mcp` runtime: tools of MCP servers, each task with its own session of a tool's server.
 //!
-//! A session is opened (Initialize: the stdio server started, or the streamable-HTTP session
+//! A session is opened (Initialize: the stdio server started, or the HTTP session
 //! initialized) on a task's first call of the tool, reused by the task's later calls, and
 //! closed (Teardown) when the task ends, as a Wasm tool session is (`wasm.rs`). MCP gives a
 //! server no way to say that it can serve several tasks at once, so an stdio server runs as one
@@ -701,6 +701,24 @@ async fn open_http(
         let value =
             reqwest::header::HeaderValue::try_from(value.as_str()).map_err(|_| bad("value"))?;
         headers.insert(header, value);
+    }
+    if server.legacy_sse {
+        let headers: reqwest::header::HeaderMap = headers.into_iter().collect();
+        let oversized = Arc::new(AtomicBool::new(false));
+        let transport =
+            crate::mcp_sse::connect(http, &url, headers, plan.max_output, Arc::clone(&oversized))
+                .await
+                .map_err(OpenError::Server)?;
+        let client = client.serve(transport).await.map_err(|e| {
+            OpenError::Server(format!(
+                "cannot open a session with the MCP server at `{url}`: {e}"
+            ))
+        })?;
+        return Ok(Session {
+            client,
+            process: None,
+            oversized,
+        });
     }
     let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
         .custom_headers(headers)

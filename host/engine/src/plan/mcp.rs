@@ -41,8 +41,8 @@ pub struct McpPlan {
 pub enum McpServer {
     /// A program started for each task, spoken to over its stdin and stdout.
     Stdio(StdioServer),
-    /// A server at a URL, spoken to over streamable HTTP (`http`, and `sse` too: see the
-    /// README).
+    /// A server at a URL, spoken to over streamable HTTP (`http`) or the legacy HTTP+SSE
+    /// transport (`sse`).
     Http(HttpServer),
 }
 
@@ -67,6 +67,9 @@ pub struct HttpServer {
     pub headers: Vec<(String, Template)>,
     /// The origins the rendered `url` may have: `allowed_hosts`, and a literal `url`'s own.
     pub allowed: Vec<Origin>,
+    /// `transport: sse`: the legacy HTTP+SSE transport (`url` is its event stream), not
+    /// streamable HTTP.
+    pub legacy_sse: bool,
 }
 
 /// Compiles `mcp`, the block of action `action` (written in the manifest in `dir`).
@@ -113,6 +116,7 @@ pub(super) fn mcp_plan(mcp: &Mcp, action: &str, dir: &Path) -> Result<McpPlan, E
                 url,
                 headers: templates(&mcp.headers)?,
                 allowed,
+                legacy_sse: mcp.transport == Some(McpTransport::Sse),
             })
         }
         None => {
