@@ -329,3 +329,34 @@ sources:
         assert!(said.contains(expected), "missing `{expected}` in:\n{said}");
     }
 }
+
+#[test]
+fn a_reload_that_changes_the_tool_subscribes_anew() {
+    let at = setup();
+    let b_uri = format!("file://{}/b.txt", at.files.display());
+    let full = files_tool(&at.files);
+    let only_a = full.replace(", \"file://{settings.dir}/b.txt\"", "");
+    assert_ne!(only_a, full);
+    std::fs::write(at.dir.join("files.yaml"), &only_a).unwrap();
+    let server = Server::start(AGENTMESH, &at.dir, &at.data, &[]);
+    let noted = || std::fs::read_to_string(at.root.path().join("subscribed")).unwrap_or_default();
+    wait_for(Duration::from_secs(30), || {
+        noted().contains(&at.a_uri).then_some(())
+    })
+    .expect("the host subscribed to a.txt");
+    assert!(!noted().contains(&b_uri));
+
+    // The tool now names b.txt too: the reload opens its session anew and subscribes to both,
+    // and an update of b.txt fires the trigger.
+    std::fs::write(at.dir.join("files.yaml"), &full).unwrap();
+    wait_for(Duration::from_secs(30), || {
+        noted().contains(&b_uri).then_some(())
+    })
+    .expect("the host subscribed to b.txt after the reload");
+    std::fs::write(at.files.join("b.txt"), "two").unwrap();
+    let fired = wait_for(Duration::from_secs(30), || {
+        let t = server.request("GET", "/v1/triggers/lab/on-b").send().json();
+        (t["status"]["total_triggers"] == 1).then_some(())
+    });
+    assert!(fired.is_some(), "an update of b.txt fired no trigger");
+}
