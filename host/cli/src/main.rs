@@ -30,6 +30,8 @@ enum Command {
     Run(commands::run::Args),
     /// Serve the HTTP API, webhooks and schedules, reloading the config dir on change.
     Serve(commands::serve::Args),
+    /// Call one action of a tool as a task would, and print its result and timings.
+    Call(commands::call::Args),
     /// Print a task's event log, one JSON object a line.
     Events(commands::events::Args),
     /// Serve an agent's functions as MCP tools on stdin/stdout until stdin closes.
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::execute(&args),
         Command::Run(args) => commands::run::execute(&args, &secrets),
         Command::Serve(args) => commands::serve::execute(&args, &secrets),
+        Command::Call(args) => commands::call::execute(&args, &secrets),
         Command::Events(args) => commands::events::execute(&args),
         Command::Mcp(args) => commands::mcp::execute(&args, &secrets),
         Command::Schema(args) => commands::schema::execute(&args),

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod call;
 pub mod events;
 pub mod mcp;
 pub mod run;
