@@ -15,6 +15,27 @@ fn schema_prints_json_schema_for_every_kind() {
 }
 
 #[test]
+fn schema_prints_the_model_script_format_and_an_unnamed_script_is_reported_as_one() {
+    let (code, out, err) = agentmesh(&["schema", "script"]);
+    assert_eq!(code, Some(0), "{err}");
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(schema["type"], "object");
+    assert!(schema["properties"]["responses"].is_object(), "{schema}");
+
+    // A script file no agent names is not a manifest without `kind`.
+    let (_root, dir, _data) =
+        agentmesh_testkit::fixtures::dirs(&[("orphan.yaml", "responses:\n  - text: hi\n")]);
+    let (code, out, _) = agentmesh(&["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains(
+            "orphan.yaml:1:1: error: a model script (it has `responses`) that no agent names"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn schema_of_unknown_kind_is_an_error() {
     let (code, _, err) = agentmesh(&["schema", "agnet"]);
     assert_eq!(code, Some(1));
@@ -96,4 +117,83 @@ fn call_runs_one_action_as_a_task_would_and_reports_its_timings() {
         assert_eq!(code, Some(1), "{all:?}: {out}{err}");
         assert!(err.contains(said), "{all:?}: missing `{said}` in {err}");
     }
+}
+
+#[test]
+fn validate_call_and_run_share_one_compiled_cache() {
+    use agentmesh_testkit::fixtures::{dirs, scripted_agent};
+
+    use crate::util::{Env, agentmesh_in};
+
+    let notes = crate::wasm::notes_tool();
+    let agent = scripted_agent("t/a", "capabilities:\n  notes: \"*\"\n");
+    let script =
+        "responses:\n  - tool_calls: [{name: notes_get, arguments: {key: k}}]\n  - text: done\n";
+    let (root, dir, data) = dirs(&[
+        ("notes.yaml", &notes),
+        ("agent.yaml", &agent),
+        ("script.yaml", script),
+    ]);
+    let home = root.path().join("home");
+    let home = home.to_str().unwrap();
+    let cache = root.path().join("home/.cache/agentmesh/components");
+    // No AGENTMESH_CACHE_DIR or XDG_CACHE_HOME: the user's cache under HOME.
+    let vars = [
+        ("HOME", home),
+        ("AGENTMESH_CACHE_DIR", ""),
+        ("XDG_CACHE_HOME", ""),
+    ];
+    let env = Env {
+        cwd: None,
+        vars: &vars,
+    };
+    let artifacts = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        let Ok(entries) = std::fs::read_dir(&cache) else {
+            return Vec::new();
+        };
+        let mut found: Vec<_> = entries
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .map(|p| {
+                let modified = std::fs::metadata(&p).unwrap().modified().unwrap();
+                (p, modified)
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let dir = dir.to_str().unwrap();
+    let (code, out, err) = agentmesh_in(&env, &["validate", dir]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let compiled = artifacts();
+    assert_eq!(
+        compiled.len(),
+        1,
+        "validate compiled the component into {}",
+        cache.display()
+    );
+
+    // `call` and `run` load it from there: nothing is compiled again, and the default data
+    // dir holds no cache of its own.
+    let (code, out, err) = agentmesh_in(
+        &env,
+        &["call", dir, "t/notes.get", "--input", r#"{"key": "k"}"#],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = agentmesh_in(&env, &["run", dir, "--agent", "t/a", "-m", "go"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(artifacts(), compiled);
+    let own = std::path::Path::new(dir).join(".agentmesh");
+    assert!(own.join("store").is_dir(), "run used the default data dir");
+    assert!(!own.join("components").exists());
+
+    // A data dir given on the command line holds its own cache.
+    let data = data.to_str().unwrap();
+    let (code, out, err) = agentmesh_in(
+        &env,
+        &["run", dir, "--agent", "t/a", "-m", "go", "--data", data],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(std::path::Path::new(data).join("components").is_dir());
+    assert_eq!(artifacts(), compiled);
 }

@@ -174,11 +174,15 @@ fn load_scripts(config: &mut Config, diags: &mut Vec<Diagnostic>) {
             .map(|(name, _)| name)
             .collect();
         if names.is_empty() {
-            diags.push(Diagnostic::error(
-                &source.file,
-                source.node.pos,
-                "missing required field `kind`",
-            ));
+            let message = match source.node.get("responses") {
+                Some(_) => {
+                    "a model script (it has `responses`) that no agent names: an agent's \
+                            `model: scripted/<path relative to the config dir>` (or the host's \
+                            `default_model`) uses it; a manifest needs a `kind`"
+                }
+                None => "missing required field `kind`",
+            };
+            diags.push(Diagnostic::error(&source.file, source.node.pos, message));
             continue;
         }
         let schema = schemars::schema_for!(Script).to_value();

@@ -5,8 +5,8 @@
 //! `call` in the tool's namespace (another name if that one is taken), with the tool as its one
 //! capability — so it runs in the sandbox, with the limits and settings, a task would: the
 //! host config's settings, `policy`, the component's `allowed_hosts`. Its task lives in a
-//! temporary store; compiled components go to the data dir's cache, as `validate`, `run` and
-//! `serve` do, so a component compiles once.
+//! temporary store; compiled components go to the cache `validate`, `run` and `serve` share
+//! ([`component_cache`](super::component_cache)), so a component compiles once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,8 +32,8 @@ pub struct Args {
     /// Calls made (one session); with more than one, the latency's p50 and p99 are printed.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
-    /// The data dir whose compiled-component cache is used (default: the host config's
-    /// `data_dir`, else `DIR/.agentmesh`).
+    /// The data dir, for the mounts (default: the host config's `data_dir`, else
+    /// `DIR/.agentmesh`).
     #[arg(long)]
     data: Option<PathBuf>,
 }
@@ -64,7 +64,11 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         }
     };
     let agent = caller(&mut report, &tool)?;
-    let cache = data.join("components");
+    let cache = super::component_cache(
+        args.data.as_deref(),
+        &report.config.base_dir(),
+        &report.config.host_config(),
+    );
     check_components(&mut report, Some(&cache), false);
     if report.has_errors() {
         return Ok(invalid(&report));

@@ -26,10 +26,10 @@ pub struct Args {
 /// Serves until the client closes stdin: exit 0; 1 for bad usage or config. Nothing but
 /// the protocol goes to stdout; diagnostics and logs go to stderr.
 pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode> {
-    let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
+    let Some((_, plan, dirs)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
-    let (runtime, engine) = super::in_process(plan, &data, secrets)?;
+    let (runtime, engine) = super::in_process(plan, &dirs, secrets)?;
     let of = SessionOf {
         agent: args.agent.clone(),
         user: super::user_ref(&args.user),

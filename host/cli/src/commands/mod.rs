@@ -28,20 +28,54 @@ pub fn data_dir(flag: Option<&Path>, config_dir: &Path, host: &HostConfig) -> Pa
     }
 }
 
+/// The compiled-component cache: `AGENTMESH_CACHE_DIR` when set; `components` in the data dir
+/// when one is given (the flag `data`, or the host config's `data_dir`); else the user's cache
+/// directory (`$XDG_CACHE_HOME/agentmesh/components`, else `$HOME/.cache/agentmesh/components`),
+/// which `validate`, `run`, `serve`, `mcp` and `call` of every config share, so that a component
+/// compiles once per content hash on this machine (without a home: the data dir's).
+pub fn component_cache(data: Option<&Path>, config_dir: &Path, host: &HostConfig) -> PathBuf {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(dir) = var("AGENTMESH_CACHE_DIR") {
+        return dir;
+    }
+    let own = || data_dir(data, config_dir, host).join("components");
+    if data.is_some() || host.data_dir.is_some() {
+        return own();
+    }
+    match (var("XDG_CACHE_HOME"), var("HOME")) {
+        (Some(cache), _) => cache.join("agentmesh/components"),
+        (None, Some(home)) => home.join(".cache/agentmesh/components"),
+        (None, None) => own(),
+    }
+}
+
+/// Where a command keeps things: the data dir (store, mounts) and the compiled-component cache.
+pub struct Dirs {
+    /// The data dir.
+    pub data: PathBuf,
+    /// The [`component_cache`].
+    pub cache: PathBuf,
+}
+
 /// An engine of `plan` in this process, on the store in `data`, for a command whose tasks
 /// nobody else can reach (`run`, `mcp`): a review is denied at once, and the wakeup tools
 /// keep their wakeups for the next host that serves (none fires here). Returns the async
 /// runtime to drive it on.
 pub fn in_process(
     plan: Plan,
-    data: &Path,
+    dirs: &Dirs,
     secrets: &SharedSecrets,
 ) -> anyhow::Result<(tokio::runtime::Runtime, Engine)> {
+    let data = &dirs.data;
     let store = agentmesh_store::open(data)
         .with_context(|| format!("opening the store in {}", data.display()))?;
     let options = EngineOptions {
         mount_root: data.join("mounts"),
-        component_cache: Some(data.join("components")),
+        component_cache: Some(dirs.cache.clone()),
         review_timeout: Some(std::time::Duration::ZERO),
         secrets: secrets.clone(),
         ..EngineOptions::default()
@@ -63,23 +97,23 @@ pub fn user_ref(id: &str) -> agentmesh_engine::UserRef {
     }
 }
 
-/// Loads and validates `dir` — compiling its components into the cache of the data dir (the
-/// flag `data`, else as [`data_dir`] says) — and compiles it into a plan. Returns the report,
-/// the plan and the data dir; `Ok(None)` after printing the diagnostics when it is invalid
-/// (the caller exits 1).
+/// Loads and validates `dir` — compiling its components into the [`component_cache`] — and
+/// compiles it into a plan; the data dir is the flag `data`, else as [`data_dir`] says.
+/// Returns the report, the plan and the [`Dirs`]; `Ok(None)` after printing the diagnostics
+/// when it is invalid (the caller exits 1).
 pub fn load(
     dir: &Path,
     data: Option<&Path>,
-) -> anyhow::Result<Option<(agentmesh_manifest::Report, Plan, PathBuf)>> {
+) -> anyhow::Result<Option<(agentmesh_manifest::Report, Plan, Dirs)>> {
     let mut report = agentmesh_manifest::validate(dir);
-    let data = data_dir(
-        data,
-        &report.config.base_dir(),
-        &report.config.host_config(),
-    );
+    let (config_dir, host) = (report.config.base_dir(), report.config.host_config());
+    let dirs = Dirs {
+        data: data_dir(data, &config_dir, &host),
+        cache: component_cache(data, &config_dir, &host),
+    };
     if !report.has_errors() {
         let progress = std::io::stderr().is_terminal();
-        check_components(&mut report, Some(&data.join("components")), progress);
+        check_components(&mut report, Some(&dirs.cache), progress);
     }
     if report.has_errors() {
         for d in &report.diagnostics {
@@ -93,7 +127,7 @@ pub fn load(
         }
         return Ok(None);
     };
-    Ok(Some((report, plan, data)))
+    Ok(Some((report, plan, dirs)))
 }
 
 /// Compiles a report's config (free of errors) into the plan the host runs, with this

@@ -40,18 +40,18 @@ pub struct Args {
 /// Runs one task in-process to idle or termination: exit 0 idle, 2 terminated, 1 bad
 /// usage or config.
 pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode> {
-    let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
+    let Some((_, plan, dirs)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
     if let Some(id) = &args.task
-        && !agentmesh_store::exists(&data)
+        && !agentmesh_store::exists(&dirs.data)
     {
         bail!(
             "no store in {}, so no task `{id}`: give the data dir the task ran in (--data)",
-            data.display()
+            dirs.data.display()
         );
     }
-    let (runtime, engine) = super::in_process(plan, &data, secrets)?;
+    let (runtime, engine) = super::in_process(plan, &dirs, secrets)?;
     let input = input(args)?;
     let no_input = input.is_none();
     let record = runtime.block_on(async {

@@ -36,9 +36,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Serves until SIGINT or SIGTERM, then drains and exits 0.
 pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode> {
-    let Some((_, plan, data)) = super::load(&args.dir, args.data.as_deref())? else {
+    let Some((_, plan, dirs)) = super::load(&args.dir, args.data.as_deref())? else {
         return Ok(ExitCode::from(1));
     };
+    let super::Dirs { data, cache } = dirs;
     let host = plan.host.clone();
     let listen = args
         .listen
@@ -61,7 +62,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         .with_context(|| format!("opening the store in {}", data.display()))?;
     let mut options = EngineOptions {
         mount_root: data.join("mounts"),
-        component_cache: Some(data.join("components")),
+        component_cache: Some(cache),
         secrets: secrets.clone(),
         ..EngineOptions::default()
     };

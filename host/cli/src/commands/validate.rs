@@ -25,8 +25,13 @@ pub struct Args {
 /// (and, with `--probe`, what was probed).
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
     let mut report = agentmesh_manifest::validate(&args.dir);
-    // Compiled aside, not into a data dir: validating writes nothing.
-    check_components(&mut report, None, std::io::stderr().is_terminal());
+    // Into the cache every command shares: `run`, `serve` and `call` find them compiled.
+    let cache = super::component_cache(
+        None,
+        &report.config.base_dir(),
+        &report.config.host_config(),
+    );
+    check_components(&mut report, Some(&cache), std::io::stderr().is_terminal());
     // What `serve` would run: the compilation's errors are the config's too.
     let plan = match report.has_errors() {
         true => None,

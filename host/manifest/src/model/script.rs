@@ -23,6 +23,13 @@ pub struct Script {
     pub responses: Vec<ScriptResponse>,
 }
 
+impl Script {
+    /// The JSON Schema of a model script (`agentmesh schema script`).
+    pub fn schema() -> serde_json::Value {
+        schemars::schema_for!(Script).to_value()
+    }
+}
+
 /// One scripted LLM response.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
