@@ -538,3 +538,63 @@ fn a_component_of_the_wrong_world_is_refused_before_any_task_runs() {
     );
     assert!(!data.join("store").exists(), "no task was started");
 }
+
+/// What a guest printed on stderr before it failed is in the task's error observation: the
+/// lines before a panic, the last lines before another trap (an abort).
+#[test]
+fn a_guests_stderr_before_a_fault_reaches_the_error_observation() {
+    let tool = |name: &str| {
+        tool_and_agent(name, &guest("test_panic"), "", name, "")
+            .split("---")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let manifests = format!(
+        "{}---\n{}---\nkind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Uses the tools.
+prompt: Go.
+model: scripted/script.yaml
+capabilities:
+  boom: \"*\"
+  abort: \"*\"
+",
+        tool("boom"),
+        tool("abort")
+    );
+    let dir = config_dir(&[
+        ("all.yaml", &manifests),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: boom, arguments: {}}]
+  - tool_calls: [{name: abort, arguments: {}}]
+  - text: done
+",
+        ),
+    ]);
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
+    let seen = observations(&events(&data, &task));
+    let errors: Vec<&str> = seen
+        .iter()
+        .map(|o| o["error"].as_str().unwrap_or_default())
+        .collect();
+    for said in [
+        "component `t/boom` panicked: panicked at ",
+        ": test-panic panics on purpose in `boom`; its stderr before:\ntest-panic: step 1 of 2 done",
+    ] {
+        assert!(errors[0].contains(said), "no `{said}` in {}", errors[0]);
+    }
+    // Whole lines only: not the start of the panic's own line.
+    assert!(!errors[0].contains("thread '"), "{}", errors[0]);
+    assert!(
+        errors[1].contains(
+            "component `t/abort` trapped: wasm trap: wasm `unreachable` instruction executed; its stderr ended with:\ntest-panic: step 1 of 2 done\ntest-panic: giving up on `abort`"
+        ),
+        "{}",
+        errors[1]
+    );
+}

@@ -346,20 +346,41 @@ pub(crate) fn classify(
             .split("note: run with `RUST_BACKTRACE")
             .next()
             .unwrap_or(panic);
-        let message = panic.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut message = panic.split_whitespace().collect::<Vec<_>>().join(" ");
+        // What the guest printed before it panicked, too (whole lines: the panic's own line
+        // starts with the thread's name): its author's clues.
+        let before = stderr[..at].rfind('\n').map_or("", |end| &stderr[..end]);
+        message.push_str(&last_lines("; its stderr before", before));
         return Failure::Fault(Fault::Panic { component, message });
     }
     let message = match trap {
-        Some(trap) => trap.to_string(),
+        Some(trap) => format!("{trap}{}", last_lines("; its stderr ended with", &stderr)),
         None if phase == GuestPhase::Instantiate => {
             return Failure::Host(PluginError::Runtime {
                 component,
                 message: format!("cannot instantiate: {error:#}"),
             });
         }
-        None => format!("{error:#}"),
+        None => format!(
+            "{error:#}{}",
+            last_lines("; its stderr ended with", &stderr)
+        ),
     };
     Failure::Fault(Fault::Trap { component, message })
+}
+
+/// How many of the last lines of a guest's stderr a fault's message carries.
+const STDERR_LINES: usize = 10;
+
+/// `said: ` and the last [`STDERR_LINES`] non-blank lines of `stderr` (already bounded to its
+/// last 2 KiB), one per line; empty when there are none.
+fn last_lines(said: &str, stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let shown = &lines[lines.len().saturating_sub(STDERR_LINES)..];
+    match shown {
+        [] => String::new(),
+        _ => format!("{said}:\n{}", shown.join("\n")),
+    }
 }
 
 /// Awaits a guest call until the deadline `begin_call` gave — off the async workers once it runs

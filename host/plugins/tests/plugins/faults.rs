@@ -28,10 +28,12 @@ async fn a_panic_is_reported_with_its_message() {
     let Err(error @ ToolError::Fault(Fault::Panic { message, .. })) = &answer else {
         panic!("{answer:?}")
     };
-    // Where it panicked, and the message, on one line.
+    // Where it panicked and the message, on one line; then the lines it printed before.
     assert!(
         message.starts_with("panicked at test-programs/panic/src/lib.rs:")
-            && message.ends_with(": test-panic panics on purpose in `boom`"),
+            && message.ends_with(
+                ": test-panic panics on purpose in `boom`; its stderr before:\ntest-panic: step 1 of 2 done"
+            ),
         "{message}"
     );
     assert!(!error.is_fatal());
