@@ -302,6 +302,28 @@ events:
     receive:
       webhook: {}
 ";
+    // The spec's HTTP subscription and poll modes validate, with a warning that they do not
+    // run.
+    let poller = "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: poller
+description: Polls.
+actions:
+  - name: get
+    description: Get.
+    execute: {stateless_http: {method: GET, url: \"https://example.com/\"}}
+events:
+  - name: pushed
+    message: pushed
+    receive:
+      subscription:
+        subscribe: {method: POST, url: \"https://example.com/watch\"}
+        unsubscribe: {method: POST, url: \"https://example.com/unwatch\"}
+  - name: polled
+    message: polled
+    receive:
+      poll: {url: \"https://example.com/items\", detect: \"response\"}
+";
     let host = "kind: agentmesh/v1/host
 sources:
   web: {mcp: {tool: lab/web, event: changed}}
@@ -312,6 +334,7 @@ sources:
     let (_config, dir, _data) = dirs(&[
         ("web.yaml", http_tool),
         ("srv.yaml", mcp_tool),
+        ("poller.yaml", poller),
         ("host.yaml", host),
     ]);
     let (code, out, err) = agentmesh(&["validate", dir.to_str().unwrap()]);
@@ -325,6 +348,8 @@ sources:
         "error: source `hooked`: event `hooked` of tool `lab/srv` is not received by MCP subscription",
         "error: source `nowhere`: no tool `lab/srvv`; did you mean `lab/srv`?",
         "error: source `both`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`",
+        "poller.yaml:12:7: warning: event `pushed`: this host does not run `receive.subscription` over HTTP yet: the event never arrives",
+        "poller.yaml:18:7: warning: event `polled`: this host does not run `receive.poll` over HTTP yet",
     ] {
         assert!(said.contains(expected), "missing `{expected}` in:\n{said}");
     }

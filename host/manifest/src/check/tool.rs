@@ -185,6 +185,28 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 );
             }
         }
+        // Accepted as the spec writes them, but not run: say so rather than let the event
+        // silently never arrive.
+        let http_subscription = event
+            .receive
+            .subscription
+            .as_ref()
+            .is_some_and(|s| tool.mcp.is_none() && s.resources.is_empty());
+        for (mode, unrun) in [
+            ("subscription", http_subscription),
+            ("poll", event.receive.poll.is_some()),
+        ] {
+            if unrun {
+                c.warning(
+                    src,
+                    key_pos(&src.node, &[K("events"), I(i), K("receive"), K(mode)]),
+                    format!(
+                        "event `{}`: this host does not run `receive.{mode}` over HTTP yet: the event never arrives (webhooks and an MCP tool's `resources` do)",
+                        event.name
+                    ),
+                );
+            }
+        }
         if event.receive.poll.is_some() {
             c.expr(src, &recv("poll", "filter"), &scopes::FILTER, "");
             c.expr(src, &recv("poll", "detect"), &scopes::POLL_DETECT, "");
