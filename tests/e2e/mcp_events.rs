@@ -348,8 +348,8 @@ sources:
         "error: source `hooked`: event `hooked` of tool `lab/srv` is not received by MCP subscription",
         "error: source `nowhere`: no tool `lab/srvv`; did you mean `lab/srv`?",
         "error: source `both`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`",
-        "poller.yaml:12:7: warning: event `pushed`: this host does not run `receive.subscription` over HTTP yet: the event never arrives",
-        "poller.yaml:18:7: warning: event `polled`: this host does not run `receive.poll` over HTTP yet",
+        "poller.yaml:13:7: warning: event `pushed`: this host does not run `receive.subscription` over HTTP yet: the event never arrives",
+        "poller.yaml:19:7: warning: event `polled`: this host does not run `receive.poll` over HTTP yet",
     ] {
         assert!(said.contains(expected), "missing `{expected}` in:\n{said}");
     }
