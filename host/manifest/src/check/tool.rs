@@ -196,7 +196,8 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             ("subscription", http_subscription),
             ("poll", event.receive.poll.is_some()),
         ] {
-            if unrun {
+            // An event with several receive types has its error already.
+            if unrun && kinds.len() == 1 {
                 c.warning(
                     src,
                     key_pos(&src.node, &[K("events"), I(i), K("receive"), K(mode)]),
