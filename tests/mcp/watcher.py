@@ -9,7 +9,8 @@ Tool: `names`, the files' names, as text.
 Resources: `file://<DIR>/<name>` for each file in DIR, read as text. `resources/subscribe` to one
 watches the file: each change of its size or modification time is sent as
 `notifications/resources/updated`. Each subscription is also appended to `DIR/../subscribed`
-(one URI per line), so a test knows when changes will be seen.
+(one URI per line), so a test knows when changes will be seen. When `DIR/../stop` appears, the
+server removes it and exits (code 3): a server that goes away.
 """
 
 import os
@@ -22,6 +23,7 @@ from mcp.server.stdio import stdio_server
 
 DIR = os.path.abspath(sys.argv[1])
 LOG = os.path.join(os.path.dirname(DIR), "subscribed")
+STOP = os.path.join(os.path.dirname(DIR), "stop")
 
 # Subscribed URI -> the file's last seen (size, mtime); the session to notify (over stdio, a
 # process has one).
@@ -99,6 +101,9 @@ server = Server(
 async def poll():
     while True:
         await anyio.sleep(0.05)
+        if os.path.exists(STOP):
+            os.remove(STOP)
+            os._exit(3)
         for uri, seen in list(watched.items()):
             now = stamp(path_of(uri))
             if now != seen:

@@ -233,6 +233,46 @@ mod tests {
         (Events::of(body, max, Arc::clone(&oversized)), oversized)
     }
 
+    /// A server on loopback that answers one GET with an event stream whose `endpoint` event
+    /// names `endpoint`, then closes.
+    fn sse_server(endpoint: &'static str) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let body = format!("event: endpoint\ndata: {endpoint}\n\n");
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        });
+        format!("http://{addr}/sse")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_message_endpoint_on_another_origin_is_refused() {
+        let http = agentmesh_llm::http_client().build().unwrap();
+        let oversized = Arc::new(AtomicBool::new(false));
+        let url = sse_server("http://127.0.0.2:9/messages?session=1");
+        let refused = connect(&http, &url, HeaderMap::new(), 1024, Arc::clone(&oversized)).await;
+        let error = refused.err().unwrap();
+        assert!(
+            error.contains("named a message endpoint on another origin (`http://127.0.0.2:9/messages?session=1`): refused"),
+            "{error}"
+        );
+        // The same path on the URL's own origin is taken.
+        let url = sse_server("/messages?session=1");
+        assert!(
+            connect(&http, &url, HeaderMap::new(), 1024, oversized)
+                .await
+                .is_ok()
+        );
+    }
+
     #[tokio::test]
     async fn events_are_read_across_chunks_and_a_large_one_ends_the_stream() {
         let stream = [
