@@ -709,22 +709,28 @@ async fn open_http(
             crate::mcp_sse::connect(http, &url, headers, plan.max_output, Arc::clone(&oversized))
                 .await
                 .map_err(OpenError::Server)?;
-        let client = client.serve(transport).await.map_err(|e| {
-            OpenError::Server(format!(
-                "cannot open a session with the MCP server at `{url}`: {e}"
-            ))
-        })?;
-        return Ok(Session {
-            client,
-            process: None,
-            oversized,
-        });
+        return initialize(client, transport, &url, oversized).await;
     }
     let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
         .custom_headers(headers)
         .max_json_response_size(plan.max_output)
         .max_sse_event_size(plan.max_output);
     let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+    initialize(client, transport, &url, Arc::new(AtomicBool::new(false))).await
+}
+
+/// Initializes a session with the HTTP server at `url` over `transport` (streamable HTTP or
+/// the legacy SSE transport).
+async fn initialize<T, E, A>(
+    client: McpClient,
+    transport: T,
+    url: &str,
+    oversized: Arc<AtomicBool>,
+) -> Result<Session, OpenError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let client = client.serve(transport).await.map_err(|e| {
         OpenError::Server(format!(
             "cannot open a session with the MCP server at `{url}`: {e}"
@@ -733,7 +739,7 @@ async fn open_http(
     Ok(Session {
         client,
         process: None,
-        oversized: Arc::new(AtomicBool::new(false)),
+        oversized,
     })
 }
 

@@ -166,23 +166,13 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         }
         if let Some(sub) = &event.receive.subscription {
             c.expr(src, &recv("subscription", "filter"), &scopes::FILTER, "");
-            if let Some(req) = &sub.subscribe {
-                http(
-                    c,
-                    src,
-                    &recv("subscription", "subscribe"),
-                    req,
-                    &scopes::SUBSCRIBE,
-                );
-            }
-            if let Some(req) = &sub.unsubscribe {
-                http(
-                    c,
-                    src,
-                    &recv("subscription", "unsubscribe"),
-                    req,
-                    &scopes::UNSUBSCRIBE,
-                );
+            for (key, req, scope) in [
+                ("subscribe", &sub.subscribe, &scopes::SUBSCRIBE),
+                ("unsubscribe", &sub.unsubscribe, &scopes::UNSUBSCRIBE),
+            ] {
+                if let Some(req) = req {
+                    http(c, src, &recv("subscription", key), req, scope);
+                }
             }
         }
         // Accepted as the spec writes them, but not run: say so rather than let the event
