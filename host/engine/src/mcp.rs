@@ -380,8 +380,7 @@ impl McpSessions {
         plan: &McpPlan,
         updates: Option<tokio::sync::mpsc::Sender<String>>,
     ) -> Result<Session, OpenError> {
-        let mut settings = Activation::new();
-        settings.set("settings", Value::Object(tool.settings.clone()));
+        let settings = tool.settings_activation();
         let id = tool.id();
         let client = McpClient::new(updates);
         match &*plan.server {

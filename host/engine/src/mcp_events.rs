@@ -13,9 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_expr::Activation;
 use rmcp::model::SubscribeRequestParams;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
@@ -189,8 +187,7 @@ async fn watch_session(
 /// The resources `tool`'s events subscribe to, rendered with its settings, and the events
 /// that name each.
 fn resources(tool: &ToolPlan) -> Result<HashMap<String, Vec<String>>, String> {
-    let mut settings = Activation::new();
-    settings.set("settings", Value::Object(tool.settings.clone()));
+    let settings = tool.settings_activation();
     let mut out: HashMap<String, Vec<String>> = HashMap::new();
     for event in &tool.events {
         let Via::McpResources(uris) = &event.via else {

@@ -268,6 +268,14 @@ impl ToolPlan {
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// The activation of templates over `settings` alone (an MCP server's `env`, `url`,
+    /// `headers`, its events' `resources`).
+    pub(crate) fn settings_activation(&self) -> Activation {
+        let mut act = Activation::new();
+        act.set("settings", Value::Object(self.settings.clone()));
+        act
+    }
 }
 
 /// A tool event received by webhook or by MCP subscription, compiled.
