@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check and test: the MCP packages the tests use (pip, npm), formatting, lints, API
-# docs, the guest components the tests load, and the whole test suite, optimized (the `ci`
+# docs, the guest components the tests load (Rust, Python, JavaScript), and the whole test suite, optimized (the `ci`
 # profile: release without LTO; wasmtime is 15–30× slower in debug). The guests always build
 # into guests/target, where the tests look for them, whatever CARGO_TARGET_DIR says.
 set -euo pipefail
@@ -22,7 +22,14 @@ if [ -f guests/Cargo.toml ]; then
   cargo fmt --manifest-path guests/Cargo.toml --all --check
   cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
     --target-dir guests/target
+  # The guest SDK's own tests, natively.
+  cargo test --quiet --manifest-path guests/Cargo.toml --target-dir guests/target \
+    -p agentmesh-guest -p notes
 fi
+# The Python and JavaScript guests (componentize-py from PyPI, componentize-js from npm; each
+# script installs its toolchain when missing and skips what is up to date).
+bash guests/python/build.sh
+bash guests/js/build.sh
 cargo clippy --profile ci --workspace --all-targets -- -D warnings
 # The API docs build without a broken link or a link to a private item.
 RUSTDOCFLAGS="-D warnings" cargo doc --profile ci --workspace --no-deps

@@ -43,6 +43,24 @@ fn schema_of_unknown_kind_is_an_error() {
 }
 
 #[test]
+fn validate_skips_build_tools_and_output_but_not_other_folders() {
+    let not_a_manifest = "name: some-package\nversion: 1\n";
+    let dir = agentmesh_testkit::fixtures::config_dir(&[
+        ("node_modules/pkg/config.yaml", not_a_manifest),
+        ("target/debug/out.yml", not_a_manifest),
+        (".hidden/x.yaml", not_a_manifest),
+    ]);
+    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    // The same file in a folder of the config's own is read, and reported.
+    std::fs::create_dir(dir.path().join("tools")).unwrap();
+    std::fs::write(dir.path().join("tools/pkg.yaml"), not_a_manifest).unwrap();
+    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("tools/pkg.yaml:1:1: error"), "{out}{err}");
+}
+
+#[test]
 fn validate_of_missing_dir_is_an_error_not_a_panic() {
     let (code, out, _) = agentmesh(&["validate", "/nonexistent/agentmesh-config"]);
     assert_eq!(code, Some(1));

@@ -208,7 +208,7 @@ fn a_component_that_calls_a_host_not_allowed_is_a_recoverable_error() {
             "sneaky",
             &component,
             ", timeout: 5s",
-            "run",
+            "get",
             "  sneaky: \"*\"\n",
         ),
     )
@@ -223,7 +223,12 @@ fn a_component_that_calls_a_host_not_allowed_is_a_recoverable_error() {
     assert_eq!(task["status"], "idle");
     let events = events(&data, &task);
     let observation = first(&events, "ObservationEvent");
-    assert!(observation["result"]["error"].is_string(), "{observation}");
+    let error = observation["result"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("GET http://forbidden.example/ failed")
+            && error.contains("the host refused"),
+        "{observation}"
+    );
 }
 
 /// A middleware component (`redact`) in an agent's capability: its `before` step denies a

@@ -1,194 +1,197 @@
 //! `github-pr`: a tool component (world `tool-plugin`) for GitHub pull requests.
 //!
 //! Actions (input = the call's resolved parameters, `owner` and `repo` included):
-//! - `create_pr` `{title, head, base, body?, author?}` → `POST {base_url}/repos/{owner}/{repo}/pulls`
+//! - `create_pr` `{title, head, base?, body?, author?}` → `POST {base_url}/repos/{owner}/{repo}/pulls`
 //! - `comment` `{number, body, author?}` → `POST {base_url}/repos/{owner}/{repo}/issues/{number}/comments`
 //! - `list_prs` `{state?}` → `GET {base_url}/repos/{owner}/{repo}/pulls?state={state}`
 //!
 //! The observation is GitHub's JSON answer. Settings: `base_url` (default
 //! `https://api.github.com`; must be in the manifest's `allowed_hosts`) and `token`.
 
-mod bindings {
-    wit_bindgen::generate!({
-        world: "tool-plugin",
-        path: "../../wit",
-        generate_all,
-    });
-}
-mod http;
+use agentmesh_guest::http::{Method, Request};
+use agentmesh_guest::{Actions, Error, Start, Tool, log};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-use bindings::agentmesh::plugin::host::{Level, log};
-use bindings::agentmesh::plugin::types::ToolError;
-use bindings::exports::agentmesh::plugin::tool::{Guest, GuestSession};
-use serde_json::{Map, Value, json};
-
-use crate::http::{Method, Url};
-
-/// The component.
-struct GithubPr;
-
-impl Guest for GithubPr {
-    type Session = Session;
-}
-
-/// A session: the settings and the task's parameters, parsed once.
-struct Session {
-    /// Where the API is, or why the settings are unusable.
-    base: Result<Url, String>,
+/// A session: the settings and the task's parameters, read once.
+struct GithubPr {
+    /// Where the API is, without a trailing `/`.
+    base_url: String,
     /// The bearer token, if any.
     token: Option<String>,
     /// The task's tool parameters (`owner`, `repo`).
-    parameters: Map<String, Value>,
+    parameters: Repo,
 }
 
-impl GuestSession for Session {
-    fn new(settings: String, parameters: String) -> Self {
-        let settings = object(&settings);
+/// The operator's settings.
+#[derive(Deserialize)]
+struct Settings {
+    base_url: Option<String>,
+    token: Option<String>,
+}
+
+/// Which repository: from the call's input (bindings are merged into it) or the task's
+/// parameters.
+#[derive(Default, Deserialize, JsonSchema)]
+struct Repo {
+    /// The repository's owner.
+    owner: Option<String>,
+    /// The repository's name.
+    repo: Option<String>,
+}
+
+/// The input of `create_pr`.
+#[derive(Deserialize, JsonSchema)]
+struct CreatePr {
+    #[serde(flatten)]
+    at: Repo,
+    /// The pull request's title.
+    title: String,
+    /// The branch with the changes.
+    head: String,
+    /// The branch to merge into (`main` unless given).
+    base: Option<String>,
+    /// The description.
+    body: Option<String>,
+    /// The GitHub login the PR is opened for.
+    author: Option<String>,
+}
+
+/// The input of `comment`.
+#[derive(Deserialize, JsonSchema)]
+struct Comment {
+    #[serde(flatten)]
+    at: Repo,
+    /// The pull request's number.
+    number: Number,
+    /// The comment.
+    body: String,
+    /// The GitHub login the comment is written for.
+    author: Option<String>,
+}
+
+/// The input of `list_prs`.
+#[derive(Deserialize, JsonSchema)]
+struct ListPrs {
+    #[serde(flatten)]
+    at: Repo,
+    /// `open` (the default), `closed` or `all`.
+    state: Option<String>,
+}
+
+/// A pull request number; LLMs sometimes quote numbers, so `42` and `"42"` both work.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Number {
+    Number(u64),
+    Text(String),
+}
+
+impl Tool for GithubPr {
+    fn new(start: &Start) -> Result<Self, Error> {
+        let settings: Settings = start.settings()?;
         let base_url = settings
-            .get("base_url")
-            .and_then(Value::as_str)
-            .unwrap_or("https://api.github.com");
-        Session {
-            base: Url::parse(base_url).map_err(|e| format!("settings.base_url: {e}")),
-            token: settings
-                .get("token")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            parameters: object(&parameters),
+            .base_url
+            .unwrap_or_else(|| "https://api.github.com".to_owned());
+        if !(base_url.starts_with("https://") || base_url.starts_with("http://"))
+            || base_url.contains(['?', '#', '@'])
+        {
+            return Err(Error::fatal(format!(
+                "settings.base_url: `{base_url}` is not a base URL (scheme://host[:port][/path])"
+            )));
         }
+        Ok(GithubPr {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            token: settings.token,
+            parameters: start.parameters().unwrap_or_default(),
+        })
     }
 
-    fn invoke(&self, action: String, input: String) -> Result<String, ToolError> {
-        let base = self
-            .base
-            .as_ref()
-            .map_err(|e| ToolError::Fatal(e.clone()))?;
-        let input: Map<String, Value> = serde_json::from_str(&input)
-            .map_err(|e| ToolError::Recoverable(format!("input is not a JSON object: {e}")))?;
-        let repo_path = format!(
-            "/repos/{}/{}",
-            self.name(&input, "owner")?,
-            self.name(&input, "repo")?
-        );
-        let (method, path, body) = match action.as_str() {
-            "create_pr" => {
-                let mut text = optional(&input, "body").unwrap_or_default().to_owned();
-                if let Some(author) = optional(&input, "author") {
-                    text.push_str(&format!("\n\nRequested by @{author}."));
-                }
-                let body = json!({
-                    "title": required(&input, "title")?,
-                    "head": required(&input, "head")?,
-                    "base": optional(&input, "base").unwrap_or("main"),
-                    "body": text,
-                });
-                (Method::Post, format!("{repo_path}/pulls"), Some(body))
-            }
-            "comment" => {
-                // LLMs sometimes quote numbers: accept `42` and `"42"`.
-                let number = input
-                    .get("number")
-                    .and_then(|n| {
-                        n.as_u64()
-                            .or_else(|| n.as_str().and_then(|s| s.parse().ok()))
-                    })
-                    .ok_or_else(|| recoverable("`number` (the pull request number) is required"))?;
-                let mut text = required(&input, "body")?.to_owned();
-                if let Some(author) = optional(&input, "author") {
-                    text.push_str(&format!("\n\n— @{author}"));
-                }
-                let body = json!({ "body": text });
-                (
-                    Method::Post,
-                    format!("{repo_path}/issues/{number}/comments"),
-                    Some(body),
-                )
-            }
-            "list_prs" => {
-                let state = optional(&input, "state").unwrap_or("open");
-                if !matches!(state, "open" | "closed" | "all") {
-                    return Err(recoverable("`state` must be open, closed or all"));
-                }
-                (
-                    Method::Get,
-                    format!("{repo_path}/pulls?state={state}"),
-                    None,
-                )
-            }
-            other => {
-                return Err(ToolError::Fatal(format!(
-                    "github-pr has no action `{other}`"
-                )));
-            }
-        };
-        log(Level::Debug, &format!("{} {path}", method.name()));
-        self.call(base, method, &path, body.as_ref())
+    fn actions(actions: &mut Actions<Self>) {
+        actions
+            .add("create_pr", Self::create_pr)
+            .add("comment", Self::comment)
+            .add("list_prs", Self::list_prs);
     }
 }
 
-impl Session {
-    /// `owner` or `repo`: from the input (bindings are merged into it) or the session's
-    /// parameters; only characters GitHub allows in names, so the value cannot change the path.
-    fn name<'a>(&'a self, input: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolError> {
-        let value = optional(input, key)
-            .or_else(|| optional(&self.parameters, key))
-            .ok_or_else(|| recoverable(&format!("`{key}` is required")))?;
-        let valid = !value.is_empty()
-            && value != "."
-            && value != ".."
-            && value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if valid {
-            Ok(value)
-        } else {
-            Err(recoverable(&format!(
-                "`{key}` is not a GitHub name: {value:?}"
-            )))
+impl GithubPr {
+    fn create_pr(&mut self, input: CreatePr) -> Result<Value, Error> {
+        let mut text = input.body.unwrap_or_default();
+        if let Some(author) = input.author {
+            text.push_str(&format!("\n\nRequested by @{author}."));
         }
+        let body = json!({
+            "title": input.title,
+            "head": input.head,
+            "base": input.base.as_deref().unwrap_or("main"),
+            "body": text,
+        });
+        let path = format!("{}/pulls", self.repo_path(&input.at)?);
+        self.call(Method::Post, &path, Some(&body))
+    }
+
+    fn comment(&mut self, input: Comment) -> Result<Value, Error> {
+        let number = match input.number {
+            Number::Number(n) => n,
+            Number::Text(text) => text.parse().map_err(|_| {
+                Error::recoverable("`number` (the pull request number) must be a number")
+            })?,
+        };
+        let mut text = input.body;
+        if let Some(author) = input.author {
+            text.push_str(&format!("\n\n— @{author}"));
+        }
+        let path = format!("{}/issues/{number}/comments", self.repo_path(&input.at)?);
+        self.call(Method::Post, &path, Some(&json!({ "body": text })))
+    }
+
+    fn list_prs(&mut self, input: ListPrs) -> Result<Value, Error> {
+        let state = input.state.as_deref().unwrap_or("open");
+        if !matches!(state, "open" | "closed" | "all") {
+            return Err(Error::recoverable("`state` must be open, closed or all"));
+        }
+        let path = format!("{}/pulls?state={state}", self.repo_path(&input.at)?);
+        self.call(Method::Get, &path, None)
+    }
+
+    /// `/repos/{owner}/{repo}`, each name checked.
+    fn repo_path(&self, at: &Repo) -> Result<String, Error> {
+        let owner = name(
+            "owner",
+            at.owner.as_ref().or(self.parameters.owner.as_ref()),
+        )?;
+        let repo = name("repo", at.repo.as_ref().or(self.parameters.repo.as_ref()))?;
+        Ok(format!("/repos/{owner}/{repo}"))
     }
 
     /// Sends one request and turns GitHub's answer into the observation.
-    fn call(
-        &self,
-        base: &Url,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<String, ToolError> {
-        let mut headers = vec![
-            ("accept", "application/vnd.github+json".to_owned()),
-            ("user-agent", "agentmesh-github-pr".to_owned()),
-            ("x-github-api-version", "2022-11-28".to_owned()),
-        ];
+    fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, Error> {
+        log::debug(&format!("{} {path}", method.name()));
+        let mut request = Request::new(method, &format!("{}{path}", self.base_url))
+            .header("accept", "application/vnd.github+json")
+            .header("user-agent", "agentmesh-github-pr")
+            .header("x-github-api-version", "2022-11-28");
         if let Some(token) = &self.token {
-            headers.push(("authorization", format!("Bearer {token}")));
+            request = request.header("authorization", &format!("Bearer {token}"));
         }
-        let body = body.map(|b| b.to_string());
-        if body.is_some() {
-            headers.push(("content-type", "application/json".to_owned()));
+        if let Some(body) = body {
+            request = request.json(body);
         }
-        let response = http::send(
-            method,
-            base,
-            path,
-            &headers,
-            body.as_deref().map(str::as_bytes),
-        )
-        .map_err(|e| recoverable(&format!("GitHub request failed: {e}")))?;
-        let text = String::from_utf8_lossy(&response.body).into_owned();
-        if (200..300).contains(&response.status) {
+        let response = request
+            .send()
+            .map_err(|e| Error::recoverable(format!("GitHub request failed: {e}")))?;
+        let text = response.text();
+        if response.is_success() {
             // GitHub answers JSON; anything else is passed on as a JSON string.
-            match serde_json::from_str::<Value>(&text) {
-                Ok(_) => Ok(text),
-                Err(_) => Ok(Value::String(text).to_string()),
-            }
+            Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
         } else {
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
                 .unwrap_or(text);
-            Err(recoverable(&format!(
+            Err(Error::recoverable(format!(
                 "GitHub answered {}: {message}",
                 response.status
             )))
@@ -196,24 +199,23 @@ impl Session {
     }
 }
 
-/// Parses a JSON object, treating anything else as empty.
-fn object(text: &str) -> Map<String, Value> {
-    serde_json::from_str(text).unwrap_or_default()
+/// `owner` or `repo`, required, with only characters GitHub allows in names, so the value
+/// cannot change the request path.
+fn name<'a>(key: &str, value: Option<&'a String>) -> Result<&'a str, Error> {
+    let value = value.ok_or_else(|| Error::recoverable(format!("`{key}` is required")))?;
+    let valid = !value.is_empty()
+        && value != "."
+        && value != ".."
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(value)
+    } else {
+        Err(Error::recoverable(format!(
+            "`{key}` is not a GitHub name: {value:?}"
+        )))
+    }
 }
 
-/// A string field, if present.
-fn optional<'a>(input: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    input.get(key).and_then(Value::as_str)
-}
-
-/// A string field that must be present.
-fn required<'a>(input: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolError> {
-    optional(input, key).ok_or_else(|| recoverable(&format!("`{key}` is required")))
-}
-
-/// A recoverable error with `message`.
-fn recoverable(message: &str) -> ToolError {
-    ToolError::Recoverable(message.to_owned())
-}
-
-bindings::export!(GithubPr with_types_in bindings);
+agentmesh_guest::export_tool!(GithubPr);

@@ -4,80 +4,94 @@
 //! Actions: `put {key, value}` → `{"stored": key}`; `get {key}` → `{"key", "value"}` (`value`
 //! is null for a missing note); `list` → `{"keys": [...]}` in the order they were first stored.
 
-mod bindings {
-    wit_bindgen::generate!({
-        world: "tool-plugin",
-        path: "../../wit",
-        generate_all,
-    });
-}
-
-use bindings::agentmesh::plugin::host::{kv_get, kv_set};
-use bindings::agentmesh::plugin::types::ToolError;
-use bindings::exports::agentmesh::plugin::tool::{Guest, GuestSession};
-use serde_json::{Map, Value, json};
+use agentmesh_guest::{Actions, Error, NoInput, Start, Tool, kv};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 /// The key holding the list of note keys (note keys get a prefix, so none can collide with it).
 const INDEX: &str = "index";
 /// The prefix of a note's key in the store.
 const NOTE: &str = "note/";
 
-/// The component.
+/// A session; notes live in the store, so it holds nothing.
 struct Notes;
 
-impl Guest for Notes {
-    type Session = Session;
+/// The input of `put`.
+#[derive(Deserialize, JsonSchema)]
+struct Put {
+    /// The note's name.
+    key: String,
+    /// Its text.
+    value: String,
 }
 
-/// A session; notes live in the store, so it holds nothing.
-struct Session;
+/// The input of `get`.
+#[derive(Deserialize, JsonSchema)]
+struct Get {
+    /// The note's name.
+    key: String,
+}
 
-impl GuestSession for Session {
-    fn new(_settings: String, _parameters: String) -> Self {
-        Session
+/// The answer of `list`.
+#[derive(Serialize)]
+struct Keys {
+    keys: Vec<String>,
+}
+
+impl Tool for Notes {
+    fn new(_start: &Start) -> Result<Self, Error> {
+        Ok(Notes)
     }
 
-    fn invoke(&self, action: String, input: String) -> Result<String, ToolError> {
-        let input: Map<String, Value> = serde_json::from_str(&input)
-            .map_err(|e| ToolError::Recoverable(format!("input is not a JSON object: {e}")))?;
-        let answer = match action.as_str() {
-            "put" => {
-                let key = text(&input, "key")?;
-                let value = text(&input, "value")?;
-                let mut keys = index();
-                if !keys.iter().any(|k| k == key) {
-                    keys.push(key.to_owned());
-                    kv_set(INDEX, Value::from(keys).to_string().as_bytes());
-                }
-                kv_set(&format!("{NOTE}{key}"), value.as_bytes());
-                json!({ "stored": key })
-            }
-            "get" => {
-                let key = text(&input, "key")?;
-                let value = kv_get(&format!("{NOTE}{key}"))
-                    .map(|v| String::from_utf8_lossy(&v).into_owned());
-                json!({ "key": key, "value": value })
-            }
-            "list" => json!({ "keys": index() }),
-            other => return Err(ToolError::Fatal(format!("notes has no action `{other}`"))),
-        };
-        Ok(answer.to_string())
+    fn actions(actions: &mut Actions<Self>) {
+        actions
+            .add("put", Self::put)
+            .add("get", Self::get)
+            .add("list", Self::list);
+    }
+}
+
+impl Notes {
+    fn put(&mut self, input: Put) -> Result<Value, Error> {
+        let mut keys = index()?;
+        if !keys.contains(&input.key) {
+            keys.push(input.key.clone());
+            kv::set_json(INDEX, &keys)?;
+        }
+        kv::set(&format!("{NOTE}{}", input.key), input.value.as_bytes());
+        Ok(json!({ "stored": input.key }))
+    }
+
+    fn get(&mut self, input: Get) -> Result<Value, Error> {
+        let value = kv::get(&format!("{NOTE}{}", input.key))
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        Ok(json!({ "key": input.key, "value": value }))
+    }
+
+    fn list(&mut self, _input: NoInput) -> Result<Keys, Error> {
+        Ok(Keys { keys: index()? })
     }
 }
 
 /// The keys stored so far.
-fn index() -> Vec<String> {
-    kv_get(INDEX)
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default()
+fn index() -> Result<Vec<String>, Error> {
+    Ok(kv::get_json(INDEX)?.unwrap_or_default())
 }
 
-/// A required string field of the input.
-fn text<'a>(input: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolError> {
-    input
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::Recoverable(format!("`{key}` (a string) is required")))
-}
+agentmesh_guest::export_tool!(Notes);
 
-bindings::export!(Notes with_types_in bindings);
+#[cfg(test)]
+mod tests {
+    /// The manifest's actions match the inputs (prints them: `cargo test -- --nocapture`).
+    #[test]
+    fn manifest_actions_name_every_input_field() {
+        let actions = agentmesh_guest::manifest_actions::<super::Notes>();
+        println!("{actions}");
+        assert!(actions.contains("- name: put"), "{actions}");
+        assert!(
+            actions.contains(r#""required":["key","value"]"#),
+            "{actions}"
+        );
+    }
+}

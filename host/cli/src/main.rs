@@ -38,6 +38,8 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Print the JSON Schema of a manifest kind.
     Schema(commands::schema::Args),
+    /// Write a ready project: `new tool NAME --lang rust|python|js`.
+    New(commands::new::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Events(args) => commands::events::execute(&args),
         Command::Mcp(args) => commands::mcp::execute(&args, &secrets),
         Command::Schema(args) => commands::schema::execute(&args),
+        Command::New(args) => commands::new::execute(&args),
     };
     match result {
         Ok(code) => code,

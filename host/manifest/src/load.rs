@@ -221,8 +221,9 @@ fn collect_files(dir: &Path, files: &mut Vec<PathBuf>, diags: &mut Vec<Diagnosti
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        // Hidden entries hold the data dir (`.agentmesh`), VCS metadata and editor state.
-        if name.starts_with('.') || name == "target" {
+        // Hidden entries hold the data dir (`.agentmesh`), VCS metadata and editor state;
+        // `target` and `node_modules` hold a component project's build tools and output.
+        if name.starts_with('.') || name == "target" || name == "node_modules" {
             continue;
         }
         let Ok(kind) = entry.file_type() else {

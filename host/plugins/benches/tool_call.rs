@@ -174,8 +174,11 @@ fn cpu_ticks() -> Option<(u64, u64)> {
 }
 
 fn main() {
-    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../guests/target/wasm32-wasip2/release/notes.wasm");
+    // `NOTES_WASM` measures another build of `notes` (say, the previous commit's) in its place.
+    let release =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guests/target/wasm32-wasip2/release");
+    let wasm =
+        std::env::var_os("NOTES_WASM").map_or_else(|| release.join("notes.wasm"), Into::into);
     assert!(
         wasm.exists(),
         "{} is missing: build the guests first:\n    cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml",
@@ -199,9 +202,7 @@ fn main() {
     let started = Instant::now();
     let _cached = host.load(&wasm).unwrap();
     let cached_load = started.elapsed();
-    let filter = host
-        .load(&wasm.with_file_name("label_filter.wasm"))
-        .unwrap();
+    let filter = host.load(&release.join("label_filter.wasm")).unwrap();
     let sandbox = Sandbox::default();
     let limits = Limits::default();
     let event = r#"{"payload": {"labels": ["bug"]}}"#;
@@ -382,7 +383,7 @@ fn main() {
         verdict(component.p50 < Duration::from_micros(30)),
         verdict(speedup >= 30.0)
     );
-    runaway_loop(&host, &wasm.with_file_name("test_loop.wasm"));
+    runaway_loop(&host, &release.join("test_loop.wasm"));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "  during the run: load average {}, {stolen} of CPU time stolen by the hypervisor \

@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
-/// Writes `files` (name, text) into `dir`, which it creates if need be.
+/// Writes `files` (name, text; a name may hold folders) into `dir`, creating the folders.
 pub fn write(dir: &Path, files: &[(&str, &str)]) {
     std::fs::create_dir_all(dir).unwrap();
     for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(path, text).unwrap();
     }
 }
 

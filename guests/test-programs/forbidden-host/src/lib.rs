@@ -1,27 +1,36 @@
-//! Test program `forbidden-host`: `invoke` sends `GET {url}` (input `{"url": ...}`) and reports
-//! the failure as a recoverable error. Pointed at a host outside `allowed_hosts`, the request
-//! must be refused by the host before any connection is made.
+//! Test program `forbidden-host`: `invoke` sends `GET {url}` (input `{"url": ...}`) with the
+//! guest SDK's HTTP client and reports the failure as a recoverable error. Pointed at a host
+//! outside `allowed_hosts`, the request must be refused by the host before any connection is
+//! made.
 
-// The same small client as `github-pr` (it only uses this crate's `bindings`).
-#[path = "../../../github-pr/src/http.rs"]
-#[allow(dead_code, reason = "shared with github-pr, which uses all of it")]
-mod http;
+use agentmesh_guest::http::Request;
+use agentmesh_guest::{Actions, Error, Start, Tool};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-agentmesh_test_glue::tool_program! {
-    fn invoke(_action, input) {
-        let input: serde_json::Value = serde_json::from_str(&input).unwrap_or_default();
-        let url = input["url"].as_str().unwrap_or("http://forbidden.example/");
-        let split = url.find("://").map_or(0, |i| i + 3);
-        let path_at = url[split..].find('/').map_or(url.len(), |i| split + i);
-        let base = http::Url::parse(&url[..path_at]).map_err(ToolError::Recoverable)?;
-        let path = if path_at < url.len() {
-            &url[path_at..]
-        } else {
-            "/"
-        };
-        match http::send(http::Method::Get, &base, path, &[], None) {
-            Ok(response) => Ok(serde_json::json!({ "status": response.status }).to_string()),
-            Err(e) => Err(ToolError::Recoverable(format!("GET {url} failed: {e}"))),
-        }
+/// A session; it holds nothing.
+struct Program;
+
+/// The input: where to send the request.
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Get {
+    url: Option<String>,
+}
+
+impl Tool for Program {
+    fn new(_start: &Start) -> Result<Self, Error> {
+        Ok(Program)
+    }
+
+    fn actions(actions: &mut Actions<Self>) {
+        actions.add("get", |_: &mut Program, input: Get| {
+            let url = input.url.as_deref().unwrap_or("http://forbidden.example/");
+            match Request::get(url).send() {
+                Ok(response) => Ok::<Value, _>(json!({ "status": response.status })),
+                Err(e) => Err(Error::recoverable(format!("GET {url} failed: {e}"))),
+            }
+        });
     }
 }
+
+agentmesh_guest::export_tool!(Program);

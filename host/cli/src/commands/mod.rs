@@ -3,6 +3,7 @@
 pub mod call;
 pub mod events;
 pub mod mcp;
+pub mod new;
 pub mod run;
 pub mod schema;
 pub mod serve;
