@@ -60,6 +60,22 @@ fn validate_skips_build_tools_and_output_but_not_other_folders() {
     assert!(out.contains("tools/pkg.yaml:1:1: error"), "{out}{err}");
 }
 
+/// Log lines written to a file or a pipe carry no terminal colour codes.
+#[test]
+fn logs_to_a_pipe_are_plain_text() {
+    let dir =
+        agentmesh_testkit::fixtures::config_dir(&[("notes.yaml", &crate::wasm::notes_tool())]);
+    let env = crate::util::Env {
+        cwd: None,
+        vars: &[("AGENTMESH_LOG", "debug")],
+    };
+    let (code, out, err) =
+        crate::util::agentmesh_in(&env, &["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(err.contains("DEBUG"), "no log lines: {err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+}
+
 #[test]
 fn validate_of_missing_dir_is_an_error_not_a_panic() {
     let (code, out, _) = agentmesh(&["validate", "/nonexistent/agentmesh-config"]);
@@ -90,7 +106,10 @@ fn call_runs_one_action_as_a_task_would_and_reports_its_timings() {
     assert_eq!(code, Some(0), "{out}{err}");
     let result: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(result, serde_json::json!({"said": "hi"}));
-    assert!(err.contains("first call (instance and call)"), "{err}");
+    // A `cel` tool has no component, so no Initialize (the config's component still loads).
+    assert!(err.starts_with("validated in "), "{err}");
+    assert!(err.contains("; first call "), "{err}");
+    assert!(!err.contains("Initialize"), "{err}");
 
     // A Wasm tool's action, repeated in one session: the guest keeps its state between calls
     // of the session, and the latency's percentiles are reported.
@@ -107,6 +126,10 @@ fn call_runs_one_action_as_a_task_would_and_reports_its_timings() {
         data,
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
+    // The component's own figures split the first call: its Initialize and the action.
+    assert!(err.contains("1 component(s) "), "{err}");
+    assert!(err.contains(" (Initialize "), "{err}");
+    assert!(err.contains(" ms, the action in the component "), "{err}");
     assert!(err.contains("19 more calls: p50 "), "{err}");
     assert!(err.contains(" µs, p99 "), "{err}");
 

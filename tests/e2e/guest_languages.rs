@@ -1,7 +1,8 @@
-//! Tools written in Python and JavaScript: the `counter` guest of each language
-//! (guests/python/counter, built with componentize-py by `bash guests/python/build.sh`;
-//! guests/js/counter, built with componentize-js by `bash guests/js/build.sh`), called by agent
-//! runs of the real binary. In both, a session keeps state between the calls of a task,
+//! Tools written in Rust, Python and JavaScript: the `counter` guest of each language
+//! (guests/counter, on the Rust guest SDK; guests/python/counter, built with componentize-py by
+//! `bash guests/python/build.sh`; guests/js/counter, built with componentize-js by `bash
+//! guests/js/build.sh`), called by agent runs of the real binary. In each, a session keeps
+//! state between the calls of a task,
 //! key-value entries stay in their task, outgoing HTTP reaches only the origins of
 //! `allowed_hosts`, an uncaught exception reaches the task's error observation, and the
 //! guest's `tool-error`s are recoverable or fatal as it says.
@@ -20,20 +21,25 @@ use crate::util::{Env, agentmesh_in, events, first, observations, run_in};
 enum Lang {
     Python,
     Js,
+    Rust,
 }
 
 impl Lang {
     /// The built `counter` component.
     fn component(self) -> PathBuf {
         let (folder, script) = match self {
-            Lang::Python => ("python", "guests/python/build.sh"),
-            Lang::Js => ("js", "guests/js/build.sh"),
+            Lang::Python => ("python", "bash guests/python/build.sh"),
+            Lang::Js => ("js", "bash guests/js/build.sh"),
+            Lang::Rust => (
+                "wasm32-wasip2/release",
+                "cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml",
+            ),
         };
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join(format!("guests/target/{folder}/counter.wasm"));
         assert!(
             path.is_file(),
-            "{} is missing: build the guests first with `bash {script}`",
+            "{} is missing: build the guests first with `{script}`",
             path.display()
         );
         path
@@ -43,7 +49,7 @@ impl Lang {
     /// 13–19 MB (the interpreter is in it) and takes seconds and ~0.5 GB to compile, so it
     /// compiles once (here, by `validate`) for all of them, not once per data dir.
     fn compiled_cache(self) -> &'static str {
-        static CACHES: [OnceLock<String>; 2] = [OnceLock::new(), OnceLock::new()];
+        static CACHES: [OnceLock<String>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
         CACHES[self as usize].get_or_init(|| {
             let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
                 .join(format!("counter-guest-components-{}", self as usize));
@@ -247,8 +253,8 @@ fn an_uncaught_exception_faults_the_call(lang: Lang) -> String {
 
 /// The two sides of a `tool-error`: input the guest cannot use is a recoverable error the LLM
 /// sees (the task goes on); an action the guest does not have is a fatal one, which terminates
-/// the task with the guest's message.
-fn tool_errors_are_recoverable_or_fatal_as_the_guest_says(lang: Lang) {
+/// the task with the guest's message. Returns the two messages.
+fn tool_errors_are_recoverable_or_fatal_as_the_guest_says(lang: Lang) -> (String, String) {
     // `recall` without a parameter schema, so the host passes the input on unchecked, and
     // `forget`, which the component does not implement.
     let tool = format!(
@@ -277,14 +283,13 @@ fn tool_errors_are_recoverable_or_fatal_as_the_guest_says(lang: Lang) {
     assert_eq!(task["status"], "terminated", "{task}");
     assert_eq!(task["reason"], "error", "{task}");
     let events = events(&data, &task);
-    assert_eq!(
-        observations(&events),
-        [json!({"error": "`key` (a string) is required"})]
-    );
-    assert_eq!(
-        first(&events, "AgentErrorEvent")["error"],
-        "counter has no action `forget`"
-    );
+    let seen = observations(&events);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let fatal = first(&events, "AgentErrorEvent")["error"].clone();
+    (
+        seen[0]["error"].as_str().unwrap_or_default().to_owned(),
+        fatal.as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 #[test]
@@ -359,10 +364,66 @@ fn a_js_uncaught_error_reaches_the_error_observation() {
 
 #[test]
 fn a_python_tool_error_is_recoverable_or_fatal_as_the_guest_says() {
-    tool_errors_are_recoverable_or_fatal_as_the_guest_says(Lang::Python);
+    let said = tool_errors_are_recoverable_or_fatal_as_the_guest_says(Lang::Python);
+    let expected = (
+        "`key` (a string) is required",
+        "counter has no action `forget`",
+    );
+    assert_eq!((said.0.as_str(), said.1.as_str()), expected);
 }
 
 #[test]
 fn a_js_tool_error_is_recoverable_or_fatal_as_the_guest_says() {
-    tool_errors_are_recoverable_or_fatal_as_the_guest_says(Lang::Js);
+    let said = tool_errors_are_recoverable_or_fatal_as_the_guest_says(Lang::Js);
+    let expected = (
+        "`key` (a string) is required",
+        "counter has no action `forget`",
+    );
+    assert_eq!((said.0.as_str(), said.1.as_str()), expected);
+}
+
+#[test]
+fn a_rust_session_keeps_state_between_the_calls_of_a_task() {
+    a_session_keeps_state_between_the_calls_of_a_task(Lang::Rust);
+}
+
+#[test]
+fn a_rust_tools_key_value_entries_stay_in_their_task() {
+    key_value_entries_stay_in_their_task(Lang::Rust);
+}
+
+/// The SDK's client names the request and the refusal.
+#[test]
+fn a_rust_tool_reaches_only_allowed_hosts_and_a_refusal_is_recoverable() {
+    let (error, url) = only_allowed_hosts_are_reached(Lang::Rust);
+    let said = format!("GET {url}: denied by the host");
+    assert!(error.contains(&said), "no `{said}` in {error}");
+}
+
+/// The error observation names the tool and carries the panic's message.
+#[test]
+fn a_rust_panic_reaches_the_error_observation() {
+    let error = an_uncaught_exception_faults_the_call(Lang::Rust);
+    for said in [
+        "component `t/counter` panicked",
+        "counter failed on purpose",
+    ] {
+        assert!(error.contains(said), "no `{said}` in {error}");
+    }
+}
+
+/// The SDK answers input that does not fit the action's input type, and an action it does not
+/// have, with what it expected.
+#[test]
+fn a_rust_tool_error_is_recoverable_or_fatal_as_the_sdk_says() {
+    let (recoverable, fatal) = tool_errors_are_recoverable_or_fatal_as_the_guest_says(Lang::Rust);
+    assert!(
+        recoverable
+            .starts_with("the input of `recall`: invalid type: integer `7`, expected a string"),
+        "{recoverable}"
+    );
+    assert_eq!(
+        fatal,
+        "no action `forget` (this component has: count, remember, recall, fetch, fail)"
+    );
 }

@@ -17,7 +17,7 @@ const NOTE: &str = "note/";
 /// A session; notes live in the store, so it holds nothing.
 struct Notes;
 
-/// The input of `put`.
+/// Store a note under a key.
 #[derive(Deserialize, JsonSchema)]
 struct Put {
     /// The note's name.
@@ -26,7 +26,7 @@ struct Put {
     value: String,
 }
 
-/// The input of `get`.
+/// Read the note stored under a key.
 #[derive(Deserialize, JsonSchema)]
 struct Get {
     /// The note's name.
@@ -83,15 +83,22 @@ agentmesh_guest::export_tool!(Notes);
 
 #[cfg(test)]
 mod tests {
-    /// The manifest's actions match the inputs (prints them: `cargo test -- --nocapture`).
+    /// The manifest's actions from the input types (`cargo test -- --nocapture` prints them):
+    /// a doc comment is the description, the fields the parameters; `NoInput` has neither.
     #[test]
-    fn manifest_actions_name_every_input_field() {
+    fn manifest_actions_come_from_the_input_types() {
         let actions = agentmesh_guest::manifest_actions::<super::Notes>();
         println!("{actions}");
-        assert!(actions.contains("- name: put"), "{actions}");
-        assert!(
-            actions.contains(r#""required":["key","value"]"#),
-            "{actions}"
-        );
+        let expected = r#"actions:
+  - name: put
+    description: "Store a note under a key."
+    parameters: {"properties":{"key":{"description":"The note's name.","type":"string"},"value":{"description":"Its text.","type":"string"}},"required":["key","value"],"type":"object"}
+  - name: get
+    description: "Read the note stored under a key."
+    parameters: {"properties":{"key":{"description":"The note's name.","type":"string"}},"required":["key"],"type":"object"}
+  - name: list
+    parameters: {"type":"object"}
+"#;
+        assert_eq!(actions, expected);
     }
 }

@@ -42,6 +42,8 @@ impl Start {
 
 /// The input of an action that takes none (any object is accepted).
 #[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+// Not the description of the actions that take it (see `manifest_actions`).
+#[schemars(description = "")]
 pub struct NoInput {}
 
 /// How an action runs: on a session, from the input's JSON to the output's.
@@ -125,7 +127,9 @@ pub fn manifest_actions<T: Tool>() -> String {
         schema.remove("$schema");
         schema.remove("title");
         out.push_str(&format!("  - name: {}\n", action.name));
-        if let Some(serde_json::Value::String(text)) = schema.remove("description") {
+        if let Some(serde_json::Value::String(text)) = schema.remove("description")
+            && !text.is_empty()
+        {
             // A JSON string is a YAML scalar, quotes and all.
             out.push_str(&format!(
                 "    description: {}\n",

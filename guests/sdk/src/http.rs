@@ -246,7 +246,7 @@ impl Request {
 /// What a wasi:http error means to the tool's author.
 fn describe(error: ErrorCode) -> String {
     match error {
-        ErrorCode::HttpRequestDenied => "the host denied it (allowed_hosts)".to_owned(),
+        ErrorCode::HttpRequestDenied => "denied by the host".to_owned(),
         other => other.to_string(),
     }
 }

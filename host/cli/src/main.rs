@@ -76,6 +76,8 @@ fn init_logging(secrets: SharedSecrets) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours only for a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(LogWriter(secrets))
         .init();
 }

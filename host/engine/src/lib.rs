@@ -84,7 +84,7 @@ pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
-pub use wasm::{async_runtime, check_components};
+pub use wasm::{ComponentsLoaded, async_runtime, check_components};
 pub use watch::{HostToolError, HostTools, Watcher};
 
 use plan::{AgentPlan, EventPlan, Target, ToolPlan};

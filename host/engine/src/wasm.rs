@@ -24,10 +24,16 @@ use crate::runtime::ActionResult;
 /// `wasm.component` a `tool-plugin` component, a middleware step a `middleware-plugin`
 /// component, a webhook's `filter_component` an `event-filter-plugin` component). Each problem
 /// becomes an error at the reference. With `progress`, names each component on stderr as it
-/// loads it (compiling takes a while; a cached one loads in milliseconds).
-pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress: bool) {
+/// loads it (compiling takes a while; a cached one loads in milliseconds). Returns how many
+/// component files loaded, and how many of those came from the cache.
+pub fn check_components(
+    report: &mut Report,
+    cache_dir: Option<&Path>,
+    progress: bool,
+) -> ComponentsLoaded {
+    let mut loaded = ComponentsLoaded::default();
     if report.components.is_empty() {
-        return;
+        return loaded;
     }
     let config = PluginConfig {
         cache_dir: cache_dir.map(Path::to_path_buf),
@@ -46,7 +52,11 @@ pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress:
                 .as_ref()
                 .map_err(|e| format!("cannot be checked: {e}"))?;
             host.load(&reference.path)
-                .map(|c| c.world().as_str())
+                .map(|c| {
+                    loaded.files += 1;
+                    loaded.from_cache += usize::from(c.from_cache());
+                    c.world().as_str()
+                })
                 .map_err(|e| {
                     // The reference names the file: say the rest (`is not a valid …`).
                     let text = e.to_string();
@@ -69,6 +79,16 @@ pub fn check_components(report: &mut Report, cache_dir: Option<&Path>, progress:
         found.push(Diagnostic::error(&reference.file, reference.pos, problem));
     }
     report.add_diagnostics(found);
+    loaded
+}
+
+/// What [`check_components`] loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComponentsLoaded {
+    /// Component files loaded (each once, however many references name it).
+    pub files: usize,
+    /// Those read from the compiled cache rather than compiled.
+    pub from_cache: usize,
 }
 
 /// The multi-threaded tokio runtime a host runs on. Its blocking threads are tokio's usual 512

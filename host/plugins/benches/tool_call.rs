@@ -4,7 +4,9 @@
 //! the ratios. For reference it also measures where a fresh instance's time goes (open,
 //! invoke, close), `notes` in a session kept alive (what a task's second and later calls
 //! cost) and the floor of a fresh instance (`label-filter`: one call, no constructor, no host
-//! calls).
+//! calls). Last, the same trivial tool in three languages — the `counter` example in Rust,
+//! Python and JavaScript, its `count` action — by component size, compile time, a call in a
+//! fresh instance and a call in a kept session.
 //!
 //! The ways are measured in interleaved rounds, each starting with unrecorded warm-up calls,
 //! so that load from other processes on a shared machine falls on all of them alike. Besides
@@ -13,7 +15,8 @@
 //! lowest 64 KiB of its memory: the instance pool decommits those between uses).
 //!
 //! Needs the guests built (`cargo build --release --target wasm32-wasip2 --manifest-path
-//! guests/Cargo.toml`); run with `cargo bench -p agentmesh-plugins --bench tool_call`.
+//! guests/Cargo.toml`, `bash guests/python/build.sh`, `bash guests/js/build.sh`); run with
+//! `cargo bench -p agentmesh-plugins --bench tool_call`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -189,16 +192,7 @@ fn main() {
         .build()
         .unwrap();
     let kv = Arc::new(MemoryKv::new());
-    let cache = tempfile::tempdir().unwrap();
-    let config = PluginConfig {
-        cache_dir: Some(cache.path().to_owned()),
-        max_instances: 16,
-        ..PluginConfig::default()
-    };
-    let host = PluginHost::new(config, kv.clone()).unwrap();
-    let started = Instant::now();
-    let notes = host.load(&wasm).unwrap();
-    let compile = started.elapsed();
+    let (host, notes, compile, _cache) = first_load(&kv, &wasm);
     let started = Instant::now();
     let _cached = host.load(&wasm).unwrap();
     let cached_load = started.elapsed();
@@ -384,6 +378,7 @@ fn main() {
         verdict(speedup >= 30.0)
     );
     runaway_loop(&host, &release.join("test_loop.wasm"));
+    languages(&runtime, &kv, &release);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "  during the run: load average {}, {stolen} of CPU time stolen by the hypervisor \
@@ -393,6 +388,117 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+}
+
+/// A plugin host on `kv` with a compiled cache of its own (kept while the `TempDir` lives),
+/// and `wasm` loaded into it: a first compile, and the time it took.
+fn first_load(
+    kv: &Arc<MemoryKv>,
+    wasm: &Path,
+) -> (
+    PluginHost,
+    Arc<agentmesh_plugins::LoadedComponent>,
+    Duration,
+    tempfile::TempDir,
+) {
+    let cache = tempfile::tempdir().unwrap();
+    let config = PluginConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        max_instances: 16,
+        ..PluginConfig::default()
+    };
+    let host = PluginHost::new(config, kv.clone()).unwrap();
+    let started = Instant::now();
+    let component = host.load(wasm).unwrap();
+    (host, component, started.elapsed(), cache)
+}
+
+/// The `counter` example in each language: size, compile time, and `count` in a fresh instance
+/// and in a kept session, in interleaved rounds.
+fn languages(runtime: &tokio::runtime::Runtime, kv: &Arc<MemoryKv>, release: &Path) {
+    const FRESH_CALLS: usize = 40;
+    let guests = release.join("../..");
+    let languages = [
+        (
+            "Rust",
+            release.join("counter.wasm"),
+            "cargo build … (above)",
+        ),
+        (
+            "Python",
+            guests.join("python/counter.wasm"),
+            "bash guests/python/build.sh",
+        ),
+        (
+            "JavaScript",
+            guests.join("js/counter.wasm"),
+            "bash guests/js/build.sh",
+        ),
+    ];
+    let sandbox = Sandbox::default();
+    let mut loaded = Vec::new();
+    for (name, wasm, build) in &languages {
+        assert!(
+            wasm.exists(),
+            "{} is missing: build it first: {build}",
+            wasm.display()
+        );
+        let (host, component, compile, cache) = first_load(kv, wasm);
+        let size = std::fs::metadata(wasm).unwrap().len();
+        loaded.push((*name, size, compile, component, host, cache));
+    }
+    let mut fresh: Vec<Samples> = languages.iter().map(|_| Samples::default()).collect();
+    let mut kept: Vec<Samples> = languages.iter().map(|_| Samples::default()).collect();
+    runtime.block_on(async {
+        let mut sessions = Vec::new();
+        for (_, _, _, component, _, _) in &loaded {
+            let session = ToolSession::lazy(component.clone(), sandbox.clone(), "{}", "{}", "t")
+                .unwrap()
+                .open()
+                .await
+                .unwrap();
+            sessions.push(session);
+        }
+        for _ in 0..ROUNDS {
+            for (i, (_, _, _, component, _, _)) in loaded.iter().enumerate() {
+                fresh[i]
+                    .record(2, FRESH_CALLS, async || {
+                        let answer = component
+                            .call_tool(&sandbox, "{}", "{}", "t", "count", "{}")
+                            .await
+                            .unwrap();
+                        // A fresh instance counts from 1 (Python's JSON has a space).
+                        let answer = answer.unwrap().replace(' ', "");
+                        assert_eq!(answer, r#"{"count":1}"#);
+                    })
+                    .await;
+                let session = &mut sessions[i];
+                kept[i]
+                    .record(WARMUP, CALLS, async || {
+                        let answer = session.invoke("count", "{}").await.unwrap();
+                        assert!(answer.is_ok(), "{answer:?}");
+                    })
+                    .await;
+            }
+        }
+    });
+    println!("  the `counter` example's `count` in three languages ({ROUNDS} interleaved rounds):");
+    println!(
+        "  {:<12} {:>9} {:>10} {:>12} {:>12} {:>12} {:>12}",
+        "", "size", "compile", "fresh p50", "fresh p99", "kept p50", "kept p99"
+    );
+    for (i, (name, size, compile, ..)) in loaded.iter().enumerate() {
+        let (fresh, kept) = (fresh[i].figures(), kept[i].figures());
+        println!(
+            "  {name:<12} {:>6.2} MB {:>8.2} s {} {} {} {}",
+            *size as f64 / 1e6,
+            compile.as_secs_f64(),
+            us(fresh.p50),
+            us(fresh.p99),
+            us(kept.p50),
+            us(kept.p99)
+        );
+    }
 }
 
 /// How soon after its timeout a guest looping in Wasm is stopped (the epoch tick and the move

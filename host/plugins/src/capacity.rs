@@ -255,6 +255,8 @@ pub(crate) struct Stats {
     in_use: AtomicU64,
     evictions: AtomicU64,
     initializations: AtomicU64,
+    /// The time Initializes took together (instantiate and constructor), in microseconds.
+    initialize_sum_us: AtomicU64,
     teardowns: AtomicU64,
     errors: AtomicU64,
     /// Calls by the first bucket of [`LATENCY_BUCKETS`] they fit in; the last counts the rest.
@@ -263,9 +265,11 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    /// A session was constructed (Initialize ran).
-    pub(crate) fn initialized(&self) {
+    /// A session was constructed (Initialize ran) in `took` (instantiate and constructor).
+    pub(crate) fn initialized(&self, took: Duration) {
         self.initializations.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.initialize_sum_us.fetch_add(micros, Ordering::Relaxed);
     }
 
     /// A session's destructor ran (Teardown).
@@ -308,6 +312,7 @@ impl Stats {
             idle_sessions: idle,
             evictions: load(&self.evictions),
             initializations: load(&self.initializations),
+            initialize_time: Duration::from_micros(load(&self.initialize_sum_us)),
             teardowns: load(&self.teardowns),
             calls: buckets.last().copied().unwrap_or(0),
             errors: load(&self.errors),
@@ -339,6 +344,9 @@ pub struct ComponentMetrics {
     pub evictions: u64,
     /// Tool sessions constructed (Initialize ran).
     pub initializations: u64,
+    /// The time those Initializes took together: a fresh store, instantiating the component and
+    /// running the session's constructor.
+    pub initialize_time: Duration,
     /// Tool sessions destroyed (Teardown ran): closed with their task, or evicted.
     pub teardowns: u64,
     /// Calls: tool invocations, middleware steps, event-filter checks.

@@ -343,6 +343,7 @@ async fn start(spec: &Spec) -> Result<Live> {
         .capacity
         .acquire(component.name(), component.stats())
         .await?;
+    let started = std::time::Instant::now();
     let mut store = new_store(
         spec.component.shared(),
         spec.component.name(),
@@ -366,7 +367,8 @@ async fn start(spec: &Spec) -> Result<Live> {
         deadline,
         constructor.call_constructor(&mut store, &spec.settings, &spec.parameters)
     )?;
-    component.stats().initialized();
+    // From the new store on: waiting for a free instance is not Initialize's time.
+    component.stats().initialized(started.elapsed());
     Ok(Live {
         store,
         plugin,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use agentmesh_engine::{DirectEnd, Engine, EngineOptions, check_components};
+use agentmesh_engine::{ComponentMetrics, DirectEnd, Engine, EngineOptions, check_components};
 use agentmesh_manifest::suggest::did_you_mean;
 use agentmesh_secrets::SharedSecrets;
 use anyhow::Context;
@@ -69,7 +69,10 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         &report.config.base_dir(),
         &report.config.host_config(),
     );
-    check_components(&mut report, Some(&cache), false);
+    let validated = started.elapsed();
+    let compiling = Instant::now();
+    let components = check_components(&mut report, Some(&cache), false);
+    let compiled = compiling.elapsed();
     if report.has_errors() {
         return Ok(invalid(&report));
     }
@@ -87,7 +90,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             args.target
         );
     };
-    let loaded = started.elapsed();
+    let validated = validated + (started.elapsed() - validated - compiled);
 
     let tasks = tempfile::tempdir().context("cannot make a temporary store")?;
     let store = agentmesh_store::open(tasks.path()).context("opening a temporary store")?;
@@ -100,14 +103,37 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     };
     let runtime = agentmesh_engine::async_runtime(&plan.host.policy)?;
     let engine = Engine::new(plan, store, options);
-    let ended = runtime.block_on(calls(&engine, &agent, &function, input, args.repeat));
+    let call = Call {
+        agent: &agent,
+        function: &function,
+        tool: &tool,
+    };
+    let ended = runtime.block_on(calls(&engine, &call, input, args.repeat));
     runtime.block_on(engine.shutdown());
-    let (first, times) = ended?;
-    let mut said = format!(
-        "validated and compiled in {:.1} ms; first call (instance and call) {:.2} ms",
-        ms(loaded),
-        ms(times[0])
-    );
+    let (first, times, component) = ended?;
+    let mut said = format!("validated in {:.1} ms", ms(validated));
+    if components.files > 0 {
+        let how = if components.from_cache == components.files {
+            "loaded from the compiled cache"
+        } else {
+            "compiled"
+        };
+        said.push_str(&format!(
+            "; {} component(s) {how} in {:.1} ms",
+            components.files,
+            ms(compiled)
+        ));
+    }
+    said.push_str(&format!("; first call {:.2} ms", ms(times[0])));
+    // What the component's own figures say of the first call: its Initialize (a fresh store,
+    // instantiate, the session's constructor) and the call inside the instance.
+    if let Some(first) = component.filter(|c| c.initializations > 0) {
+        said.push_str(&format!(
+            " (Initialize {:.2} ms, the action in the component {:.2} ms)",
+            ms(first.initialize_time),
+            ms(first.latency_sum)
+        ));
+    }
     if times.len() > 1 {
         let mut warm: Vec<Duration> = times[1..].to_vec();
         warm.sort();
@@ -134,36 +160,49 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     }
 }
 
-/// Makes `repeat` calls in one session: the first one's end, and each call's time.
+/// What `call` calls: the agent made for it, its function for the action, and the tool.
+struct Call<'a> {
+    agent: &'a str,
+    function: &'a str,
+    tool: &'a str,
+}
+
+/// Makes `repeat` calls in one session: the first one's end, each call's time, and the tool's
+/// component figures right after the first call (none for a tool that is not a component).
 async fn calls(
     engine: &Engine,
-    agent: &str,
-    function: &str,
+    call: &Call<'_>,
     input: Value,
     repeat: u32,
-) -> anyhow::Result<(DirectEnd, Vec<Duration>)> {
+) -> anyhow::Result<(DirectEnd, Vec<Duration>, Option<ComponentMetrics>)> {
     engine.load_components().await?;
     let user = super::user_ref("user:local");
     let task = engine
-        .open_session(agent, user, json!({"name": "agentmesh call"}))
+        .open_session(call.agent, user, json!({"name": "agentmesh call"}))
         .await?;
     let mut first = None;
+    let mut component = None;
     let mut times = Vec::with_capacity(repeat as usize);
     for _ in 0..repeat {
         let start = Instant::now();
         let end = engine
-            .call_direct(&task.id, function, input.clone())
+            .call_direct(&task.id, call.function, input.clone())
             .await?;
         times.push(start.elapsed());
         let failed = !matches!(end, DirectEnd::Observation(_));
-        first.get_or_insert(end);
+        if first.is_none() {
+            component = engine
+                .pool_metrics()
+                .and_then(|p| p.components.into_iter().find(|c| c.component == call.tool));
+            first = Some(end);
+        }
         if failed {
             break;
         }
     }
     engine.close_session(&task.id).await?;
     let first = first.unwrap_or(DirectEnd::Unknown);
-    Ok((first, times))
+    Ok((first, times, component))
 }
 
 /// The tool (`namespace/name`) and the index of the action `target` names.

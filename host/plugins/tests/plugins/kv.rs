@@ -93,3 +93,52 @@ async fn another_tool_on_the_same_file_keeps_its_own_notes_and_counters() {
         .map(|c| c.calls);
     assert_eq!(calls, Some(1));
 }
+
+/// `counter`, on the Rust guest SDK: `kv::set_json`/`kv::get_json` keep any JSON value under
+/// a key, across fresh instances, and a session of the SDK keeps its own state between calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_typed_kv_and_session_state_work_through_the_host() {
+    let counter = load("counter");
+    let call = |action: &'static str, input: Value| {
+        let counter = counter.clone();
+        async move {
+            let answer = counter
+                .call_tool(
+                    &Sandbox::default(),
+                    "{}",
+                    "{}",
+                    "t_sdk",
+                    action,
+                    &input.to_string(),
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            serde_json::from_str::<Value>(&answer).unwrap()
+        }
+    };
+    let value = json!({"steps": [1, 2, 3], "done": false});
+    let stored = call("remember", json!({"key": "plan", "value": value})).await;
+    assert_eq!(stored, json!({"stored": "plan"}));
+    let recalled = call("recall", json!({"key": "plan"})).await;
+    assert_eq!(recalled, json!({"key": "plan", "value": value}));
+
+    let mut session = agentmesh_plugins::ToolSession::lazy(
+        counter.clone(),
+        Sandbox::default(),
+        "{}",
+        "{}",
+        "t_sdk",
+    )
+    .unwrap()
+    .open()
+    .await
+    .unwrap();
+    for expected in 1..=3 {
+        let answer = session.invoke("count", "{}").await.unwrap();
+        assert_eq!(
+            answer.as_deref(),
+            Ok(&*format!(r#"{{"count":{expected}}}"#))
+        );
+    }
+}
