@@ -69,6 +69,9 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     bound_the_drain().context("cannot listen for SIGTERM")?;
     let runtime = agentmesh_engine::async_runtime(&host.policy)?;
     runtime.block_on(async {
+        // Listened for before the address is announced: a stop that comes as soon as a client
+        // (or a supervisor) sees the server up is a drain, not missed.
+        let stop = StopSignals::listen().context("cannot listen for SIGTERM")?;
         // Bound before the engine starts, so that `runtime.api_root` is the server's own base
         // URL in every expression, those of tasks resumed at start included. Connections made
         // meanwhile wait in the backlog until the server accepts.
@@ -117,7 +120,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         let mcp_events = tokio::spawn(route_mcp_updates(router.clone(), triggers.clone()));
         let sweeper = tokio::spawn(sweep(router));
         let scheduler = tokio::spawn(triggers.run());
-        agentmesh_server::serve(Arc::clone(&state), listener, limits, shutdown_signal()).await;
+        agentmesh_server::serve(Arc::clone(&state), listener, limits, stop.received()).await;
         watcher.abort();
         sweeper.abort();
         scheduler.abort();
@@ -182,7 +185,6 @@ async fn route_mcp_updates(router: EventRouter, triggers: Triggers) {
 /// How many resource updates wait to be routed before their watches wait.
 const MCP_UPDATES_BUFFERED: usize = 256;
 
-/// Completes on SIGINT or SIGTERM.
 /// How long a stop (SIGINT/SIGTERM) may take: requests in flight finish and tool sessions are
 /// torn down within it, or the process exits anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -218,27 +220,29 @@ fn bound_the_drain() -> std::io::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!("cannot listen for SIGINT: {e}");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+/// SIGTERM and SIGINT, listened for from when [`StopSignals::listen`] returns: a signal that
+/// comes later, however soon, is seen by [`StopSignals::received`].
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Starts listening (in a tokio runtime).
+    fn listen() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    eprintln!("agentmesh: draining");
+
+    /// Completes on the first SIGTERM or SIGINT.
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
+        eprintln!("agentmesh: draining");
+    }
 }

@@ -20,6 +20,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
     check_model(c, src, agent);
     let config = c.config;
     let resolution = resolve::resolve(config, agent);
+    check_script_calls(c, agent, &resolution);
     for (key, decl) in &agent.capabilities {
         let cap_path = [K("capabilities"), K(key)];
         // Every resolution error is about a key, and reported there: one that did not
@@ -284,6 +285,59 @@ fn check_model_capabilities(c: &mut Checker, src: &Source, agent: &Agent) {
                 format!("model capability `{name}` writes media to the mount; set the agent's `mount` to task, agent or workspace"),
             );
         }
+    }
+}
+
+/// Each call in the script of an agent on a `scripted/<file>` model names one of the agent's
+/// functions: a warning at the call otherwise (the call would be answered "there is no
+/// function", as an LLM's would), since a script is written for its agent — a tool that gains
+/// a second action renames its function from `key` to `key_action`.
+fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Resolution) {
+    let Some(name) = agent
+        .model
+        .as_deref()
+        .and_then(|m| m.strip_prefix("scripted/"))
+    else {
+        return;
+    };
+    let Some(script) = c.config.script(name) else {
+        return;
+    };
+    let functions: Vec<&str> = resolution
+        .capabilities
+        .iter()
+        .flat_map(|cap| cap.functions.iter().map(|f| f.name.as_str()))
+        .chain(resolution.host_functions.iter().copied())
+        .collect();
+    let mut found = Vec::new();
+    for (i, response) in script.value.responses.iter().enumerate() {
+        for (j, call) in response.tool_calls.iter().enumerate() {
+            if functions.contains(&call.name.as_str()) {
+                continue;
+            }
+            let hint = did_you_mean(&call.name, functions.iter().copied())
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_default();
+            let path = [K("responses"), I(i), K("tool_calls"), I(j), K("name")];
+            found.push((
+                pos_at(&script.source.node, &path),
+                format!(
+                    "agent `{}/{}` has no function `{}`{hint} (its functions: {})",
+                    agent.namespace,
+                    agent.name,
+                    call.name,
+                    if functions.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        functions.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    let source = script.source.clone();
+    for (pos, message) in found {
+        c.warning(&source, pos, message);
     }
 }
 
