@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::model::common::{ByteSize, Duration};
-use crate::suggest::did_you_mean;
+use crate::suggest::{did_you_mean, did_you_mean_hint};
 use crate::yaml::{Node, NodeValue, Pos};
 
 /// One shape problem.
@@ -285,9 +285,7 @@ impl<'a> Walker<'a> {
         if allowed.contains(&text) {
             return;
         }
-        let hint = did_you_mean(&text, allowed.iter().map(String::as_str))
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_default();
+        let hint = did_you_mean_hint(&text, allowed.iter().map(String::as_str));
         out.push(Problem {
             pos: node.pos,
             message: format!(

@@ -13,3 +13,11 @@ pub fn did_you_mean<'a>(
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
+
+/// `; did you mean `CLOSEST`?` for the [`did_you_mean`] candidate, or nothing: the tail of a
+/// message saying `word` is unknown.
+pub fn did_you_mean_hint<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(word, candidates)
+        .map(|s| format!("; did you mean `{s}`?"))
+        .unwrap_or_default()
+}

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use agentmesh_engine::{ComponentMetrics, DirectEnd, Engine, EngineOptions, check_components};
-use agentmesh_manifest::suggest::did_you_mean;
+use agentmesh_manifest::suggest::did_you_mean_hint;
 use agentmesh_secrets::SharedSecrets;
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -222,9 +222,7 @@ fn target(config: &agentmesh_manifest::Config, target: &str) -> Result<(String, 
             .iter()
             .map(|t| format!("{}/{}", t.value.namespace, t.value.name))
             .collect();
-        let hint = did_you_mean(tool_ref, ids.iter().map(String::as_str))
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_default();
+        let hint = did_you_mean_hint(tool_ref, ids.iter().map(String::as_str));
         return Err(format!("no tool `{tool_ref}`{hint}"));
     };
     let actions: Vec<&str> = tool.value.actions.iter().map(|a| a.name.as_str()).collect();

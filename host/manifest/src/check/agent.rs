@@ -8,7 +8,7 @@ use crate::load::{Loaded, Source};
 use crate::model::Tool;
 use crate::model::agent::{Agent, MountScope};
 use crate::resolve::{self, Target};
-use crate::suggest::did_you_mean;
+use crate::suggest::{did_you_mean, did_you_mean_hint};
 
 /// Model capabilities that write media to the mount.
 const MEDIA: [&str; 3] = ["image-generation", "audio-generation", "video-generation"];
@@ -315,9 +315,7 @@ fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Reso
             if functions.contains(&call.name.as_str()) {
                 continue;
             }
-            let hint = did_you_mean(&call.name, functions.iter().copied())
-                .map(|s| format!("; did you mean `{s}`?"))
-                .unwrap_or_default();
+            let hint = did_you_mean_hint(&call.name, functions.iter().copied());
             let path = [K("responses"), I(i), K("tool_calls"), I(j), K("name")];
             found.push((
                 pos_at(&script.source.node, &path),

@@ -6,7 +6,7 @@ use super::{Checker, I, K, MODEL_REF, Seg, pos_at};
 use crate::load::Source;
 use crate::model::common::EnvValue;
 use crate::model::host::SourceConfig;
-use crate::suggest::did_you_mean;
+use crate::suggest::did_you_mean_hint;
 
 pub(crate) fn check(c: &mut Checker) {
     let Some(doc) = c.config.host.as_ref() else {
@@ -100,7 +100,7 @@ fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig)
         .collect();
     let found = ids.iter().position(|id| *id == mcp.tool);
     let Some(tool) = found.map(|i| c.config.tools[i].value.clone()) else {
-        let hint = suggestion(did_you_mean(&mcp.tool, ids.iter().map(String::as_str)));
+        let hint = did_you_mean_hint(&mcp.tool, ids.iter().map(String::as_str));
         c.error(
             src,
             at,
@@ -125,10 +125,10 @@ fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig)
             ),
         ),
         None => {
-            let hint = suggestion(did_you_mean(
+            let hint = did_you_mean_hint(
                 &mcp.event,
                 tool.events.iter().map(|e| e.name.as_str()),
-            ));
+            );
             c.error(
                 src,
                 at,
@@ -136,10 +136,4 @@ fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig)
             );
         }
     }
-}
-
-fn suggestion(close: Option<&str>) -> String {
-    close
-        .map(|s| format!("; did you mean `{s}`?"))
-        .unwrap_or_default()
 }

@@ -12,7 +12,7 @@ use super::{Checker, I, K, Seg, key_pos, pos_at, scopes};
 use crate::load::Source;
 use crate::model::Tool;
 use crate::model::tool::{Mcp, McpTransport};
-use crate::suggest::did_you_mean;
+use crate::suggest::did_you_mean_hint;
 use crate::yaml::Pos;
 
 /// Checks tool `tool`'s shared `mcp` block, then each action's own block and what the two
@@ -217,9 +217,7 @@ fn undeclared_settings(c: &mut Checker, src: &Source, tool: &Tool, path: &[Seg],
             .flat_map(|s| s.properties.keys())
             .map(String::as_str)
             .collect();
-        let hint = did_you_mean(&setting, declared.iter().copied())
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_default();
+        let hint = did_you_mean_hint(&setting, declared.iter().copied());
         c.error(
             src,
             pos_at(&src.node, path),

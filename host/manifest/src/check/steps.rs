@@ -7,7 +7,7 @@ use super::{Checker, ComponentWorld, K, Seg, key_pos, member_names, node_at, pos
 use crate::load::Source;
 use crate::model::Tool;
 use crate::model::common::{MiddlewareStep, OnFail};
-use crate::suggest::did_you_mean;
+use crate::suggest::did_you_mean_hint;
 
 /// Where a list of steps stands; decides scopes, defaults and what is allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,9 +173,7 @@ fn check_step(
     if let (Some(name), Some(tool)) = (&step.match_action, around.tool) {
         let names = member_names(tool);
         if !names.contains(&name.as_str()) {
-            let hint = did_you_mean(name, names.iter().copied())
-                .map(|s| format!("; did you mean `{s}`?"))
-                .unwrap_or_default();
+            let hint = did_you_mean_hint(name, names.iter().copied());
             c.error(
                 source,
                 pos_at(&source.node, &at("match")),
@@ -221,9 +219,7 @@ fn check_invoke(c: &mut Checker, source: &Source, path: &[Seg], target: &str, ar
     };
     if !tool.value.actions.iter().any(|a| a.name == action) {
         let names: Vec<&str> = tool.value.actions.iter().map(|a| a.name.as_str()).collect();
-        let hint = did_you_mean(action, names.iter().copied())
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_default();
+        let hint = did_you_mean_hint(action, names.iter().copied());
         c.error(
             source,
             pos,

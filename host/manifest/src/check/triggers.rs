@@ -11,7 +11,7 @@ use crate::load::{Loaded, Source};
 use crate::model::agent::Agent;
 use crate::model::common::ParseError;
 use crate::model::{Schedule, Trigger};
-use crate::suggest::did_you_mean;
+use crate::suggest::{did_you_mean, did_you_mean_hint};
 
 pub(crate) fn check_trigger(c: &mut Checker, doc: &Loaded<Trigger>) {
     let t = &doc.value;
@@ -96,9 +96,7 @@ pub(crate) fn check_schedule(c: &mut Checker, doc: &Loaded<Schedule>) {
         && chrono_tz::Tz::from_str(tz).is_err()
     {
         let names = chrono_tz::TZ_VARIANTS.iter().map(|t| t.name());
-        let hint = did_you_mean(tz, names)
-            .map(|s| format!("; did you mean `{s}`?"))
-            .unwrap_or_default();
+        let hint = did_you_mean_hint(tz, names);
         c.error(
             src,
             pos_at(&src.node, &[K("timezone")]),
@@ -164,9 +162,7 @@ fn find_agent<'a>(
         .iter()
         .filter(|a| a.value.namespace == namespace)
         .map(|a| a.value.name.as_str());
-    let hint = did_you_mean(name, names)
-        .map(|s| format!("; did you mean `{s}`?"))
-        .unwrap_or_default();
+    let hint = did_you_mean_hint(name, names);
     c.error(
         src,
         pos_at(&src.node, &[K("agent")]),
