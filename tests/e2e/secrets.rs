@@ -145,6 +145,31 @@ fn run_shows_no_tool_secret_in_its_output_log_or_events() {
     assert!(events.contains("?key=***"), "{events}");
 }
 
+/// `agentmesh call` prints an action's answer and a failed call's error as `run` prints a
+/// task's: with `***` where a secret was.
+#[test]
+fn call_shows_no_tool_secret_in_its_answer_or_error() {
+    let port = fake_api(2);
+    let dir = secrets_config(port);
+    let data = dir.path().join("data");
+    let env = Env {
+        vars: &ENV,
+        ..Env::default()
+    };
+    let config = dir.path().to_str().unwrap();
+    let data = data.to_str().unwrap();
+    let (code, out, err) = agentmesh_in(&env, &["call", config, "t/api.echo", "--data", data]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_clean("call's stdout", &out);
+    assert_clean("call's stderr", &err);
+    assert!(out.contains("Bearer ***"), "{out}");
+    let (code, out, err) = agentmesh_in(&env, &["call", config, "t/api.fail", "--data", data]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_clean("call's stdout", &out);
+    assert_clean("call's stderr", &err);
+    assert!(err.contains("key=***"), "{err}");
+}
+
 #[test]
 fn a_component_that_echoes_a_password_setting_is_scrubbed() {
     let component = guest("github_pr");

@@ -69,7 +69,6 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         &report.config.base_dir(),
         &report.config.host_config(),
     );
-    let validated = started.elapsed();
     let compiling = Instant::now();
     let components = check_components(&mut report, Some(&cache), false);
     let compiled = compiling.elapsed();
@@ -90,7 +89,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             args.target
         );
     };
-    let validated = validated + (started.elapsed() - validated - compiled);
+    let validated = started.elapsed() - compiled;
 
     let tasks = tempfile::tempdir().context("cannot make a temporary store")?;
     let store = agentmesh_store::open(tasks.path()).context("opening a temporary store")?;
@@ -145,14 +144,16 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             at(0.99).as_secs_f64() * 1e6
         ));
     }
+    // What the call answered may hold a secret the tool was given (the engine published them).
+    let secrets = secrets.get();
     match first {
         DirectEnd::Observation(result) => {
-            println!("{}", serde_json::to_string_pretty(&result)?);
+            println!("{}", secrets.scrub(&serde_json::to_string_pretty(&result)?));
             eprintln!("{said}");
             Ok(ExitCode::SUCCESS)
         }
         DirectEnd::Error(why) | DirectEnd::Rejected(why) | DirectEnd::Terminated(why) => {
-            eprintln!("error: {why}");
+            eprintln!("error: {}", secrets.scrub(&why));
             eprintln!("{said}");
             Ok(ExitCode::from(1))
         }
