@@ -28,18 +28,15 @@ impl Lang {
     /// The built `counter` component.
     fn component(self) -> PathBuf {
         let (folder, script) = match self {
-            Lang::Python => ("python", "bash guests/python/build.sh"),
-            Lang::Js => ("js", "bash guests/js/build.sh"),
-            Lang::Rust => (
-                "wasm32-wasip2/release",
-                "cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml",
-            ),
+            Lang::Python => ("python", "guests/python/build.sh"),
+            Lang::Js => ("js", "guests/js/build.sh"),
+            Lang::Rust => return crate::wasm::guest("counter"),
         };
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join(format!("guests/target/{folder}/counter.wasm"));
         assert!(
             path.is_file(),
-            "{} is missing: build the guests first with `{script}`",
+            "{} is missing: build the guests first with `bash {script}`",
             path.display()
         );
         path

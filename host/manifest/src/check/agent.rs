@@ -300,7 +300,8 @@ fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Reso
     else {
         return;
     };
-    let Some(script) = c.config.script(name) else {
+    let config = c.config;
+    let Some(script) = config.script(name) else {
         return;
     };
     let functions: Vec<&str> = resolution
@@ -309,7 +310,6 @@ fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Reso
         .flat_map(|cap| cap.functions.iter().map(|f| f.name.as_str()))
         .chain(resolution.host_functions.iter().copied())
         .collect();
-    let mut found = Vec::new();
     for (i, response) in script.value.responses.iter().enumerate() {
         for (j, call) in response.tool_calls.iter().enumerate() {
             if functions.contains(&call.name.as_str()) {
@@ -317,7 +317,8 @@ fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Reso
             }
             let hint = did_you_mean_hint(&call.name, functions.iter().copied());
             let path = [K("responses"), I(i), K("tool_calls"), I(j), K("name")];
-            found.push((
+            c.warning(
+                &script.source,
                 pos_at(&script.source.node, &path),
                 format!(
                     "agent `{}/{}` has no function `{}`{hint} (its functions: {})",
@@ -330,12 +331,8 @@ fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Reso
                         functions.join(", ")
                     }
                 ),
-            ));
+            );
         }
-    }
-    let source = script.source.clone();
-    for (pos, message) in found {
-        c.warning(&source, pos, message);
     }
 }
 
