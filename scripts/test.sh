@@ -15,6 +15,9 @@ rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasi
 python3 -c 'import importlib.metadata as m; assert m.version("mcp") == "2.3.0"' 2>/dev/null \
   || python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
 npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
+# The PostgreSQL store's tests start a real server (initdb, pg_ctl) from the Debian package.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+  || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
 cargo fmt --all --check
 # No module of a crate imports a module that imports it back.
 python3 scripts/module-cycles.py

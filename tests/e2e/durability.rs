@@ -13,6 +13,7 @@ use std::time::Duration;
 use agentmesh_routing::signature::sign_github;
 use agentmesh_testkit::client::Request;
 use agentmesh_testkit::fixtures::{PAGER_HOST, dirs, pager_tool, scripted_agent};
+use agentmesh_testkit::postgres::Postgres;
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
@@ -20,13 +21,14 @@ use crate::AGENTMESH;
 
 const SECRET: &str = "crash test secret";
 
-/// The config: `ops/oncall` takes every `ops/pager` alert as input, answering nothing.
-fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
+/// The config: `ops/oncall` takes every `ops/pager` alert as input, answering nothing; with
+/// `store`, the host config's `store` block.
+fn config(store: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let oncall = scripted_agent("ops/oncall", "capabilities:\n  pager: \"*\"\n");
     dirs(&[
         ("pager.yaml", &pager_tool("alert {event.payload.n}", None)),
         ("oncall.yaml", &oncall),
-        ("host.yaml", PAGER_HOST),
+        ("host.yaml", &format!("{PAGER_HOST}{store}")),
         ("script.yaml", "responses: []\n"),
     ])
 }
@@ -51,8 +53,28 @@ fn deliver(addr: SocketAddr, id: &str) -> Option<(u16, String)> {
 
 #[test]
 fn acknowledged_webhooks_survive_sigkill_exactly_once() {
-    let (_root, dir, data) = config();
-    let env = [("PAGER_SECRET", SECRET)];
+    survive_sigkill_exactly_once(None);
+}
+
+#[test]
+fn acknowledged_webhooks_on_postgres_survive_sigkill_exactly_once() {
+    let pg = Postgres::start();
+    survive_sigkill_exactly_once(Some(&pg.new_database()));
+}
+
+/// Signed webhooks under load, the host SIGKILLed, restarted: every acknowledged delivery
+/// processed exactly once. With `database`, the host's store is that PostgreSQL database, and
+/// the restarted host has a new, empty data dir.
+fn survive_sigkill_exactly_once(database: Option<&str>) {
+    let store = match database {
+        Some(_) => "store: {backend: postgres, url: {env: DATABASE_URL}, pool: 8}\n",
+        None => "",
+    };
+    let (root, dir, data) = config(store);
+    let mut env = vec![("PAGER_SECRET", SECRET)];
+    if let Some(url) = database {
+        env.push(("DATABASE_URL", url));
+    }
     let server = Server::start(AGENTMESH, &dir, &data, &env);
     let r = server
         .request("POST", "/v1/tasks")
@@ -100,6 +122,11 @@ fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     let acked = acked.lock().unwrap().clone();
     let sent = sent.lock().unwrap().clone();
 
+    let data = match database {
+        // Everything is in the database: nothing of the first host's data dir is needed.
+        Some(_) => root.path().join("data-after-restart"),
+        None => data,
+    };
     let server = Server::start(AGENTMESH, &dir, &data, &env);
     let settled = wait_for(Duration::from_secs(120), || {
         let t = server
@@ -403,16 +430,5 @@ model: scripted/script.yaml
     })
     .expect("the task ended");
     assert_eq!(ended["reason"], "locked", "{ended}");
-    let log = server
-        .request("GET", &format!("/v1/tasks/{id}/events"))
-        .send()
-        .json();
-    let inputs: Vec<_> = log["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "user")
-        .map(|e| e["content"][0]["text"].clone())
-        .collect();
-    assert_eq!(inputs, [json!("first")], "{log}");
+    assert_eq!(server.user_texts(&id), [json!("first")]);
 }

@@ -18,6 +18,7 @@ mod mcp_events;
 mod mcp_server;
 mod mount;
 mod new;
+mod postgres;
 mod reload;
 mod run;
 mod secrets;

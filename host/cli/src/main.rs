@@ -40,6 +40,8 @@ enum Command {
     Schema(commands::schema::Args),
     /// Write a ready project: `new tool NAME --lang rust|python|js`.
     New(commands::new::Args),
+    /// The PostgreSQL store: `store migrate` applies its schema without serving.
+    Store(commands::store::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => commands::mcp::execute(&args, &secrets),
         Command::Schema(args) => commands::schema::execute(&args),
         Command::New(args) => commands::new::execute(&args),
+        Command::Store(args) => commands::store::execute(&args),
     };
     match result {
         Ok(code) => code,

@@ -11,8 +11,9 @@
 //! (whether a turn's cost grows with the task: its first 50 turns against its last 50),
 //! one task of 3,000 turns on a host that condenses (its first 100 turns against its last
 //! 100), the first case again on a host with secrets (every logged event is scrubbed), then
-//! the CEL assert alone. Naming cases runs only those (`single`, `concurrent`, `long`,
-//! `condensed`, `secrets`, `cel`): `cargo bench -p agentmesh-engine --bench turn -- single`, e.g.
+//! the first two cases on a PostgreSQL store (a real server the bench starts; the Debian package
+//! `postgresql` must be installed), then the CEL assert alone. Naming cases runs only those
+//! (`single`, `concurrent`, `long`, `condensed`, `secrets`, `postgres`, `cel`): `cargo bench -p agentmesh-engine --bench turn -- single`, e.g.
 //! under callgrind, whose instruction counts do not vary with the machine's load.
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
@@ -137,10 +138,13 @@ condensation: {max_events: 40, keep_recent: 10}
 }
 
 fn engine(dir: &std::path::Path) -> (Engine, Arc<dyn Backend>) {
+    engine_on(dir, agentmesh_store::open(&dir.join("data")).unwrap())
+}
+
+fn engine_on(dir: &std::path::Path, store: Arc<dyn Backend>) -> (Engine, Arc<dyn Backend>) {
     let report = agentmesh_manifest::validate(dir);
     assert!(!report.has_errors(), "{:?}", report.diagnostics);
     let plan = Plan::build(&report.config, &|_| None).unwrap();
-    let store = agentmesh_store::open(&dir.join("data")).unwrap();
     (
         Engine::new(plan, Arc::clone(&store), EngineOptions::default()),
         store,
@@ -207,6 +211,21 @@ async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
         });
     }
     samples
+}
+
+/// 100 tasks of [`TURNS_PER_TASK`] turns at once, each on a tokio task of its own.
+async fn concurrent_turns(engine: &Engine) -> Vec<Sample> {
+    let handles: Vec<_> = (0..100)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move { task_turns(&engine, TURNS_PER_TASK).await })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -336,19 +355,7 @@ fn main() {
 
     if runs("concurrent") {
         let start = Instant::now();
-        let concurrent: Vec<Sample> = rt.block_on(async {
-            let handles: Vec<_> = (0..100)
-                .map(|_| {
-                    let engine = engine.clone();
-                    tokio::spawn(async move { task_turns(&engine, TURNS_PER_TASK).await })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for h in handles {
-                all.extend(h.await.unwrap());
-            }
-            all
-        });
+        let concurrent = rt.block_on(concurrent_turns(&engine));
         report("100 concurrent tasks", &concurrent, start.elapsed());
     }
 
@@ -381,6 +388,36 @@ fn main() {
             single.extend(rt.block_on(task_turns(&secrets_engine, TURNS_PER_TASK)));
         }
         report("single, 8 secrets configured", &single, start.elapsed());
+    }
+    if runs("postgres") {
+        // The single-task and concurrent cases on a PostgreSQL store (a real server started
+        // for the bench, on loopback, with fsync on).
+        let pg = agentmesh_testkit::postgres::Postgres::start();
+        let pg_dir = tempfile::tempdir().unwrap();
+        config(pg_dir.path());
+        let store = agentmesh_store::postgres::open(&agentmesh_store::PgOptions {
+            url: pg.new_database(),
+            pool: 16,
+            exclusive: true,
+        })
+        .unwrap();
+        let (pg_engine, store) = engine_on(pg_dir.path(), store);
+        rt.block_on(task_turns(&pg_engine, TURNS_PER_TASK));
+        let start = Instant::now();
+        let writes = store.write_count();
+        let mut single = Vec::new();
+        for _ in 0..100 {
+            single.extend(rt.block_on(task_turns(&pg_engine, TURNS_PER_TASK)));
+        }
+        report("single, PostgreSQL", &single, start.elapsed());
+        println!(
+            "{:<28} store writes per turn (submit included): {:.1}",
+            "",
+            (store.write_count() - writes) as f64 / single.len() as f64
+        );
+        let start = Instant::now();
+        let concurrent = rt.block_on(concurrent_turns(&pg_engine));
+        report("100 concurrent, PostgreSQL", &concurrent, start.elapsed());
     }
     if runs("cel") {
         cel_assert();

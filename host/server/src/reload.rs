@@ -54,7 +54,7 @@ impl ReloadStatus {
 }
 
 /// The host-config fields a running host cannot change (where it listens, where its data
-/// lives, the bounds on its connections, how large its instance pool is), as the config names
+/// and its store live, the bounds on its connections, how large its instance pool is), as the config names
 /// them; every other field applies at a reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartOnly(Vec<(&'static str, Option<String>)>);
@@ -66,6 +66,12 @@ impl StartOnly {
         StartOnly(vec![
             ("listen", host.listen.clone()),
             ("data_dir", host.data_dir.clone()),
+            (
+                "store",
+                host.store
+                    .as_ref()
+                    .map(|s| format!("{:?} {:?} {:?}", s.backend, s.url, s.pool)),
+            ),
             (
                 "policy.max_connections",
                 policy.max_connections.map(|n| n.to_string()),

@@ -54,7 +54,8 @@ pub const ALL: [(&str, Check); 8] = [
     ),
 ];
 
-fn events(first: u64, n: u64) -> Vec<Event> {
+/// Events `first` to `first + n - 1` of a log (pauses, as a backend stores any event).
+pub fn events(first: u64, n: u64) -> Vec<Event> {
     (first..first + n)
         .map(|seq| Event {
             seq,

@@ -12,6 +12,9 @@
 //! - [`sled_store`]: [`SledStore`], the backend on sled (with `head`, the record encoding that
 //!   makes its task writes crash-atomic, and `flush`, the group commit that lets concurrent
 //!   acknowledgements share one fsync);
+//! - [`postgres`]: [`PgStore`], the backend on PostgreSQL (its schema versioned and migrated
+//!   at open, each operation one statement, durability mapped onto `synchronous_commit`);
+//! - [`copy`]: what a sled store hands a PostgreSQL one (`agentmesh store copy`);
 //! - [`conformance`]: the suite every backend must pass (`tests/conformance.rs` runs it for
 //!   sled).
 //!
@@ -38,8 +41,10 @@
 
 pub mod backend;
 pub mod conformance;
+pub mod copy;
 mod flush;
 mod head;
+pub mod postgres;
 pub mod sled_store;
 pub mod typed;
 
@@ -49,6 +54,7 @@ use std::sync::Arc;
 pub use backend::{
     Backend, Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
 };
+pub use postgres::{PgOptions, PgStore};
 pub use sled_store::SledStore;
 pub use typed::Typed;
 
@@ -74,6 +80,10 @@ pub enum StoreError {
     /// Filesystem trouble outside sled.
     #[error("store: {0}")]
     Io(String),
+    /// The database refused or failed an operation (not a lost connection: that is
+    /// [`StoreError::Io`]).
+    #[error("store: {0}")]
+    Database(String),
     /// Two writers raced on one task's log.
     #[error("store: {0}")]
     Conflict(String),

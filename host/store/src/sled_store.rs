@@ -18,6 +18,7 @@ use agentmesh_model::event::Event;
 use crate::backend::{
     Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
 };
+use crate::copy::Item;
 use crate::flush::GroupFlush;
 use crate::{AppendHook, Delivery, QueueKey, Result, StoreError, Written, head, now_ms};
 
@@ -50,6 +51,13 @@ fn task_key(task_id: &str, suffix: &[u8]) -> Vec<u8> {
     k.push(SEP);
     k.extend_from_slice(suffix);
     k
+}
+
+/// The owner (a task id, a namespace, a scope) of a key from [`task_key`], and what follows it.
+fn split_key(key: &[u8]) -> (String, &[u8]) {
+    let at = key.iter().position(|&b| b == SEP).unwrap_or(key.len());
+    let rest = key.get(at + 1..).unwrap_or_default();
+    (String::from_utf8_lossy(&key[..at]).into_owned(), rest)
 }
 
 fn prefix(task_id: &str) -> Vec<u8> {
@@ -163,6 +171,57 @@ impl SledStore {
         let mut suffix = time.to_be_bytes().to_vec();
         suffix.extend_from_slice(&self.db.generate_id()?.to_be_bytes());
         Ok(QueueKey(task_key(task_id, &suffix)))
+    }
+
+    /// Hands everything the store holds to `visit` (see [`crate::copy`]): each task with its
+    /// record and log, queued inputs in queue order, delivery ids, host records, plugin values,
+    /// then where ids continue.
+    pub fn export(&self, visit: &mut dyn FnMut(Item) -> Result<()>) -> Result<()> {
+        for id in self.record_ids()? {
+            let Some(record) = self.record(&id)? else {
+                continue;
+            };
+            let (events, _) = self.events_between(&id, 1, u64::MAX)?;
+            visit(Item::Task { id, record, events })?;
+        }
+        for entry in self.queue.iter() {
+            let (key, input) = entry?;
+            let (task_id, suffix) = split_key(&key);
+            let time = suffix.get(..8).map_or(0, decode_u64);
+            visit(Item::Queued {
+                task_id,
+                queued_at: (time ^ (1 << 63)) as i64,
+                input: input.to_vec(),
+            })?;
+        }
+        for entry in self.dedupe.iter() {
+            let (id, until) = entry?;
+            visit(Item::Delivery {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                until: decode_u64(&until) as i64,
+            })?;
+        }
+        for entry in self.state.iter() {
+            let (key, value) = entry?;
+            let (ns, key) = split_key(&key);
+            let key = String::from_utf8_lossy(key).into_owned();
+            visit(Item::State {
+                ns,
+                key,
+                value: value.to_vec(),
+            })?;
+        }
+        for entry in self.kv.iter() {
+            let (key, value) = entry?;
+            let (scope, key) = split_key(&key);
+            let key = String::from_utf8_lossy(key).into_owned();
+            visit(Item::Kv {
+                scope,
+                key,
+                value: value.to_vec(),
+            })?;
+        }
+        visit(Item::NextId(self.db.generate_id()?))
     }
 
     /// Queues encoded `entries` atomically, flushed before returning. One entry is one insert

@@ -8,6 +8,8 @@
 //!   generators use).
 //! - [`engine`]: an engine in-process over a config dir (for the crates that drive one).
 //! - [`fixtures`]: config dirs in temp dirs, and the manifests several tests and benches write.
+//! - [`postgres`]: a real PostgreSQL server in a temp dir on a free loopback port, for the
+//!   store's PostgreSQL backend and hosts sharing a database.
 //! - [`serve`] (`remote`): a small HTTP/1.1 server on loopback standing in for a remote service (a REST
 //!   API a tool calls, an LLM endpoint), which records what it receives.
 //!
@@ -32,6 +34,7 @@
 pub mod client;
 pub mod engine;
 pub mod fixtures;
+pub mod postgres;
 mod remote;
 pub mod server;
 

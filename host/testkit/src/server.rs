@@ -137,6 +137,21 @@ impl Server {
         r.json()["id"].as_str().unwrap().to_owned()
     }
 
+    /// The texts of the user's messages in task `id`'s log, in order.
+    pub fn user_texts(&self, id: &str) -> Vec<Value> {
+        let log = self
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .json();
+        log["events"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no events in {log}"))
+            .iter()
+            .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "user")
+            .map(|e| e["content"][0]["text"].clone())
+            .collect()
+    }
+
     /// The first event of `kind` in task `id`'s log, once there is one (at most 30 s).
     pub fn wait_for_event(&self, id: &str, kind: &str) -> Value {
         wait_for(Duration::from_secs(30), || {

@@ -7,6 +7,7 @@ pub mod new;
 pub mod run;
 pub mod schema;
 pub mod serve;
+pub mod store;
 pub mod validate;
 
 use std::io::IsTerminal;
@@ -72,8 +73,7 @@ pub fn in_process(
     secrets: &SharedSecrets,
 ) -> anyhow::Result<(tokio::runtime::Runtime, Engine)> {
     let data = &dirs.data;
-    let store = agentmesh_store::open(data)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
+    let store = open_store(&plan.host, data)?;
     let options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(dirs.cache.clone()),
@@ -85,6 +85,32 @@ pub fn in_process(
     let engine = Engine::new(plan, store, options);
     agentmesh_triggers::Triggers::new(engine.clone())?;
     Ok((runtime, engine))
+}
+
+/// The host's store: the host config's `store` (a PostgreSQL database, held as this host's
+/// alone), else sled in `data`.
+pub fn open_store(
+    host: &HostConfig,
+    data: &Path,
+) -> anyhow::Result<std::sync::Arc<dyn agentmesh_store::Backend>> {
+    match postgres_options(host, true) {
+        Some(options) => agentmesh_store::postgres::open(&options)
+            .map_err(|e| anyhow::anyhow!("opening the store (PostgreSQL): {e}")),
+        None => agentmesh_store::open(data)
+            .with_context(|| format!("opening the store in {}", data.display())),
+    }
+}
+
+/// The PostgreSQL store the host config names, if it names one (`validate` has checked that
+/// it has a URL).
+pub fn postgres_options(host: &HostConfig, exclusive: bool) -> Option<agentmesh_store::PgOptions> {
+    use agentmesh_manifest::model::host::StoreBackend;
+    let store = host.store.as_ref()?;
+    (store.backend == StoreBackend::Postgres).then(|| agentmesh_store::PgOptions {
+        url: store.url.clone().unwrap_or_default(),
+        pool: store.pool.unwrap_or(16) as usize,
+        exclusive,
+    })
 }
 
 /// The user named on the command line (`--user`); `user:NAME@DOMAIN` gives an email too.

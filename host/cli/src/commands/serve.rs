@@ -58,8 +58,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     }
     // Before the store opens its files: every descriptor counts.
     let limits = Limits::at_start(&host.policy);
-    let store = agentmesh_store::open(&data)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
+    let store = super::open_store(&host, &data)?;
     let mut options = EngineOptions {
         mount_root: data.join("mounts"),
         component_cache: Some(cache),

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use super::{Checker, I, K, MODEL_REF, Seg, pos_at};
 use crate::load::Source;
 use crate::model::common::EnvValue;
-use crate::model::host::SourceConfig;
+use crate::model::host::{SourceConfig, StoreBackend, StoreConfig};
 use crate::suggest::did_you_mean_hint;
 
 pub(crate) fn check(c: &mut Checker) {
@@ -28,6 +28,9 @@ pub(crate) fn check(c: &mut Checker) {
         if let Some(("scripted", name)) = c.split_ref(src, pos, "default_model", model, MODEL_REF) {
             c.scripted_model(src, pos, name);
         }
+    }
+    if let Some(store) = &host.store {
+        store_config(c, src, store);
     }
     let mut vars: Vec<(Vec<Seg>, &str)> = Vec::new();
     for (i, token) in host.api_tokens.iter().enumerate() {
@@ -66,6 +69,42 @@ pub(crate) fn check(c: &mut Checker) {
                 pos_at(&src.node, &path),
                 format!("environment variable `{var}` is not set"),
             );
+        }
+    }
+}
+
+/// A PostgreSQL store names its database; a sled store takes neither `url` nor `pool`.
+fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
+    match store.backend {
+        StoreBackend::Postgres => {
+            if store.url.is_none() {
+                c.error(
+                    src,
+                    pos_at(&src.node, &[K("store")]),
+                    "a `postgres` store needs `url` (e.g. `url: {env: DATABASE_URL}`)",
+                );
+            }
+            if store.pool == Some(0) {
+                c.error(
+                    src,
+                    pos_at(&src.node, &[K("store"), K("pool")]),
+                    "`pool` must be at least 1",
+                );
+            }
+        }
+        StoreBackend::Sled => {
+            let given = [("url", store.url.is_some()), ("pool", store.pool.is_some())];
+            for (key, given) in given {
+                if given {
+                    c.error(
+                        src,
+                        pos_at(&src.node, &[K("store"), K(key)]),
+                        format!(
+                            "`{key}` is for a `postgres` store; a `sled` store lives in `data_dir`"
+                        ),
+                    );
+                }
+            }
         }
     }
 }

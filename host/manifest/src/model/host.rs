@@ -40,6 +40,8 @@ pub struct HostConfig {
     pub models: IndexMap<String, ModelProvider>,
     /// The workspace mount.
     pub mount: Option<MountConfig>,
+    /// Where the host keeps its state: sled in `data_dir` when absent.
+    pub store: Option<StoreConfig>,
     /// Bounds on triggers, wakeups and webhooks.
     #[serde(default)]
     pub policy: Policy,
@@ -177,6 +179,34 @@ pub struct MountConfig {
 pub enum MountBackend {
     /// Files under `root`.
     File,
+}
+
+/// The store.
+///
+/// ```yaml
+/// store: {backend: postgres, url: {env: DATABASE_URL}, pool: 16}
+/// ```
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sled` (embedded, in `data_dir`) or `postgres`.
+    pub backend: StoreBackend,
+    /// The database (`postgres` only): `postgres://user:password@host:port/db`, or
+    /// `postgres:///db?host=/run/postgresql` over a Unix socket.
+    pub url: Option<String>,
+    /// Connections in the pool (`postgres` only; default 16).
+    pub pool: Option<u32>,
+}
+
+/// A store backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// sled in `data_dir`, the embedded default.
+    Sled,
+    /// A PostgreSQL database.
+    Postgres,
 }
 
 /// The spec's prefix templates.

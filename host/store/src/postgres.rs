@@ -1,0 +1,793 @@
+//! [`PgStore`]: the backend on PostgreSQL, for a host whose state lives in a database it
+//! already operates.
+//!
+//! Every operation is one statement (a multi-step write is a function the schema defines), so
+//! it is one transaction and one round trip. Durability maps onto PostgreSQL's own: the pool's
+//! sessions commit with `synchronous_commit = off` (a `…_buffered` write is atomic at once,
+//! durable once the write-ahead log reaches the disk), while `…_durably` writes and
+//! [`Durability::flush`] commit synchronously — a synchronous commit waits for the log up to
+//! itself, which covers every earlier commit, so concurrent flushes share the server's fsyncs
+//! (its own group commit).
+//!
+//! The schema is versioned ([`migrate`]): migrations are compiled into the binary and applied
+//! under an advisory lock, so hosts starting together migrate once; a database whose schema is
+//! newer than the binary knows is refused.
+//!
+//! The client is async (`tokio-postgres`, pooled by `deadpool-postgres`) and runs on a small
+//! runtime of the store's own. The backend traits are synchronous: a call waits for its
+//! statement on the calling thread, which is moved off the caller's async workers first (see
+//! `PgStore::run`), so a slow database holds up no worker's other tasks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agentmesh_model::event::Event;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use crate::copy::{Copied, Item};
+use crate::{
+    AppendHook, Dedupe, Delivery, Durability, HostState, PluginKv, QueueKey, Queues, RawRecord,
+    RawWrite, Result, StoreError, TaskLogs, Written, now_ms,
+};
+
+/// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
+const MIGRATIONS: [&str; 1] = [include_str!("../migrations/postgres/0001_store.sql")];
+
+/// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
+const MIGRATION_LOCK: i64 = 0x6167_656e_746d_7368;
+
+/// The advisory lock key a host serving alone holds for its life.
+const HOST_LOCK: i64 = MIGRATION_LOCK + 1;
+
+/// How a [`PgStore`] is opened.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// `postgres://user:password@host:port/db` or `postgres:///db?host=/run/postgresql`.
+    pub url: String,
+    /// Connections in the pool.
+    pub pool: usize,
+    /// Hold the database's host lock for the store's life: a second host opening the same
+    /// database with `exclusive` is refused until this one closes.
+    pub exclusive: bool,
+}
+
+/// The store in a PostgreSQL database.
+pub struct PgStore {
+    /// The runtime the client runs on (taken when the store is dropped).
+    runtime: Option<tokio::runtime::Runtime>,
+    pool: Pool,
+    /// The session holding the host lock, when opened `exclusive`.
+    _host_lock: Option<deadpool_postgres::ClientWrapper>,
+    /// See [`PgStore::schema`].
+    schema: (i32, i32),
+    writes: AtomicU64,
+    /// The write count the last completed flush covered.
+    flushed: AtomicU64,
+    append_hook: std::sync::OnceLock<AppendHook>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+/// A database error as a store error: events that do not continue a log are a
+/// [`StoreError::Conflict`], a lost connection [`StoreError::Io`] (it may pass), the rest
+/// [`StoreError::Database`].
+// By value: it is what `map_err` passes.
+#[allow(clippy::needless_pass_by_value)]
+fn db(e: tokio_postgres::Error) -> StoreError {
+    let Some(d) = e.as_db_error() else {
+        return StoreError::Io(format!("PostgreSQL: {e}"));
+    };
+    if d.code() == &SqlState::from_code("AM001") {
+        StoreError::Conflict(d.message().to_owned())
+    } else {
+        StoreError::Database(format!("PostgreSQL: {}", d.message()))
+    }
+}
+
+/// A session could not be had from the pool (the database is unreachable, or every session
+/// stayed busy past the wait).
+#[allow(clippy::needless_pass_by_value)]
+fn no_session(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Io(format!("PostgreSQL: {e}"))
+}
+
+/// The URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user_info = &url[scheme + 3..at];
+            match user_info.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl PgStore {
+    /// Connects to the database of `options`, applies the migrations it lacks (see
+    /// [`migrate`]) and, with `exclusive`, takes the host lock.
+    pub fn open(options: &PgOptions) -> Result<PgStore> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("agentmesh-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Io(format!("starting the PostgreSQL client: {e}")))?;
+        let mut config: tokio_postgres::Config = options.url.parse().map_err(|e| {
+            StoreError::Database(format!(
+                "`{}` is not a PostgreSQL URL: {e}",
+                redacted(&options.url)
+            ))
+        })?;
+        let session = match config.get_options() {
+            Some(given) => format!("{given} -c synchronous_commit=off"),
+            None => "-c synchronous_commit=off".to_owned(),
+        };
+        config.options(&session);
+        config.application_name("agentmesh");
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(std::time::Duration::from_secs(30)))
+            .create_timeout(Some(std::time::Duration::from_secs(10)))
+            .build()
+            .map_err(|e| StoreError::Database(format!("PostgreSQL pool: {e}")))?;
+        let url = redacted(&options.url);
+        let exclusive = options.exclusive;
+        let (schema, host_lock) = off_the_workers(|| {
+            runtime.block_on(async {
+                let client = pool.get().await.map_err(|e| {
+                    StoreError::Io(format!("cannot connect to PostgreSQL at {url}: {e}"))
+                })?;
+                let schema = migrate_client(&client).await?;
+                if !exclusive {
+                    return Ok((schema, None));
+                }
+                // A session of its own, out of the pool: the lock lives as long as it does.
+                let lock = deadpool_postgres::Object::take(client);
+                let taken: bool = lock
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
+                    .await
+                    .map_err(db)?
+                    .get(0);
+                if !taken {
+                    return Err(StoreError::Database(format!(
+                        "another agentmesh host is using the database at {url}: several hosts \
+                         on one database are not supported yet; stop the other host first"
+                    )));
+                }
+                Ok((schema, Some(lock)))
+            })
+        })?;
+        Ok(PgStore {
+            runtime: Some(runtime),
+            pool,
+            _host_lock: host_lock,
+            schema,
+            writes: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            append_hook: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The schema version the database had when this store opened it, and the version it has
+    /// now (this binary's newest).
+    pub fn schema(&self) -> (i32, i32) {
+        self.schema
+    }
+
+    /// Runs `work` with a pooled session, on the store's runtime, off the caller's async
+    /// workers.
+    fn run<T, F>(&self, work: impl FnOnce(deadpool_postgres::Object) -> F + Send) -> Result<T>
+    where
+        F: Future<Output = Result<T>> + Send,
+        T: Send,
+    {
+        let Some(runtime) = &self.runtime else {
+            return Err(StoreError::Io("the PostgreSQL store is closed".into()));
+        };
+        let pool = &self.pool;
+        off_the_workers(|| {
+            runtime.block_on(async move {
+                let client = pool.get().await.map_err(no_session)?;
+                work(client).await
+            })
+        })
+    }
+
+    fn wrote(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Copies what `export` hands over (see [`crate::copy`]) into this database, in one
+    /// transaction committed durably: everything, or nothing when `export` fails. Refused,
+    /// copying nothing, when the database already holds tasks, queued input or records.
+    pub fn import(
+        &self,
+        export: impl FnOnce(&mut dyn FnMut(Item) -> Result<()>) -> Result<()> + Send,
+    ) -> Result<Copied> {
+        // `Some(item)`, then `None` once the export is complete; an error ends it.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Option<Item>>>(64);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let outcome = export(&mut |item| {
+                    tx.blocking_send(Ok(Some(item)))
+                        .map_err(|_| StoreError::Io("the copy's writer stopped".into()))
+                });
+                let _ = tx.blocking_send(outcome.map(|()| None));
+            });
+            self.run(|mut c| async move {
+                let t = c.transaction().await.map_err(db)?;
+                t.batch_execute("SET LOCAL synchronous_commit = on")
+                    .await
+                    .map_err(db)?;
+                let held: i64 = t
+                    .query_one(
+                        "SELECT (SELECT count(*) FROM agentmesh_tasks) \
+                         + (SELECT count(*) FROM agentmesh_queue) \
+                         + (SELECT count(*) FROM agentmesh_state) \
+                         + (SELECT count(*) FROM agentmesh_kv)",
+                        &[],
+                    )
+                    .await
+                    .map_err(db)?
+                    .get(0);
+                if held > 0 {
+                    return Err(StoreError::Database(format!(
+                        "the database already holds {held} task(s), queued input(s) or \
+                         record(s): copy into a database no host has used"
+                    )));
+                }
+                let mut copied = Copied::default();
+                loop {
+                    let item = match rx.recv().await {
+                        Some(Ok(Some(item))) => item,
+                        Some(Ok(None)) => break,
+                        Some(Err(e)) => return Err(e),
+                        None => return Err(StoreError::Io("the copy's reader stopped".into())),
+                    };
+                    copied.count(&item);
+                    insert(&t, item).await?;
+                }
+                t.commit().await.map_err(db)?;
+                Ok(copied)
+            })
+        })
+    }
+
+    /// The rows of `sql` (a statement prepared once per session) with `params`.
+    fn rows(&self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        self.run(|c| async move {
+            let statement = c.prepare_cached(sql).await.map_err(db)?;
+            c.query(&statement, params).await.map_err(db)
+        })
+    }
+
+    /// The one row of `sql` with `params`.
+    fn row(&self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Row> {
+        self.run(|c| async move {
+            let statement = c.prepare_cached(sql).await.map_err(db)?;
+            c.query_one(&statement, params).await.map_err(db)
+        })
+    }
+
+    /// Runs the writing statement `sql` with `params`, counted as a write; returns the rows it
+    /// changed.
+    fn write(&self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<usize> {
+        let n = self.run(|c| async move {
+            let statement = c.prepare_cached(sql).await.map_err(db)?;
+            c.execute(&statement, params).await.map_err(db)
+        })?;
+        self.wrote();
+        Ok(n as usize)
+    }
+}
+
+/// Runs `f`, which waits for the database, where waiting holds up no async worker: on a worker
+/// of a multi-threaded tokio runtime the worker's other tasks move to another thread first; in
+/// a single-threaded runtime (whose thread must not block on another runtime) on a thread of
+/// its own.
+fn off_the_workers<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| match s.spawn(f).join() {
+            Ok(out) => out,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }),
+        Err(_) => f(),
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // Dropping a runtime may block, which a runtime forbids on its own threads.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Applies the migrations the database at `options.url` lacks (never taking the host lock):
+/// what `agentmesh store migrate` runs. Returns the schema version before and after.
+pub fn migrate(options: &PgOptions) -> Result<(i32, i32)> {
+    let store = PgStore::open(&PgOptions {
+        exclusive: false,
+        ..options.clone()
+    })?;
+    Ok(store.schema())
+}
+
+/// The newest schema version this binary knows.
+pub fn latest_schema() -> i32 {
+    MIGRATIONS.len() as i32
+}
+
+/// Applies the migrations the database lacks, under the migration lock; returns the version
+/// found and the version now.
+async fn migrate_client(client: &deadpool_postgres::Object) -> Result<(i32, i32)> {
+    client
+        .query_one("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db)?;
+    let outcome = apply_migrations(client).await;
+    let unlocked = client
+        .query_one("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db);
+    let versions = outcome?;
+    unlocked?;
+    Ok(versions)
+}
+
+async fn apply_migrations(client: &deadpool_postgres::Object) -> Result<(i32, i32)> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS agentmesh_schema (
+                 version    integer PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await
+        .map_err(db)?;
+    let have: i32 = client
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM agentmesh_schema",
+            &[],
+        )
+        .await
+        .map_err(db)?
+        .get(0);
+    let known = latest_schema();
+    if have > known {
+        return Err(StoreError::Database(format!(
+            "the database's schema is version {have}, newer than this agentmesh knows \
+             (version {known}): run a newer agentmesh"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(have.max(0) as usize) {
+        let version = i as i32 + 1;
+        // Each migration and its record in one transaction, committed durably.
+        let script = format!(
+            "BEGIN; SET LOCAL synchronous_commit = on;\n{sql}\n;\
+             INSERT INTO agentmesh_schema (version) VALUES ({version}); COMMIT;"
+        );
+        if let Err(e) = client.batch_execute(&script).await {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(StoreError::Database(format!(
+                "schema migration {version} failed: {}",
+                db(e)
+            )));
+        }
+    }
+    Ok((have, known))
+}
+
+/// Writes one copied item in transaction `t`.
+async fn insert(t: &tokio_postgres::Transaction<'_>, item: Item) -> Result<()> {
+    match item {
+        Item::Task { id, record, events } => {
+            let parts = record.parts.len() as i64;
+            t.execute(
+                "INSERT INTO agentmesh_tasks (id, head, parts) VALUES ($1, $2, $3)",
+                &[&id, &record.head, &parts],
+            )
+            .await
+            .map_err(db)?;
+            let numbers: Vec<i64> = (1..=parts).collect();
+            t.execute(
+                "INSERT INTO agentmesh_task_parts (task_id, n, body) \
+                 SELECT $1, n, b FROM unnest($2::bigint[], $3::bytea[]) AS p(n, b)",
+                &[&id, &numbers, &record.parts],
+            )
+            .await
+            .map_err(db)?;
+            let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
+            let bodies = events
+                .iter()
+                .map(serde_json::to_vec)
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            t.execute(
+                "INSERT INTO agentmesh_events (task_id, seq, body) \
+                 SELECT $1, s, b FROM unnest($2::bigint[], $3::bytea[]) AS e(s, b)",
+                &[&id, &seqs, &bodies],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Item::Queued {
+            task_id,
+            queued_at,
+            input,
+        } => {
+            t.execute(
+                "INSERT INTO agentmesh_queue (task_id, queued_at, input) VALUES ($1, $2, $3)",
+                &[&task_id, &queued_at, &input],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Item::Delivery { id, until } => {
+            t.execute(
+                "INSERT INTO agentmesh_deliveries (id, until_ms) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET until_ms = excluded.until_ms",
+                &[&id, &until],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Item::State { ns, key, value } => {
+            t.execute(
+                "INSERT INTO agentmesh_state (ns, key, value) VALUES ($1, $2, $3)",
+                &[&ns, &key, &value],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Item::Kv { scope, key, value } => {
+            t.execute(
+                "INSERT INTO agentmesh_kv (scope, key, value) VALUES ($1, $2, $3)",
+                &[&scope, &key, &value],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Item::NextId(next) => {
+            let next = clamp(next);
+            t.execute(
+                "SELECT setval('agentmesh_ids', greatest($1, \
+                 (SELECT last_value FROM agentmesh_ids)))",
+                &[&next],
+            )
+            .await
+            .map_err(db)?;
+        }
+    }
+    Ok(())
+}
+
+fn decode_events(rows: &[tokio_postgres::Row]) -> Result<(Vec<Event>, usize)> {
+    let mut bytes = 0;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        let body: &[u8] = row.get(0);
+        bytes += body.len();
+        events.push(serde_json::from_slice(body)?);
+    }
+    Ok((events, bytes))
+}
+
+/// A queue key from the queue row's id.
+fn queue_key(id: i64) -> QueueKey {
+    QueueKey(id.to_be_bytes().to_vec())
+}
+
+/// The queue row's id of a key from [`queue_key`] (`None` for a key of another backend).
+fn queue_id(key: &QueueKey) -> Option<i64> {
+    <[u8; 8]>::try_from(key.0.as_slice())
+        .ok()
+        .map(i64::from_be_bytes)
+}
+
+impl TaskLogs for PgStore {
+    fn write_buffered(
+        &self,
+        task_id: &str,
+        record: RawWrite<'_>,
+        events: &[Event],
+        take: Option<&QueueKey>,
+    ) -> Result<Option<Written>> {
+        let take = match take {
+            Some(key) => match queue_id(key) {
+                Some(id) => Some(id),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
+        let bodies = events
+            .iter()
+            .map(serde_json::to_vec)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let event_bytes = bodies.iter().map(Vec::len).sum();
+        let parts = record.parts as i64;
+        let written: i32 = self.run(|c| async move {
+            let statement = c
+                .prepare_cached("SELECT agentmesh_write($1, $2, $3, $4, $5, $6, $7)")
+                .await
+                .map_err(db)?;
+            let row = c
+                .query_one(
+                    &statement,
+                    &[
+                        &task_id,
+                        &record.head,
+                        &parts,
+                        &record.new_part,
+                        &seqs,
+                        &bodies,
+                        &take,
+                    ],
+                )
+                .await
+                .map_err(db)?;
+            Ok(row.get(0))
+        })?;
+        if written == 0 {
+            return Ok(None);
+        }
+        self.wrote();
+        if !events.is_empty()
+            && let Some(hook) = self.append_hook.get()
+        {
+            hook(task_id);
+        }
+        Ok(Some(Written {
+            record_bytes: record.head.len(),
+            part_bytes: record.new_part.map_or(0, <[u8]>::len),
+            event_bytes,
+        }))
+    }
+
+    fn record(&self, task_id: &str) -> Result<Option<RawRecord>> {
+        // One statement: the head and the parts it counts, read from one snapshot.
+        let rows = self.rows(
+            "SELECT t.head, ARRAY(SELECT p.body FROM agentmesh_task_parts p \
+             WHERE p.task_id = t.id AND p.n <= t.parts ORDER BY p.n) \
+             FROM agentmesh_tasks t WHERE t.id = $1",
+            &[&task_id],
+        )?;
+        Ok(rows.first().map(|r| RawRecord {
+            head: r.get(0),
+            parts: r.get(1),
+        }))
+    }
+
+    fn record_ids(&self) -> Result<Vec<String>> {
+        let rows = self.rows("SELECT id FROM agentmesh_tasks ORDER BY id", &[])?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn events_between(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
+        let rows = self.rows(
+            "SELECT body FROM agentmesh_events WHERE task_id = $1 AND seq BETWEEN $2 AND $3 \
+             ORDER BY seq",
+            &[&task_id, &clamp(from), &clamp(to)],
+        )?;
+        decode_events(&rows)
+    }
+
+    fn last_event_seq(&self, task_id: &str) -> Result<u64> {
+        let row = self.row(
+            "SELECT coalesce(max(seq), 0) FROM agentmesh_events WHERE task_id = $1",
+            &[&task_id],
+        )?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    fn next_id(&self) -> Result<u64> {
+        let row = self.row("SELECT nextval('agentmesh_ids')", &[])?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    fn set_append_hook(&self, hook: AppendHook) {
+        let _ = self.append_hook.set(hook);
+    }
+}
+
+/// A `u64` bound as PostgreSQL's `bigint`.
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Queues for PgStore {
+    fn queue_durably(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<Delivery> {
+        let (id, until) = match delivery {
+            Some((id, until)) => (Some(id), Some(until)),
+            None => (None, None),
+        };
+        let tasks: Vec<&str> = inputs.iter().map(|i| i.0).collect();
+        let at: Vec<i64> = inputs.iter().map(|i| i.1).collect();
+        let bodies: Vec<&[u8]> = inputs.iter().map(|i| i.2).collect();
+        let now = now_ms();
+        // Its commit is synchronous: it makes every write before it durable too.
+        let covers = self.writes.load(Ordering::SeqCst);
+        let ids: Option<Vec<i64>> = self.run(|c| async move {
+            let statement = c
+                .prepare_cached("SELECT agentmesh_queue_inputs($1, $2, $3, $4, $5, $6)")
+                .await
+                .map_err(db)?;
+            let row = c
+                .query_one(&statement, &[&id, &until, &now, &tasks, &at, &bodies])
+                .await
+                .map_err(db)?;
+            Ok(row.get(0))
+        })?;
+        self.wrote();
+        self.flushed.fetch_max(covers, Ordering::SeqCst);
+        Ok(match ids {
+            None => Delivery::Duplicate,
+            Some(ids) => Delivery::Queued(ids.into_iter().map(queue_key).collect()),
+        })
+    }
+
+    fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
+        let rows = self.rows(
+            "SELECT id, input FROM agentmesh_queue WHERE task_id = $1 \
+             ORDER BY queued_at, id LIMIT 1",
+            &[&task_id],
+        )?;
+        Ok(rows.first().map(|r| (queue_key(r.get(0)), r.get(1))))
+    }
+
+    fn queued_count(&self, task_id: &str) -> Result<usize> {
+        let row = self.row(
+            "SELECT count(*) FROM agentmesh_queue WHERE task_id = $1",
+            &[&task_id],
+        )?;
+        Ok(row.get::<_, i64>(0) as usize)
+    }
+
+    fn queued_tasks(&self) -> Result<Vec<String>> {
+        let rows = self.rows(
+            "SELECT DISTINCT task_id FROM agentmesh_queue ORDER BY task_id",
+            &[],
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn clear_queue_buffered(&self, task_id: &str) -> Result<usize> {
+        self.write(
+            "DELETE FROM agentmesh_queue WHERE task_id = $1",
+            &[&task_id],
+        )
+    }
+}
+
+impl Dedupe for PgStore {
+    fn is_remembered(&self, id: &str) -> Result<bool> {
+        let row = self.row(
+            "SELECT EXISTS (SELECT 1 FROM agentmesh_deliveries WHERE id = $1 AND until_ms > $2)",
+            &[&id, &now_ms()],
+        )?;
+        Ok(row.get(0))
+    }
+
+    fn forget_expired_buffered(&self) -> Result<usize> {
+        self.write(
+            "DELETE FROM agentmesh_deliveries WHERE until_ms <= $1",
+            &[&now_ms()],
+        )
+    }
+}
+
+impl HostState for PgStore {
+    fn state_value(&self, ns: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        let rows = self.rows(
+            "SELECT value FROM agentmesh_state WHERE ns = $1 AND key = $2",
+            &[&ns, &key],
+        )?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    fn state_values(&self, ns: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let rows = self.rows(
+            "SELECT key, value FROM agentmesh_state WHERE ns = $1 ORDER BY key",
+            &[&ns],
+        )?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn put_state_buffered(&self, ns: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.write(
+            "INSERT INTO agentmesh_state (ns, key, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value",
+            &[&ns, &key, &value],
+        )
+        .map(drop)
+    }
+
+    fn delete_state_buffered(&self, ns: &str, key: &str) -> Result<()> {
+        self.write(
+            "DELETE FROM agentmesh_state WHERE ns = $1 AND key = $2",
+            &[&ns, &key],
+        )
+        .map(drop)
+    }
+}
+
+impl PluginKv for PgStore {
+    fn kv_value(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        let rows = self.rows(
+            "SELECT value FROM agentmesh_kv WHERE scope = $1 AND key = $2",
+            &[&scope, &key],
+        )?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    fn kv_put_buffered(&self, scope: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.write(
+            "INSERT INTO agentmesh_kv (scope, key, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value",
+            &[&scope, &key, &value],
+        )
+        .map(drop)
+    }
+
+    fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()> {
+        self.write(
+            "DELETE FROM agentmesh_kv WHERE scope = $1 AND key = $2",
+            &[&scope, &key],
+        )
+        .map(drop)
+    }
+
+    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
+        self.write("DELETE FROM agentmesh_kv WHERE scope = $1", &[&scope])
+            .map(drop)
+    }
+}
+
+impl Durability for PgStore {
+    fn flush(&self) -> Result<()> {
+        let covers = self.writes.load(Ordering::SeqCst);
+        if covers <= self.flushed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.run(|c| async move { c.execute("SELECT agentmesh_flush()", &[]).await.map_err(db) })?;
+        self.flushed.fetch_max(covers, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn write_count(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+}
+
+/// The backend opened as `Arc<dyn Backend>`.
+pub fn open(options: &PgOptions) -> Result<Arc<dyn crate::Backend>> {
+    Ok(Arc::new(PgStore::open(options)?))
+}
