@@ -395,14 +395,18 @@ fn main() {
         let pg = agentmesh_testkit::postgres::Postgres::start();
         let pg_dir = tempfile::tempdir().unwrap();
         config(pg_dir.path());
-        let store = agentmesh_store::postgres::open(&agentmesh_store::PgOptions {
-            url: pg.new_database(),
-            pool: 16,
-            exclusive: true,
-        })
-        .unwrap();
-        let (pg_engine, store) = engine_on(pg_dir.path(), store);
+        let url = pg.new_database();
+        let pg_store = Arc::new(
+            agentmesh_store::PgStore::open(&agentmesh_store::PgOptions {
+                url,
+                pool: 16,
+                exclusive: true,
+            })
+            .unwrap(),
+        );
+        let (pg_engine, store) = engine_on(pg_dir.path(), Arc::clone(&pg_store) as _);
         rt.block_on(task_turns(&pg_engine, TURNS_PER_TASK));
+        let before = pg_store.round_trips();
         let start = Instant::now();
         let writes = store.write_count();
         let mut single = Vec::new();
@@ -410,10 +414,12 @@ fn main() {
             single.extend(rt.block_on(task_turns(&pg_engine, TURNS_PER_TASK)));
         }
         report("single, PostgreSQL", &single, start.elapsed());
+        let turns = single.len() as f64;
         println!(
-            "{:<28} store writes per turn (submit included): {:.1}",
+            "{:<28} store writes per turn (submit included): {:.1}; round trips per turn: {:.1}",
             "",
-            (store.write_count() - writes) as f64 / single.len() as f64
+            (store.write_count() - writes) as f64 / turns,
+            (pg_store.round_trips() - before) as f64 / turns
         );
         let start = Instant::now();
         let concurrent = rt.block_on(concurrent_turns(&pg_engine));

@@ -39,6 +39,10 @@ const MIGRATIONS: [&str; 1] = [include_str!("../migrations/postgres/0001_store.s
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
 const MIGRATION_LOCK: i64 = 0x6167_656e_746d_7368;
 
+/// Ids a store takes from the database at once: the schema's sequence steps by this much, and
+/// a store hands out the ids of its block in order before it asks for the next.
+const ID_BLOCK: u64 = 1024;
+
 /// The advisory lock key a host serving alone holds for its life.
 const HOST_LOCK: i64 = MIGRATION_LOCK + 1;
 
@@ -64,6 +68,11 @@ pub struct PgStore {
     /// See [`PgStore::schema`].
     schema: (i32, i32),
     writes: AtomicU64,
+    /// Calls that went to the database (each one statement and round trip, but for a
+    /// session's first use of a statement, which prepares it too).
+    round_trips: AtomicU64,
+    /// The next id to give and the end of its block (see [`ID_BLOCK`]).
+    ids: std::sync::Mutex<(u64, u64)>,
     /// The write count the last completed flush covered.
     flushed: AtomicU64,
     append_hook: std::sync::OnceLock<AppendHook>,
@@ -184,9 +193,16 @@ impl PgStore {
             _host_lock: host_lock,
             schema,
             writes: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            ids: std::sync::Mutex::new((0, 0)),
             flushed: AtomicU64::new(0),
             append_hook: std::sync::OnceLock::new(),
         })
+    }
+
+    /// How many calls this store made to the database (see `round_trips`).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 
     /// The schema version the database had when this store opened it, and the version it has
@@ -206,6 +222,7 @@ impl PgStore {
             return Err(StoreError::Io("the PostgreSQL store is closed".into()));
         };
         let pool = &self.pool;
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         off_the_workers(|| {
             runtime.block_on(async move {
                 let client = pool.get().await.map_err(no_session)?;
@@ -605,8 +622,18 @@ impl TaskLogs for PgStore {
     }
 
     fn next_id(&self) -> Result<u64> {
-        let row = self.row("SELECT nextval('agentmesh_ids')", &[])?;
-        Ok(row.get::<_, i64>(0) as u64)
+        let mut ids = self
+            .ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ids.0 >= ids.1 {
+            let row = self.row("SELECT nextval('agentmesh_ids')", &[])?;
+            let start = row.get::<_, i64>(0) as u64;
+            *ids = (start, start + ID_BLOCK);
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
     }
 
     fn set_append_hook(&self, hook: AppendHook) {

@@ -56,8 +56,9 @@ CREATE TABLE agentmesh_kv (
     PRIMARY KEY (scope, key)
 );
 
--- Unique ids, growing across restarts.
-CREATE SEQUENCE agentmesh_ids;
+-- Unique ids, growing across restarts: each value starts a block of 1024 that one store handle
+-- hands out without a round trip.
+CREATE SEQUENCE agentmesh_ids INCREMENT BY 1024;
 
 -- One task write (`TaskLogs::write_buffered`) in one statement: take the queue entry (0, writing
 -- nothing, when it is gone), append the events where the log ends (SQLSTATE AM001, writing
