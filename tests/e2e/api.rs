@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agentmesh_testkit::client::Response;
-use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, echo_tool, scripted_agent};
+use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, echo_tool, reviewed_agent};
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -17,15 +17,7 @@ use crate::util::agentmesh;
 /// The config dir (and a data dir beside it): `lab/careful` calls `lab/echo` once, which
 /// waits for `user:ops` to approve, then answers; `host` ends the manifests.
 fn dirs(host: &str) -> (TempDir, PathBuf, PathBuf) {
-    let careful = scripted_agent(
-        "lab/careful",
-        "capabilities:
-  echo:
-    before:
-      - assert: \"review('user:ops')\"
-        error_message: Not approved.
-",
-    );
+    let careful = reviewed_agent("lab/careful", "script.yaml");
     let manifests = format!("{}---\n{careful}---\n{host}", echo_tool("lab"));
     fixtures::dirs(&[
         ("manifests.yaml", &manifests),

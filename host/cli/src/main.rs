@@ -34,6 +34,10 @@ enum Command {
     Call(commands::call::Args),
     /// Print a task's event log, one JSON object a line.
     Events(commands::events::Args),
+    /// List tasks, newest first, as a table or JSON lines.
+    Tasks(commands::tasks::Args),
+    /// Approve or deny a review a running host waits for.
+    Review(commands::review::Args),
     /// Serve an agent's functions as MCP tools on stdin/stdout until stdin closes.
     Mcp(commands::mcp::Args),
     /// Print the JSON Schema of a manifest kind.
@@ -56,6 +60,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::execute(&args, &secrets),
         Command::Call(args) => commands::call::execute(&args, &secrets),
         Command::Events(args) => commands::events::execute(&args),
+        Command::Tasks(args) => commands::tasks::execute(&args),
+        Command::Review(args) => commands::review::execute(&args),
         Command::Mcp(args) => commands::mcp::execute(&args, &secrets),
         Command::Schema(args) => commands::schema::execute(&args),
         Command::New(args) => commands::new::execute(&args),

@@ -83,6 +83,7 @@ pub use mcp::{About, Finding, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
+pub use records::stored_tasks;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use wasm::{ComponentsLoaded, async_runtime, check_components};
 pub use watch::{HostToolError, HostTools, Watcher};

@@ -366,12 +366,7 @@ impl Records {
 
     /// Every task's record as the store has it, in id order.
     pub(crate) fn stored_records(&self) -> Result<Vec<TaskRecord>> {
-        Ok(self
-            .store
-            .tasks_with_parts()?
-            .into_iter()
-            .map(|(record, parts)| TaskRecord::from_stored(record, parts))
-            .collect())
+        stored_tasks(self.store.as_ref())
     }
 
     /// Task `id`'s record to change, taken out of the cache. Hold the task's lock until
@@ -565,4 +560,14 @@ pub(crate) fn forgotten_to(history: &[Event]) -> u64 {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Every task record in `store`, as a host reads them: for a command that reads a store no
+/// host serves (`agentmesh tasks --data`).
+pub fn stored_tasks(store: &dyn Backend) -> Result<Vec<TaskRecord>> {
+    Ok(store
+        .tasks_with_parts()?
+        .into_iter()
+        .map(|(record, parts)| TaskRecord::from_stored(record, parts))
+        .collect())
 }

@@ -65,6 +65,21 @@ model: scripted/script.yaml
     )
 }
 
+/// An agent `id` on the scripted model (`script`, a file in the config dir) whose calls of the
+/// `echo` tool ([`echo_tool`]) wait for `user:ops` to approve them in a review.
+pub fn reviewed_agent(id: &str, script: &str) -> String {
+    scripted_agent(
+        id,
+        "capabilities:
+  echo:
+    before:
+      - assert: \"review('user:ops')\"
+        error_message: Not approved.
+",
+    )
+    .replace("scripted/script.yaml", &format!("scripted/{script}"))
+}
+
 /// A tool `NAMESPACE/echo` whose one action, `say(text)`, answers `{'said': text}` (CEL).
 pub fn echo_tool(namespace: &str) -> String {
     format!(

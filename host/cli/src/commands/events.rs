@@ -1,7 +1,6 @@
-//! `agentmesh events --data DIR TASK_ID [--follow]`.
+//! `agentmesh events (--data DIR | --server URL) TASK_ID [--follow]`.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -12,9 +11,8 @@ use serde_json::Value;
 /// Arguments of `events`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The data dir.
-    #[arg(long)]
-    data: PathBuf,
+    #[command(flatten)]
+    from: super::ReadFrom,
     /// The task.
     task: String,
     /// Keep printing new events until the task terminates.
@@ -24,23 +22,27 @@ pub struct Args {
 
 /// Prints the task's event log, one JSON object a line.
 pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &args.from.server {
+        return from_server(server, args);
+    }
+    let data = args.from.data_dir();
     // Reading must not create: a mistyped `--data` would otherwise become an empty store.
-    if !agentmesh_store::exists(&args.data) {
+    if !agentmesh_store::exists(&data) {
         anyhow::bail!(
             "no store in {}: give the data dir of `agentmesh run` or `serve` (by default \
              the config dir's `.agentmesh`, or the host config's `data_dir`)",
-            args.data.display()
+            data.display()
         );
     }
-    let store = agentmesh_store::open(&args.data).with_context(|| {
+    let store = agentmesh_store::open(&data).with_context(|| {
         format!(
-            "opening the store in {} (while `agentmesh serve` holds it, use GET /v1/tasks/{}/events)",
-            args.data.display(),
-            args.task
+            "opening the store in {} (while `agentmesh serve` holds it, read it with \
+             `--server URL`)",
+            data.display()
         )
     })?;
     if store.task::<Value>(&args.task)?.is_none() {
-        anyhow::bail!("no task `{}` in {}", args.task, args.data.display());
+        anyhow::bail!("no task `{}` in {}", args.task, data.display());
     }
     let mut after = 0;
     let mut out = std::io::stdout().lock();
@@ -58,4 +60,30 @@ pub fn execute(args: &Args) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Prints task `args.task`'s log as the host at `server` serves it; with `--follow`, each new
+/// event as it is written, until the task terminates.
+fn from_server(server: &str, args: &Args) -> anyhow::Result<ExitCode> {
+    let api = super::api::Api::new(server)?;
+    let path = format!("/v1/tasks/{}/events", args.task);
+    let mut out = std::io::stdout().lock();
+    if !args.follow {
+        let log = api.get(&path)?;
+        for event in log["events"].as_array().into_iter().flatten() {
+            writeln!(out, "{event}")?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    api.follow(&path, &mut |data| {
+        let event: Value = serde_json::from_str(data).context("an event that is not JSON")?;
+        writeln!(out, "{event}")?;
+        out.flush()?;
+        // The stream stays open after the task ends; following stops there.
+        let ended = event["kind"] == "ConversationStateUpdateEvent"
+            && event["key"] == "status"
+            && event["value"] == "terminated";
+        Ok(!ended)
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

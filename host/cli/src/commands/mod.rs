@@ -1,13 +1,16 @@
 //! One module per subcommand.
 
+pub mod api;
 pub mod call;
 pub mod events;
 pub mod mcp;
 pub mod new;
+pub mod review;
 pub mod run;
 pub mod schema;
 pub mod serve;
 pub mod store;
+pub mod tasks;
 pub mod validate;
 
 use std::io::IsTerminal;
@@ -85,6 +88,28 @@ pub fn in_process(
     let engine = Engine::new(plan, store, options);
     agentmesh_triggers::Triggers::new(engine.clone())?;
     Ok((runtime, engine))
+}
+
+/// Where `tasks` and `events` read: a store no host serves, or a running host's API.
+#[derive(clap::Args)]
+pub struct ReadFrom {
+    /// The data dir of a store no host serves (default: `.agentmesh`, as `run` in the current
+    /// directory uses).
+    #[arg(long, conflicts_with = "server")]
+    pub data: Option<PathBuf>,
+    /// A running host's base URL (`http://127.0.0.1:8080`), read through its API with the
+    /// token in `AGENTMESH_TOKEN`.
+    #[arg(long)]
+    pub server: Option<String>,
+}
+
+impl ReadFrom {
+    /// The data dir: `--data`, else `.agentmesh`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(".agentmesh"))
+    }
 }
 
 /// The host's store: the host config's `store` (a PostgreSQL database, held as this host's
