@@ -330,7 +330,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     config(dir.path());
     let (engine, store) = engine(dir.path());
+    // Turns run where `serve` runs them: on threads of the turn pool, this one included.
+    agentmesh_engine::mark_turn_thread();
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(agentmesh_engine::mark_turn_thread)
         .enable_all()
         .build()
         .unwrap();

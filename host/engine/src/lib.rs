@@ -28,6 +28,8 @@
 //!   [`Run`], [`Arrival`]);
 //! - `admission`: whether a task takes a tool event routed to it (its filter component and
 //!   middleware), for `agentmesh-routing`;
+//! - `threads`: where blocking work runs — task runners on the turn pool ([`turn_runtime`]),
+//!   store calls elsewhere and long work off the async workers;
 //! - [`watch`]: what other crates keep in step with the engine ([`Watcher`]: the routing
 //!   index, the scheduler) and the host tools another crate runs ([`HostTools`]: the wakeup
 //!   tools of `agentmesh-triggers`).
@@ -56,6 +58,7 @@ mod secrets;
 mod steps;
 pub mod subscription;
 pub mod task;
+mod threads;
 mod turn;
 mod wasm;
 pub mod watch;
@@ -70,7 +73,7 @@ use agentmesh_expr::{Activation, Bound, Needs};
 use agentmesh_model::delivery::Headers;
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::{Backend, StoreError, Typed, now_ms, now_rfc3339};
+use agentmesh_store::{Backend, Offloaded, StoreError, Typed, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -85,6 +88,7 @@ pub use plan::HostTool;
 pub use plan::Plan;
 pub use records::stored_tasks;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
+pub use threads::{mark_turn_thread, turn_runtime};
 pub use wasm::{ComponentsLoaded, async_runtime, check_components};
 pub use watch::{HostToolError, HostTools, Watcher};
 
@@ -148,6 +152,9 @@ pub struct EngineOptions {
     /// Where the engine publishes the secrets of the plan in force, at start and at every
     /// reload, for output it does not write itself (the log writer scrubs with them).
     pub secrets: SharedSecrets,
+    /// The turn pool ([`turn_runtime`]) task runners start on; `None`: the runtime of whoever
+    /// queues the input.
+    pub turns: Option<tokio::runtime::Handle>,
 }
 
 impl Default for EngineOptions {
@@ -158,6 +165,7 @@ impl Default for EngineOptions {
             runtime: json!({"version": env!("CARGO_PKG_VERSION"), "dashboard_url": "", "api_root": ""}),
             component_cache: None,
             secrets: SharedSecrets::default(),
+            turns: None,
         }
     }
 }
@@ -233,19 +241,6 @@ const HOST_STATE: &str = "host";
 /// The mark of a running host: present at a start means the last one went down.
 const RUNNING_KEY: &str = "running";
 
-/// Runs `f`, which may keep a thread busy or blocked for long (an expression that iterates, up
-/// to its budget's time; an fsync), so that it holds up no async worker: on a worker of a multi-threaded
-/// tokio runtime, the worker's other tasks move to another thread first.
-fn off_the_workers(f: &mut dyn FnMut()) {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f);
-        }
-        _ => f(),
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -253,9 +248,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Engine {
     /// An engine over `plan` and `store`.
     pub fn new(plan: Plan, store: Arc<dyn Backend>, options: EngineOptions) -> Engine {
-        agentmesh_expr::budget::offload_iterating_with(off_the_workers);
+        agentmesh_expr::budget::offload_iterating_with(threads::off_the_workers);
         let runtime = Bound::new(options.runtime.clone());
         options.secrets.set(Arc::clone(&plan.secrets));
+        let store: Arc<dyn Backend> = Arc::new(Offloaded::new(store, threads::store_call));
         let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
         Engine {
             inner: Arc::new(Inner {
@@ -406,7 +402,7 @@ impl Engine {
     /// for it) holds up no async worker.
     pub fn flush(&self) -> std::result::Result<(), StoreError> {
         let mut flushed = Ok(());
-        off_the_workers(&mut || flushed = self.inner.store.flush());
+        threads::off_the_workers(&mut || flushed = self.inner.store.flush());
         flushed
     }
 
@@ -649,10 +645,11 @@ impl Engine {
         }
     }
 
-    /// Runs task `id`'s queued input in the background (on the current tokio runtime), unless
-    /// a runner for it is already going; that runner then picks the new input up. Input is
-    /// queued, and its runner woken, only by the door ([`door`]); the engine itself wakes a
-    /// runner to go on with input already queued (after an interrupt, a restart, a review).
+    /// Runs task `id`'s queued input in the background (on the turn pool, else the current
+    /// tokio runtime), unless a runner for it is already going; that runner then picks the new
+    /// input up. Input is queued, and its runner woken, only by the door ([`door`]); the engine
+    /// itself wakes a runner to go on with input already queued (after an interrupt, a restart,
+    /// a review).
     fn kick(&self, id: &str) {
         {
             let mut runners = lock(&self.inner.runners);
@@ -664,7 +661,7 @@ impl Engine {
         }
         let engine = self.clone();
         let id = id.to_owned();
-        tokio::spawn(async move {
+        let runner = async move {
             loop {
                 if let Err(e) = engine.run_until_idle(&id).await {
                     tracing::error!(task.id = %id, "task runner failed: {e}");
@@ -678,7 +675,11 @@ impl Engine {
                     }
                 }
             }
-        });
+        };
+        match &self.inner.options.turns {
+            Some(turns) => drop(turns.spawn(runner)),
+            None => drop(tokio::spawn(runner)),
+        }
     }
 
     /// Whether a turn of task `id` is running or about to run.

@@ -95,13 +95,19 @@ pub struct ComponentsLoaded {
 /// plus one per Wasm instance of `policy`'s pool: a guest call that runs long holds one of them
 /// (it leaves the async workers, see `agentmesh_plugins`), and so can every instance at once.
 pub fn async_runtime(policy: &Policy) -> std::io::Result<tokio::runtime::Runtime> {
+    runtime_builder(policy).build()
+}
+
+/// The builder of [`async_runtime`] (and of the turn pool's).
+pub(crate) fn runtime_builder(policy: &Policy) -> tokio::runtime::Builder {
     let instances = policy
         .max_instances
         .unwrap_or(PluginConfig::default().max_instances);
-    tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
         .enable_all()
-        .max_blocking_threads(512 + instances as usize)
-        .build()
+        .max_blocking_threads(512 + instances as usize);
+    builder
 }
 
 /// Plugin key-value in the store, one scope per (component, task).

@@ -14,6 +14,8 @@
 //!   acknowledgements share one fsync);
 //! - [`postgres`]: [`PgStore`], the backend on PostgreSQL (its schema versioned and migrated
 //!   at open, each operation one statement, durability mapped onto `synchronous_commit`);
+//! - [`offload`]: [`Offloaded`], any backend with every call run through the host's function
+//!   (which keeps a blocked call off the async workers that must answer);
 //! - [`copy`]: what a sled store hands a PostgreSQL one (`agentmesh store copy`);
 //! - [`conformance`]: the suite every backend must pass (`tests/conformance.rs` runs it for
 //!   sled).
@@ -44,6 +46,7 @@ pub mod conformance;
 pub mod copy;
 mod flush;
 mod head;
+pub mod offload;
 pub mod postgres;
 pub mod sled_store;
 pub mod typed;
@@ -54,6 +57,7 @@ use std::sync::Arc;
 pub use backend::{
     Backend, Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
 };
+pub use offload::{Offload, Offloaded};
 pub use postgres::{PgOptions, PgStore};
 pub use sled_store::SledStore;
 pub use typed::Typed;

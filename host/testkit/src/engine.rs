@@ -25,6 +25,21 @@ pub fn write_config(dir: &Path, manifests: &str, files: &[(&str, &str)]) {
 /// An engine over the config dir at `dir` (which must validate) and a store in `dir/data` (a
 /// second one reopens it), its reviews timing out after `review_timeout`.
 pub fn engine_at(dir: &Path, review_timeout: Option<Duration>) -> Engine {
+    let store = agentmesh_store::open(&dir.join("data")).unwrap();
+    let options = EngineOptions {
+        mount_root: dir.join("data/mounts"),
+        review_timeout,
+        ..EngineOptions::default()
+    };
+    engine_on(dir, store, options)
+}
+
+/// An engine over the config dir at `dir` (which must validate), on `store`, with `options`.
+pub fn engine_on(
+    dir: &Path,
+    store: std::sync::Arc<dyn agentmesh_store::Backend>,
+    options: EngineOptions,
+) -> Engine {
     let report = agentmesh_manifest::validate(dir);
     let errors: Vec<String> = report
         .diagnostics
@@ -34,11 +49,5 @@ pub fn engine_at(dir: &Path, review_timeout: Option<Duration>) -> Engine {
         .collect();
     assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
     let plan = Plan::build(&report.config, &|_| None).unwrap();
-    let store = agentmesh_store::open(&dir.join("data")).unwrap();
-    let options = EngineOptions {
-        mount_root: dir.join("data/mounts"),
-        review_timeout,
-        ..EngineOptions::default()
-    };
     Engine::new(plan, store, options)
 }

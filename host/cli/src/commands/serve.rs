@@ -67,7 +67,10 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
     };
     bound_the_drain().context("cannot listen for SIGTERM")?;
     let runtime = agentmesh_engine::async_runtime(&host.policy)?;
-    runtime.block_on(async {
+    // Task runners run here, where a store call that blocks stalls turns but not the server.
+    let turns = agentmesh_engine::turn_runtime(&host.policy)?;
+    options.turns = Some(turns.handle().clone());
+    let served = runtime.block_on(async {
         // Listened for before the address is announced: a stop that comes as soon as a client
         // (or a supervisor) sees the server up is a drain, not missed.
         let stop = StopSignals::listen().context("cannot listen for SIGTERM")?;
@@ -128,7 +131,11 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         engine.store().flush()?;
         eprintln!("agentmesh: stopped");
         anyhow::Ok(())
-    })?;
+    });
+    // Turns still going are left as a stop leaves them (the next start resumes them); waiting
+    // for a call blocked in the store would hold the exit.
+    turns.shutdown_background();
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,147 @@
+//! [`Offloaded`]: any backend whose every call runs through a function the host gives. A
+//! store call can block for as long as its disk does (sled's writes wait behind a stuck
+//! flush): the host's function runs it where blocking holds up nothing that must answer — on
+//! a thread of the turn pool as it is, elsewhere after moving the async worker's other tasks
+//! to another thread — so that `/healthz`, the API and webhooks keep answering while a call is
+//! stuck. The store knows nothing of the runtime: the host passes the function.
+
+use std::sync::Arc;
+
+use agentmesh_model::event::Event;
+
+use crate::{
+    AppendHook, Backend, Dedupe, Delivery, Durability, HostState, PluginKv, QueueKey, Queues,
+    RawRecord, RawWrite, Result, StoreError, TaskLogs, Written,
+};
+
+/// Runs the closure it is given, on a thread where it may block.
+pub type Offload = fn(&mut dyn FnMut());
+
+/// `inner` with every call run through `offload`.
+pub struct Offloaded {
+    inner: Arc<dyn Backend>,
+    offload: Offload,
+}
+
+impl Offloaded {
+    /// `inner`, each of whose calls runs through `offload`.
+    pub fn new(inner: Arc<dyn Backend>, offload: Offload) -> Offloaded {
+        Offloaded { inner, offload }
+    }
+
+    fn off<T>(&self, f: impl FnOnce(&dyn Backend) -> Result<T>) -> Result<T> {
+        let mut f = Some(f);
+        let mut out = None;
+        (self.offload)(&mut || {
+            if let Some(f) = f.take() {
+                out = Some(f(self.inner.as_ref()));
+            }
+        });
+        match (out, f) {
+            (Some(out), _) => out,
+            // An offload function that did not run the call: run it here rather than lose it.
+            (None, Some(f)) => f(self.inner.as_ref()),
+            (None, None) => Err(StoreError::Io("a store call ran and gave no result".into())),
+        }
+    }
+}
+
+impl TaskLogs for Offloaded {
+    fn write_buffered(
+        &self,
+        task_id: &str,
+        record: RawWrite<'_>,
+        events: &[Event],
+        take: Option<&QueueKey>,
+    ) -> Result<Option<Written>> {
+        self.off(|s| s.write_buffered(task_id, record, events, take))
+    }
+    fn record(&self, task_id: &str) -> Result<Option<RawRecord>> {
+        self.off(|s| s.record(task_id))
+    }
+    fn record_ids(&self) -> Result<Vec<String>> {
+        self.off(|s| s.record_ids())
+    }
+    fn events_between(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
+        self.off(|s| s.events_between(task_id, from, to))
+    }
+    fn last_event_seq(&self, task_id: &str) -> Result<u64> {
+        self.off(|s| s.last_event_seq(task_id))
+    }
+    fn next_id(&self) -> Result<u64> {
+        self.off(|s| s.next_id())
+    }
+    fn set_append_hook(&self, hook: AppendHook) {
+        self.inner.set_append_hook(hook);
+    }
+}
+
+impl Queues for Offloaded {
+    fn queue_durably(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<Delivery> {
+        self.off(|s| s.queue_durably(delivery, inputs))
+    }
+    fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
+        self.off(|s| s.first_queued(task_id))
+    }
+    fn queued_count(&self, task_id: &str) -> Result<usize> {
+        self.off(|s| s.queued_count(task_id))
+    }
+    fn queued_tasks(&self) -> Result<Vec<String>> {
+        self.off(|s| s.queued_tasks())
+    }
+    fn clear_queue_buffered(&self, task_id: &str) -> Result<usize> {
+        self.off(|s| s.clear_queue_buffered(task_id))
+    }
+}
+
+impl Dedupe for Offloaded {
+    fn is_remembered(&self, id: &str) -> Result<bool> {
+        self.off(|s| s.is_remembered(id))
+    }
+    fn forget_expired_buffered(&self) -> Result<usize> {
+        self.off(|s| s.forget_expired_buffered())
+    }
+}
+
+impl HostState for Offloaded {
+    fn state_value(&self, ns: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        self.off(|s| s.state_value(ns, key))
+    }
+    fn state_values(&self, ns: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.off(|s| s.state_values(ns))
+    }
+    fn put_state_buffered(&self, ns: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.off(|s| s.put_state_buffered(ns, key, value))
+    }
+    fn delete_state_buffered(&self, ns: &str, key: &str) -> Result<()> {
+        self.off(|s| s.delete_state_buffered(ns, key))
+    }
+}
+
+impl PluginKv for Offloaded {
+    fn kv_value(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>> {
+        self.off(|s| s.kv_value(scope, key))
+    }
+    fn kv_put_buffered(&self, scope: &str, key: &str, value: &[u8]) -> Result<()> {
+        self.off(|s| s.kv_put_buffered(scope, key, value))
+    }
+    fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()> {
+        self.off(|s| s.kv_delete_buffered(scope, key))
+    }
+    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
+        self.off(|s| s.kv_clear_buffered(scope))
+    }
+}
+
+impl Durability for Offloaded {
+    fn flush(&self) -> Result<()> {
+        self.off(|s| s.flush())
+    }
+    fn write_count(&self) -> u64 {
+        self.inner.write_count()
+    }
+}
