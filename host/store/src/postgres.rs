@@ -13,10 +13,11 @@
 //! under an advisory lock, so hosts starting together migrate once; a database whose schema is
 //! newer than the binary knows is refused.
 //!
-//! The client is async (`tokio-postgres`, pooled by `deadpool-postgres`) and runs on a small
-//! runtime of the store's own. The backend traits are synchronous: a call waits for its
-//! statement on the calling thread, which is moved off the caller's async workers first (see
-//! `PgStore::run`), so a slow database holds up no worker's other tasks.
+//! The client is async (`tokio-postgres`, pooled by `deadpool-postgres`); its sessions run on a
+//! small runtime of the store's own. The backend traits are synchronous: a call waits for its
+//! statement on the calling thread (see `PgStore::run`), so async code calls the store where a
+//! thread may block — the engine does so on its turn pool, or after `block_in_place` (its
+//! `Offloaded` store) — and a slow database holds up no worker that must answer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,12 +224,13 @@ impl PgStore {
         };
         let pool = &self.pool;
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        off_the_workers(|| {
-            runtime.block_on(async move {
-                let client = pool.get().await.map_err(no_session)?;
-                work(client).await
-            })
-        })
+        // The client's sessions and timers belong to the store's runtime; the call itself is
+        // polled here, so that waiting for it costs this thread and nothing else.
+        let _store_runtime = runtime.enter();
+        wait(tokio::task::coop::unconstrained(async move {
+            let client = pool.get().await.map_err(no_session)?;
+            work(client).await
+        }))
     }
 
     fn wrote(&self) {
@@ -316,6 +318,31 @@ impl PgStore {
         })?;
         self.wrote();
         Ok(n as usize)
+    }
+}
+
+/// Wakes the thread that [`wait`]s.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `future` on the calling thread until it is ready, parking the thread between polls.
+/// Unlike a runtime's `block_on`, it may run on any thread, a tokio worker's included: the
+/// engine calls the store on its turn pool (or after `block_in_place`), where blocking is
+/// allowed.
+fn wait<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
     }
 }
 
