@@ -42,6 +42,15 @@ fn answered(server: &Server, task: &str, outputs: usize) -> serde_json::Value {
     .unwrap_or_else(|| panic!("task {task} did not answer {outputs} time(s): {last}"))
 }
 
+/// Queues `text` as task `task`'s next input.
+fn send_input(server: &Server, task: &str, text: &str) {
+    let r = server
+        .request("POST", &format!("/v1/tasks/{task}/input"))
+        .json(&json!({"message": [{"mimeType": "text/plain", "text": text}]}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+}
+
 fn database(url: &str) -> &str {
     url.rsplit('/').next().unwrap()
 }
@@ -69,11 +78,7 @@ fn a_host_on_postgres_keeps_its_tasks_in_the_database_across_a_restart() {
 
     // Another data dir, empty: the task, its log and its conversation come from the database.
     let server = Server::start(AGENTMESH, &dir, &root.path().join("elsewhere"), &env);
-    let r = server
-        .request("POST", &format!("/v1/tasks/{task}/input"))
-        .json(&json!({"message": [{"mimeType": "text/plain", "text": "second"}]}))
-        .send();
-    assert_eq!(r.status, 202, "{}", r.text());
+    send_input(&server, &task, "second");
     let t = answered(&server, &task, 2);
     assert_eq!(
         t["output"][1]["message"][0]["text"], "answer 2",
@@ -232,11 +237,7 @@ fn store_copy_moves_a_hosts_sled_store_into_a_database_where_its_tasks_go_on() {
     std::fs::write(dir.join("host.yaml"), STORE).unwrap();
     let env = [("DATABASE_URL", url.as_str())];
     let server = Server::start(AGENTMESH, &dir, &root.path().join("data-pg"), &env);
-    let r = server
-        .request("POST", &format!("/v1/tasks/{task}/input"))
-        .json(&json!({"message": [{"mimeType": "text/plain", "text": "second"}]}))
-        .send();
-    assert_eq!(r.status, 202, "{}", r.text());
+    send_input(&server, &task, "second");
     let done = answered(&server, &task, 2);
     assert_eq!(
         done["output"][1]["message"][0]["text"], "answer 2",

@@ -115,15 +115,21 @@ capabilities: {api: \"*\"}
     ])
 }
 
-#[test]
-fn run_shows_no_tool_secret_in_its_output_log_or_events() {
-    let port = fake_api(2);
-    let dir = secrets_config(port);
+/// [`secrets_config`] on a fake API that answers twice, its data dir, and the environment
+/// holding the secrets.
+fn secrets_setup() -> (tempfile::TempDir, std::path::PathBuf, Env<'static>) {
+    let dir = secrets_config(fake_api(2));
     let data = dir.path().join("data");
     let env = Env {
         vars: &ENV,
         ..Env::default()
     };
+    (dir, data, env)
+}
+
+#[test]
+fn run_shows_no_tool_secret_in_its_output_log_or_events() {
+    let (dir, data, env) = secrets_setup();
     let (code, out, err) = run_in(&env, dir.path(), "t/a", "go", &data, &[]);
     assert_ne!(code, Some(1), "{err}");
     assert_clean("stdout", &out);
@@ -149,13 +155,7 @@ fn run_shows_no_tool_secret_in_its_output_log_or_events() {
 /// task's: with `***` where a secret was.
 #[test]
 fn call_shows_no_tool_secret_in_its_answer_or_error() {
-    let port = fake_api(2);
-    let dir = secrets_config(port);
-    let data = dir.path().join("data");
-    let env = Env {
-        vars: &ENV,
-        ..Env::default()
-    };
+    let (dir, data, env) = secrets_setup();
     let config = dir.path().to_str().unwrap();
     let data = data.to_str().unwrap();
     let (code, out, err) = agentmesh_in(&env, &["call", config, "t/api.echo", "--data", data]);

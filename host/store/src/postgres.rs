@@ -163,8 +163,9 @@ impl PgStore {
             .map_err(|e| StoreError::Database(format!("PostgreSQL pool: {e}")))?;
         let url = redacted(&options.url);
         let exclusive = options.exclusive;
-        let (schema, host_lock) = off_the_workers(|| {
-            runtime.block_on(async {
+        let (schema, host_lock) = {
+            let _store_runtime = runtime.enter();
+            wait(async {
                 let client = pool.get().await.map_err(|e| {
                     StoreError::Io(format!("cannot connect to PostgreSQL at {url}: {e}"))
                 })?;
@@ -186,8 +187,8 @@ impl PgStore {
                     )));
                 }
                 Ok((schema, Some(lock)))
-            })
-        })?;
+            })?
+        };
         Ok(PgStore {
             runtime: Some(runtime),
             pool,
@@ -343,22 +344,6 @@ fn wait<F: Future>(future: F) -> F::Output {
             return out;
         }
         std::thread::park();
-    }
-}
-
-/// Runs `f`, which waits for the database, where waiting holds up no async worker: on a worker
-/// of a multi-threaded tokio runtime the worker's other tasks move to another thread first; in
-/// a single-threaded runtime (whose thread must not block on another runtime) on a thread of
-/// its own.
-fn off_the_workers<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        Ok(_) => std::thread::scope(|s| match s.spawn(f).join() {
-            Ok(out) => out,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }),
-        Err(_) => f(),
     }
 }
 
