@@ -19,11 +19,11 @@ use serde_json::json;
 
 use crate::AGENTMESH;
 
-const SECRET: &str = "crash test secret";
+pub(crate) const SECRET: &str = "crash test secret";
 
 /// The config: `ops/oncall` takes every `ops/pager` alert as input, answering nothing; with
 /// `store`, the host config's `store` block.
-fn config(store: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+pub(crate) fn config(store: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let oncall = scripted_agent("ops/oncall", "capabilities:\n  pager: \"*\"\n");
     dirs(&[
         ("pager.yaml", &pager_tool("alert {event.payload.n}", None)),
@@ -36,7 +36,7 @@ fn config(store: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// Posts the alert `{"n": id}` with delivery id `id`, signed: the status and the answer's
 /// `status` field (`accepted`, `unmatched`, `duplicate`), or `None` when the server does not
 /// answer (it is down or died mid-request).
-fn deliver(addr: SocketAddr, id: &str) -> Option<(u16, String)> {
+pub(crate) fn deliver(addr: SocketAddr, id: &str) -> Option<(u16, String)> {
     let body = json!({"n": id}).to_string().into_bytes();
     let answer = Request::new(addr, "POST", "/v1/webhooks/tools/ops/pager")
         .header("Content-Type", "application/json")

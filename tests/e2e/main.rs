@@ -12,6 +12,7 @@ mod disk;
 mod durability;
 mod governance;
 mod guest_languages;
+mod hosts;
 mod inspect;
 mod limits;
 mod mcp_client;

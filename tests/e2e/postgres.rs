@@ -1,9 +1,7 @@
 //! The host on a PostgreSQL store (a real server started for each test): `run` and `serve`
-//! keep everything in the database, one host holds a database at a time, and `store migrate`
-//! applies the schema without serving. The SIGKILL test of acknowledged webhooks runs on
+//! keep everything in the database, and `store migrate` applies the schema without serving
+//! (several hosts on one database: `hosts`). The SIGKILL test of acknowledged webhooks runs on
 //! PostgreSQL too (`durability`).
-
-use std::process::Command;
 
 use agentmesh_testkit::fixtures::{dirs, scripted_agent};
 use agentmesh_testkit::postgres::Postgres;
@@ -11,7 +9,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
 use crate::AGENTMESH;
-use crate::util::{Env, agentmesh_in, run_in};
+use crate::util::{Env, agentmesh_in};
 
 const STORE: &str = "kind: agentmesh/v1/host
 store: {backend: postgres, url: {env: DATABASE_URL}, pool: 4}
@@ -42,15 +40,6 @@ fn answered(server: &Server, task: &str, outputs: usize) -> serde_json::Value {
     .unwrap_or_else(|| panic!("task {task} did not answer {outputs} time(s): {last}"))
 }
 
-/// Queues `text` as task `task`'s next input.
-fn send_input(server: &Server, task: &str, text: &str) {
-    let r = server
-        .request("POST", &format!("/v1/tasks/{task}/input"))
-        .json(&json!({"message": [{"mimeType": "text/plain", "text": text}]}))
-        .send();
-    assert_eq!(r.status, 202, "{}", r.text());
-}
-
 fn database(url: &str) -> &str {
     url.rsplit('/').next().unwrap()
 }
@@ -78,59 +67,13 @@ fn a_host_on_postgres_keeps_its_tasks_in_the_database_across_a_restart() {
 
     // Another data dir, empty: the task, its log and its conversation come from the database.
     let server = Server::start(AGENTMESH, &dir, &root.path().join("elsewhere"), &env);
-    send_input(&server, &task, "second");
+    server.send_input(&task, "second");
     let t = answered(&server, &task, 2);
     assert_eq!(
         t["output"][1]["message"][0]["text"], "answer 2",
         "the second turn did not continue the conversation: {t}"
     );
     assert_eq!(server.user_texts(&task), [json!("first"), json!("second")]);
-}
-
-#[test]
-fn a_second_host_on_the_same_database_is_refused_while_the_first_serves() {
-    let pg = Postgres::start();
-    let url = pg.new_database();
-    let (root, dir, data) = config();
-    let env = [("DATABASE_URL", url.as_str())];
-    let first = Server::start(AGENTMESH, &dir, &data, &env);
-    let out = Command::new("timeout")
-        .args(["60", AGENTMESH, "serve"])
-        .arg(&dir)
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(root.path().join("second"))
-        .envs(env)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("another agentmesh host is using the database"),
-        "{stderr}"
-    );
-    // `run` would share the database with the host too: refused the same way.
-    let run = || {
-        let env = Env {
-            vars: &env,
-            ..Env::default()
-        };
-        run_in(
-            &env,
-            &dir,
-            "dev/helper",
-            "hi",
-            &root.path().join("third"),
-            &[],
-        )
-    };
-    let (code, _, stderr) = run();
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("another agentmesh host"), "{stderr}");
-    assert_eq!(first.terminate(), Some(0));
-    // Once the first host is gone, `run` may use the database.
-    let (code, stdout, stderr) = run();
-    assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(stdout.trim(), "answer 1");
 }
 
 #[test]
@@ -237,7 +180,7 @@ fn store_copy_moves_a_hosts_sled_store_into_a_database_where_its_tasks_go_on() {
     std::fs::write(dir.join("host.yaml"), STORE).unwrap();
     let env = [("DATABASE_URL", url.as_str())];
     let server = Server::start(AGENTMESH, &dir, &root.path().join("data-pg"), &env);
-    send_input(&server, &task, "second");
+    server.send_input(&task, "second");
     let done = answered(&server, &task, 2);
     assert_eq!(
         done["output"][1]["message"][0]["text"], "answer 2",

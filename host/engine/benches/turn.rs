@@ -403,7 +403,7 @@ fn main() {
             agentmesh_store::PgStore::open(&agentmesh_store::PgOptions {
                 url,
                 pool: 16,
-                exclusive: true,
+                lease: agentmesh_store::postgres::DEFAULT_LEASE,
             })
             .unwrap(),
         );

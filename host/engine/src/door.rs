@@ -199,6 +199,9 @@ pub struct Arrival<'a> {
     delivered: Option<(Value, String)>,
     /// Its delivery id, held at the door.
     serial: Option<Serial<'a>>,
+    /// The id it is remembered by when it is no delivery but may come to several hosts
+    /// sharing the store at once (see [`Arrival::once`]).
+    once: Option<String>,
 }
 
 impl Default for Arrival<'_> {
@@ -214,6 +217,17 @@ impl Arrival<'_> {
             fired_at: now_ms(),
             delivered: None,
             serial: None,
+            once: None,
+        }
+    }
+
+    /// An arrival that is no delivery but that every host sharing the store makes (a wakeup's
+    /// fire): remembered by `id` as a delivery is, so that only the first is queued and the
+    /// others are [`Accepted::Duplicate`].
+    pub fn once(id: String) -> Self {
+        Arrival {
+            once: Some(id),
+            ..Arrival::new()
         }
     }
 
@@ -250,7 +264,7 @@ impl Arrival<'_> {
     /// not taken twice).
     pub async fn accept(self, engine: &Engine, inputs: Vec<Input>, run: Run) -> Result<Accepted> {
         let queued_at = now_ms();
-        if inputs.is_empty() && self.serial.is_none() {
+        if inputs.is_empty() && self.serial.is_none() && self.once.is_none() {
             return Ok(Accepted::Queued {
                 tasks: Vec::new(),
                 queued_at,
@@ -276,7 +290,10 @@ impl Arrival<'_> {
             })
             .unzip();
         let store = Arc::clone(&engine.inner.store);
-        let delivery = self.delivery_id().map(str::to_owned);
+        let delivery = self
+            .delivery_id()
+            .or(self.once.as_deref())
+            .map(str::to_owned);
         let write = move || {
             let refs: Vec<(&str, i64, &QueuedInput)> = tasks
                 .iter()
@@ -350,6 +367,7 @@ impl Door {
                 fired_at: now_ms(),
                 delivered,
                 serial: None,
+                once: None,
             }));
         };
         let gate = Arc::clone(lock(&self.arriving).entry(id.to_owned()).or_default());
@@ -368,6 +386,7 @@ impl Door {
             fired_at: now_ms(),
             delivered,
             serial: Some(serial),
+            once: None,
         }))
     }
 }

@@ -28,6 +28,9 @@
 //!   [`Run`], [`Arrival`]);
 //! - `admission`: whether a task takes a tool event routed to it (its filter component and
 //!   middleware), for `agentmesh-routing`;
+//! - `hosts`: several hosts on one store — which tasks this host runs (their leases), what
+//!   the others tell it, taking over the tasks of a host that went quiet
+//!   ([`Engine::serve_hosts`]);
 //! - `threads`: where blocking work runs — task runners on the turn pool ([`turn_runtime`]),
 //!   store calls elsewhere and long work off the async workers;
 //! - [`watch`]: what other crates keep in step with the engine ([`Watcher`]: the routing
@@ -44,6 +47,7 @@ mod call;
 mod condense;
 mod direct;
 mod door;
+mod hosts;
 mod journal;
 mod mcp;
 mod mcp_events;
@@ -227,6 +231,8 @@ struct Inner {
     triggered: Mutex<HashSet<String>>,
     /// Task records: reads through a cache, journals, writes.
     records: records::Records,
+    /// This host among those sharing the store (see [`hosts`]).
+    hosts: hosts::Hosts,
     /// `options.runtime`, bound once for every activation that reads it.
     runtime: Bound,
     /// Whether [`Engine::recover`] recorded this host as running (cleared by a clean stop).
@@ -251,6 +257,10 @@ impl Engine {
         agentmesh_expr::budget::offload_iterating_with(threads::off_the_workers);
         let runtime = Bound::new(options.runtime.clone());
         options.secrets.set(Arc::clone(&plan.secrets));
+        let hosts = hosts::Hosts::new();
+        if store.shared() {
+            store.set_notice_hook(hosts.hook());
+        }
         let store: Arc<dyn Backend> = Arc::new(Offloaded::new(store, threads::store_call));
         let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
         Engine {
@@ -274,6 +284,7 @@ impl Engine {
                 marked_running: AtomicBool::new(false),
                 recovered: AtomicBool::new(false),
                 records,
+                hosts,
                 runtime,
             }),
         }
@@ -307,7 +318,12 @@ impl Engine {
             p.close_all().await;
         }
         self.inner.mcp.close_all().await;
-        if self.inner.marked_running.swap(false, Ordering::SeqCst)
+        if self.inner.store.shared() {
+            // Idle tasks are given up; busy ones pass to another host at once.
+            if let Err(e) = self.inner.store.end_host() {
+                tracing::warn!("could not hand this host's tasks on: {e}");
+            }
+        } else if self.inner.marked_running.swap(false, Ordering::SeqCst)
             && let Err(e) = self
                 .inner
                 .store
@@ -496,7 +512,9 @@ impl Engine {
                 },
             ));
         }
+        // Its first write takes its lease (see `hosts`).
         self.records().save(&mut record, events)?;
+        self.inner.hosts.wrote(self.inner.store.as_ref(), &id);
         self.tell_watchers(&record);
         // Its first turn starts from memory.
         let record = self.records().checkin(record);
@@ -571,9 +589,17 @@ impl Engine {
 
     /// Processes task `id`'s queued inputs, in order, until none is left or the task
     /// terminates; returns the record. Concurrent callers for one task take turns.
+    ///
+    /// On a store other hosts share, the turns run on the host holding the task's lease: when
+    /// that is another live host, it is told to run them, and the record is returned as it is.
     pub async fn run_until_idle(&self, id: &str) -> Result<Arc<TaskRecord>> {
-        let task_lock = self.task_lock(id);
-        let _turn = task_lock.lock().await;
+        let (_turn, holder) = self.hold_task(id).await?;
+        if let hosts::Holder::Elsewhere(host) = holder {
+            self.inner
+                .hosts
+                .kick(self.inner.store.as_ref(), &host, id)?;
+            return self.records().peek(id, |r| Arc::new(r.clone()));
+        }
         let mut record = self.records().checkout(id)?;
         loop {
             if self.interrupt_requested(id) {
@@ -663,8 +689,13 @@ impl Engine {
         let id = id.to_owned();
         let runner = async move {
             loop {
-                if let Err(e) = engine.run_until_idle(&id).await {
-                    tracing::error!(task.id = %id, "task runner failed: {e}");
+                match engine.run_until_idle(&id).await {
+                    Ok(_) => {}
+                    Err(EngineError::Store(StoreError::LeaseLost(e))) => {
+                        tracing::warn!(task.id = %id, "task runner stopped: {e}");
+                        engine.forget_task(&id);
+                    }
+                    Err(e) => tracing::error!(task.id = %id, "task runner failed: {e}"),
                 }
                 let mut runners = lock(&engine.inner.runners);
                 match runners.get_mut(&id) {
@@ -694,11 +725,18 @@ impl Engine {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
         lock(&self.inner.interrupts).insert(id.to_owned());
-        let task_lock = self.task_lock(id);
-        let _turn = task_lock.lock().await;
+        let held = self.hold_task(id).await;
         lock(&self.inner.interrupts).remove(id);
+        let (_turn, holder) = held?;
+        if let hosts::Holder::Elsewhere(host) = holder {
+            let request = hosts::Request::Interrupt {
+                task: id.to_owned(),
+            };
+            return self.ask(&host, request).await;
+        }
         let mut record = self.records().checkout(id)?;
         if record.status() == Status::Terminated {
+            self.records().checkin(record);
             return Ok(());
         }
         let mut events =
@@ -745,9 +783,19 @@ impl Engine {
     async fn end_task(&self, id: &str, why: Option<(EventSource, EventKind)>) -> Result<()> {
         self.task(id)?;
         lock(&self.inner.interrupts).insert(id.to_owned());
-        let task_lock = self.task_lock(id);
-        let _turn = task_lock.lock().await;
+        let held = self.hold_task(id).await;
         lock(&self.inner.interrupts).remove(id);
+        let (_turn, holder) = held?;
+        if let hosts::Holder::Elsewhere(host) = holder {
+            if why.is_some() {
+                // Ended by the host that holds it, as it sees fit.
+                return Ok(());
+            }
+            let request = hosts::Request::Delete {
+                task: id.to_owned(),
+            };
+            return self.ask(&host, request).await;
+        }
         let mut record = self.records().checkout(id)?;
         if why.is_some() && record.status() == Status::Terminated {
             self.records().checkin(record);
@@ -872,78 +920,124 @@ impl Engine {
     /// `reason: error` and an event saying why. A turn that ends clears the mark.
     ///
     /// Returns how many tasks were started. Call once, on a runtime, at start.
+    ///
+    /// On a store other hosts share, a task another live host holds is left to it; the rest
+    /// are brought back as the turns of a host that went down.
     pub fn recover(&self) -> Result<usize> {
-        let crashed = self.mark_running()?;
+        let shared = self.inner.store.shared();
+        let crashed = !shared && self.mark_running()?;
         let mut resumed = HashSet::new();
         let mut in_flight = HashSet::new();
         for mut record in self.records().stored_records()? {
-            if record.crashed == Some(Crashed::Retried) && record.status() != Status::Terminated {
-                self.end_after_crashes(&mut record)?;
+            let stopped = record.crashed == Some(Crashed::Retried)
+                && record.status() != Status::Terminated
+                || matches!(record.status(), Status::Running | Status::Waiting);
+            if !stopped {
                 continue;
             }
-            if !matches!(record.status(), Status::Running | Status::Waiting) {
-                continue;
-            }
-            if record.status() == Status::Running {
-                in_flight.insert(record.id.clone());
-            }
-            // Decided, and nothing of the call ran again yet (`resume` is cleared by a write
-            // before it does): the runner resumes the turn.
-            if record.status() == Status::Running
-                && record.resume.is_some()
-                && record.parent.is_none()
-            {
-                resumed.insert(record.id);
-                continue;
-            }
-            if let Some(pending) = self.review_to_keep(&record) {
-                let events = vec![(
-                    EventSource::Environment,
-                    EventKind::ConversationStateUpdateEvent {
-                        key: "restart".into(),
-                        value: json!({"message": "the host restarted while the task waited in a review"}),
-                    },
-                )];
-                let deadline = self.review_deadline(&pending);
-                if deadline.is_some_and(|d| d <= now_ms()) {
-                    self.decide_stored(&mut record, pending, false, "timeout", events)?;
-                    resumed.insert(record.id);
+            if shared {
+                let holder = self
+                    .inner
+                    .hosts
+                    .hold(self.inner.store.as_ref(), &record.id)?;
+                if matches!(holder, hosts::Holder::Elsewhere(_)) {
                     continue;
                 }
-                self.records().save(&mut record, events)?;
-                lock(&self.inner.reviews).insert(pending.review_id.clone(), Waiter::Stored);
-                if let Some(deadline) = deadline {
-                    self.time_out_review(record.id, pending.review_id, deadline);
-                }
-                continue;
             }
-            let mut events = self.unanswered_calls(
-                &mut record,
-                "interrupted: the host restarted during this call; it was not re-run",
-            )?;
-            record.status = Some(Status::Idle);
-            record.pending_review = None;
-            record.resume = None;
-            events.push((
-                EventSource::Environment,
-                EventKind::ConversationStateUpdateEvent {
-                    key: "restart".into(),
-                    value: json!({"message": "the host restarted during a turn"}),
-                },
-            ));
-            events.push(task::status_event("idle"));
-            self.records().save(&mut record, events)?;
+            let back = self.bring_back(&mut record)?;
+            if back.in_flight {
+                in_flight.insert(record.id.clone());
+            }
+            if back.resume {
+                resumed.insert(record.id);
+            }
         }
         self.rebuild_watchers()?;
         self.inner.recovered.store(true, Ordering::Release);
-        resumed.extend(self.inner.store.queued_tasks()?);
-        if crashed {
+        let queued = self.inner.store.queued_tasks()?;
+        if shared {
+            // Tasks with input waiting may be other hosts' to run: their runners find out.
             self.mark_crashed(in_flight.iter().chain(&resumed))?;
+            resumed.extend(queued);
+        } else {
+            resumed.extend(queued);
+            if crashed {
+                self.mark_crashed(in_flight.iter().chain(&resumed))?;
+            }
         }
         for id in &resumed {
             self.kick(id);
         }
         Ok(resumed.len())
+    }
+
+    /// Brings task `record` back after the host running its turn went down: see
+    /// [`Engine::recover`]. Returns whether its turn was in flight and whether its runner
+    /// must resume it.
+    fn bring_back(&self, record: &mut TaskRecord) -> Result<Back> {
+        if record.crashed == Some(Crashed::Retried) && record.status() != Status::Terminated {
+            self.end_after_crashes(record)?;
+            return Ok(Back::default());
+        }
+        if !matches!(record.status(), Status::Running | Status::Waiting) {
+            return Ok(Back::default());
+        }
+        let in_flight = record.status() == Status::Running;
+        // Decided, and nothing of the call ran again yet (`resume` is cleared by a write
+        // before it does): the runner resumes the turn.
+        if record.status() == Status::Running && record.resume.is_some() && record.parent.is_none()
+        {
+            return Ok(Back {
+                in_flight,
+                resume: true,
+            });
+        }
+        if let Some(pending) = self.review_to_keep(record) {
+            let events = vec![(
+                EventSource::Environment,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "restart".into(),
+                    value: json!({"message": "the host restarted while the task waited in a review"}),
+                },
+            )];
+            let deadline = self.review_deadline(&pending);
+            if deadline.is_some_and(|d| d <= now_ms()) {
+                self.decide_stored(record, pending, false, "timeout", events)?;
+                return Ok(Back {
+                    in_flight,
+                    resume: true,
+                });
+            }
+            self.records().save(record, events)?;
+            lock(&self.inner.reviews).insert(pending.review_id.clone(), Waiter::Stored);
+            if let Some(deadline) = deadline {
+                self.time_out_review(record.id.clone(), pending.review_id, deadline);
+            }
+            return Ok(Back {
+                in_flight,
+                resume: false,
+            });
+        }
+        let mut events = self.unanswered_calls(
+            record,
+            "interrupted: the host restarted during this call; it was not re-run",
+        )?;
+        record.status = Some(Status::Idle);
+        record.pending_review = None;
+        record.resume = None;
+        events.push((
+            EventSource::Environment,
+            EventKind::ConversationStateUpdateEvent {
+                key: "restart".into(),
+                value: json!({"message": "the host restarted during a turn"}),
+            },
+        ));
+        events.push(task::status_event("idle"));
+        self.records().save(record, events)?;
+        Ok(Back {
+            in_flight,
+            resume: false,
+        })
     }
 
     /// Records, durably, that a host runs on this store; returns whether one was running
@@ -1200,6 +1294,14 @@ impl Engine {
             let Ok(_turn) = task_lock.try_lock() else {
                 continue;
             };
+            // The host that holds the task expires them.
+            match self.inner.hosts.hold(self.inner.store.as_ref(), id)? {
+                hosts::Holder::Elsewhere(_) => continue,
+                hosts::Holder::Here { taken_over: true } => {
+                    self.take_over(id)?;
+                }
+                hosts::Holder::Here { taken_over: false } => {}
+            }
             let mut record = self.records().checkout(id)?;
             if let Some(event) =
                 subscription::prune_expired(&mut record.subscriptions, record.last_activity_ms, now)
@@ -1242,6 +1344,161 @@ impl Engine {
     fn task_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = lock(&self.inner.locks);
         Arc::clone(locks.entry(id.to_owned()).or_default())
+    }
+
+    /// Task `id`'s lock, and where its turns run (see [`hosts`]): a task this host just took
+    /// over from one that went quiet mid-turn is brought back first, as after a restart.
+    async fn hold_task(
+        &self,
+        id: &str,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, hosts::Holder)> {
+        let turn = self.task_lock(id).lock_owned().await;
+        let holder = self.inner.hosts.hold(self.inner.store.as_ref(), id)?;
+        if holder == (hosts::Holder::Here { taken_over: true }) {
+            self.take_over(id)?;
+        }
+        Ok((turn, holder))
+    }
+
+    /// Brings task `id` back, its lease just taken from a host that went quiet during its turn,
+    /// as [`Engine::recover`] brings a task back after a restart: the host went down during
+    /// its turn. Call holding the task's lock.
+    fn take_over(&self, id: &str) -> Result<()> {
+        self.records().forget(id);
+        let mut record = self.records().checkout(id)?;
+        let back = self.bring_back(&mut record)?;
+        if (back.in_flight || back.resume)
+            && record.crashed.is_none()
+            && record.status() != Status::Terminated
+        {
+            record.crashed = Some(Crashed::Marked);
+            self.records().save(&mut record, Vec::new())?;
+            self.flush()?;
+        }
+        self.tell_watchers(&record);
+        self.records().checkin(record);
+        if back.resume {
+            self.kick(id);
+        }
+        Ok(())
+    }
+
+    /// The host that runs task `id`'s turns when it is another live host sharing the store;
+    /// `None` when it is this one (which takes the task's lease when no live host holds it).
+    pub async fn holder(&self, id: &str) -> Result<Option<String>> {
+        let (_turn, holder) = self.hold_task(id).await?;
+        Ok(match holder {
+            hosts::Holder::Elsewhere(host) => Some(host),
+            hosts::Holder::Here { .. } => None,
+        })
+    }
+
+    /// Forgets what this host knew of task `id` (another host took it over).
+    fn forget_task(&self, id: &str) {
+        self.inner.hosts.forget(id);
+        self.records().forget(id);
+    }
+
+    /// Asks host `host`, which holds the task, to do `request`.
+    async fn ask(&self, host: &str, request: hosts::Request) -> Result<()> {
+        self.inner
+            .hosts
+            .ask(self.inner.store.as_ref(), host, request)
+            .await
+    }
+
+    /// Serves this host's part among the hosts sharing the store, for ever (abort the task to
+    /// stop it); nothing to do on a store of one host. It renews this host's lease every third
+    /// of it; runs what the others ask of it (a task's queued input, an interrupt, a deletion,
+    /// a review decision); reads the tasks they wrote again for the watchers; and takes over
+    /// the tasks whose holder went quiet mid-turn or with input waiting.
+    pub async fn serve_hosts(&self, lease: Duration) {
+        let Some(mut heard) = self.inner.hosts.heard() else {
+            return;
+        };
+        if !self.inner.store.shared() {
+            return;
+        }
+        let mut renew = tokio::time::interval(lease / 3);
+        let mut sweep = tokio::time::interval(hosts::SWEEP_EVERY);
+        let mut refresh = tokio::time::interval(hosts::REFRESH_EVERY);
+        let mut written: HashSet<String> = HashSet::new();
+        loop {
+            tokio::select! {
+                _ = renew.tick() => {
+                    if let Err(e) = self.inner.store.renew_host() {
+                        tracing::warn!("renewing this host's lease failed: {e}");
+                    }
+                }
+                _ = sweep.tick() => match self.inner.store.orphaned_tasks(hosts::SWEEP_BATCH) {
+                    Ok(tasks) => {
+                        for id in tasks {
+                            self.kick(&id);
+                        }
+                    }
+                    Err(e) => tracing::warn!("looking for tasks to take over failed: {e}"),
+                },
+                _ = refresh.tick(), if !written.is_empty() => {
+                    for id in std::mem::take(&mut written) {
+                        if let Ok(record) = self.records().stored_record(&id) {
+                            self.tell_watchers(&record);
+                        }
+                    }
+                }
+                heard = heard.recv() => {
+                    let Some(heard) = heard else {
+                        return;
+                    };
+                    self.on_heard(heard, &mut written);
+                }
+            }
+        }
+    }
+
+    /// Acts on what another host said (see [`Engine::serve_hosts`]).
+    fn on_heard(&self, heard: hosts::Heard, written: &mut HashSet<String>) {
+        match heard {
+            hosts::Heard::Written(id) => {
+                self.forget_task(&id);
+                written.insert(id);
+            }
+            hosts::Heard::Kick(id) => self.kick(&id),
+            hosts::Heard::Asked { from, n, request } => {
+                let engine = self.clone();
+                tokio::spawn(async move {
+                    let done = match &request {
+                        hosts::Request::Interrupt { task } => engine.interrupt(task).await,
+                        hosts::Request::Delete { task } => engine.delete_task(task).await,
+                        hosts::Request::Decide {
+                            task,
+                            review,
+                            approve,
+                            admin,
+                            subject,
+                        } => {
+                            let decider = if *admin {
+                                Decider::Admin(subject)
+                            } else {
+                                Decider::Subject(subject)
+                            };
+                            engine.decide_review(task, review, *approve, decider).await
+                        }
+                    };
+                    let reply = hosts::Reply::of(&done);
+                    engine
+                        .inner
+                        .hosts
+                        .reply(engine.inner.store.as_ref(), &from, n, &reply);
+                });
+            }
+            hosts::Heard::Replied { n, reply } => self.inner.hosts.replied(n, reply),
+            hosts::Heard::Missed => {
+                self.records().forget_all();
+                if let Err(e) = self.rebuild_watchers() {
+                    tracing::warn!("reading every task again failed: {e}");
+                }
+            }
+        }
     }
 
     /// Answers a review: resumes a task waiting in `review()`. Only the reviewer the review
@@ -1304,6 +1561,38 @@ impl Engine {
                 }
                 decided
             }
+            None if self.inner.store.shared() => {
+                // Waited for on the host that holds the task, or (taken over from a host that
+                // went quiet) here now.
+                let (turn, holder) = self.hold_task(task_id).await?;
+                drop(turn);
+                match holder {
+                    hosts::Holder::Elsewhere(host) => {
+                        let request = hosts::Request::Decide {
+                            task: task_id.to_owned(),
+                            review: review_id.to_owned(),
+                            approve,
+                            admin: matches!(decider, Decider::Admin(_)),
+                            subject: user.to_owned(),
+                        };
+                        self.ask(&host, request).await
+                    }
+                    hosts::Holder::Here { .. } => {
+                        let stored = lock(&self.inner.reviews).remove(review_id);
+                        match stored {
+                            Some(Waiter::Stored) => {
+                                self.decide_after_restart(task_id, review_id, (approve, user))
+                                    .await
+                            }
+                            Some(waiter) => {
+                                lock(&self.inner.reviews).insert(review_id.to_owned(), waiter);
+                                Err(not_found())
+                            }
+                            None => Err(not_found()),
+                        }
+                    }
+                }
+            }
             None => Err(not_found()),
         }
     }
@@ -1316,8 +1605,12 @@ impl Engine {
         review_id: &str,
         (approve, user): (bool, &str),
     ) -> Result<()> {
-        let task_lock = self.task_lock(task_id);
-        let turn = task_lock.lock().await;
+        let (turn, holder) = self.hold_task(task_id).await?;
+        if let hosts::Holder::Elsewhere(host) = holder {
+            return Err(EngineError::Conflict(format!(
+                "review `{review_id}`: task `{task_id}` went on to host `{host}`"
+            )));
+        }
         let mut record = self.records().checkout(task_id)?;
         let pending = record
             .pending_review
@@ -1337,6 +1630,15 @@ impl Engine {
         self.kick(task_id);
         Ok(flushed?)
     }
+}
+
+/// What [`Engine::bring_back`] did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Back {
+    /// The task's turn was running when its host went down.
+    in_flight: bool,
+    /// Its runner must resume the turn.
+    resume: bool,
 }
 
 /// What a task's runner does next.

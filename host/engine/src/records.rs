@@ -36,7 +36,7 @@ use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::{Backend, Typed};
 
 use crate::journal::{Journal, Stored};
-use crate::task::{CapStats, TaskRecord, allow_list};
+use crate::task::{CapStats, Status, TaskRecord, allow_list};
 use crate::{EngineError, Result, lock};
 
 /// The most the cache holds, in bytes as stored; past it, arbitrary entries are dropped (and
@@ -356,6 +356,19 @@ impl Records {
         }
     }
 
+    /// Drops task `id`'s cached record (another host wrote it): its next reader reads the
+    /// store.
+    pub(crate) fn forget(&self, id: &str) {
+        lock(&self.cache).remove(id);
+    }
+
+    /// Drops every cached record.
+    pub(crate) fn forget_all(&self) {
+        let mut cache = lock(&self.cache);
+        cache.entries.clear();
+        cache.bytes = 0;
+    }
+
     /// Task `id`'s record as the store has it.
     pub(crate) fn stored_record(&self, id: &str) -> Result<TaskRecord> {
         match self.store.task_with_parts(id)? {
@@ -524,6 +537,7 @@ impl Records {
                 head: &*record,
                 parts,
                 new_part: new_part.as_ref(),
+                active: matches!(record.status(), Status::Running | Status::Waiting),
             },
             journal.unwritten(),
             journal.take.as_ref(),

@@ -72,6 +72,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Task ids whose log grew (for live event streams).
     pub appended: broadcast::Sender<Arc<str>>,
+    /// Set once the server drains: live event streams end, so that they do not hold the
+    /// drain.
+    pub draining: tokio::sync::watch::Sender<bool>,
     /// The config dir being served.
     pub config_dir: PathBuf,
     /// The largest request body accepted (`policy.max_body_bytes`, reloadable).
@@ -128,6 +131,7 @@ impl AppState {
             auth: RwLock::new(Arc::new(serving.auth)),
             metrics: Metrics::default(),
             appended,
+            draining: tokio::sync::watch::Sender::new(false),
             config_dir: serving.config_dir,
             max_body_bytes: AtomicUsize::new(serving.max_body_bytes),
             body_timeout: serving.limits.body_timeout,
@@ -220,5 +224,10 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    let draining = state.draining.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.send_replace(true);
+    };
     connections::serve(router(state), listener, limits, shutdown).await;
 }

@@ -302,8 +302,13 @@ pub async fn events(
                         return None;
                     }
                 }
+                let mut draining = state.draining.subscribe();
                 loop {
-                    match tokio::time::timeout(Duration::from_secs(15), appended.recv()).await {
+                    let grown = tokio::select! {
+                        grown = tokio::time::timeout(Duration::from_secs(15), appended.recv()) => grown,
+                        _ = draining.wait_for(|d| *d) => return None,
+                    };
+                    match grown {
                         Ok(Ok(task)) if *task != *id => continue,
                         Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
                         _ => break,

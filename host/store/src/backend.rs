@@ -8,7 +8,9 @@
 //! - [`HostState`]: the host's own records outside tasks (trigger and schedule statuses,
 //!   wakeups, throttle counts), by namespace and key;
 //! - [`PluginKv`]: the key-value store of Wasm plugins, by scope (component and task);
-//! - [`Durability`]: the flush that makes writes durable, shared by concurrent callers.
+//! - [`Durability`]: the flush that makes writes durable, shared by concurrent callers;
+//! - [`Leases`]: when several hosts share the store, which one runs each task's turns, and the
+//!   notices they send each other.
 //!
 //! Durability is in each writing method's name: `…_durably` returns once the change is on
 //! disk (its flush shared with concurrent callers: a group commit), `…_buffered` once it is
@@ -30,6 +32,9 @@ pub struct RawWrite<'a> {
     /// Part number `parts` (JSON), appended by this write; `None` when the parts do not
     /// change.
     pub new_part: Option<&'a [u8]>,
+    /// The task is mid-turn (or waits in a review) with this write: a host that takes it over
+    /// from one that died must bring it back (see [`Leases`]).
+    pub active: bool,
 }
 
 /// A task record as stored: its head and its parts, in order (JSON each).
@@ -57,6 +62,10 @@ pub trait TaskLogs: Send + Sync {
     ) -> Result<Option<Written>>;
 
     /// Task `task_id`'s record, with the parts its last write counted.
+    ///
+    /// On a [shared](Leases::shared) store a write takes the task's lease unless another live
+    /// host holds it: then a [`crate::StoreError::LeaseLost`], writing nothing. (A host takes
+    /// a lease with [`Leases::take_lease`] first, to learn whether it takes a task over.)
     fn record(&self, task_id: &str) -> Result<Option<RawRecord>>;
 
     /// The ids of every task with a record, in id order.
@@ -149,7 +158,71 @@ pub trait Durability: Send + Sync {
     fn write_count(&self) -> u64;
 }
 
-/// Every area: what the host holds a backend as.
-pub trait Backend: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability {}
+/// What [`Leases::take_lease`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// This host holds the lease (took it, or held it already).
+    Held {
+        /// The host it was taken from, one that is no longer live: the task's state is as
+        /// that host left it.
+        taken_from: Option<String>,
+        /// The task was mid-turn when its last holder wrote it (see [`RawWrite::active`]).
+        was_active: bool,
+    },
+    /// Another live host holds it.
+    HeldBy(String),
+}
 
-impl<T: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability> Backend for T {}
+/// What a host of a shared store hears of the others (see [`Leases::set_notice_hook`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice<'a> {
+    /// Another host wrote task `.0`'s record (and maybe appended to its log).
+    Written(&'a str),
+    /// Another host sent this one a message ([`Leases::tell`]).
+    Message(&'a str),
+    /// Notices may have been missed (the connection that carries them was lost and is back):
+    /// whatever is kept of other hosts' tasks must be read again.
+    Missed,
+}
+
+/// A function told what other hosts did; it runs on the store's own thread: keep it short (a
+/// channel send).
+pub type NoticeHook = Box<dyn Fn(Notice<'_>) + Send + Sync>;
+
+/// Which host runs each task's turns when several hosts share the store, and what they tell
+/// each other. A host is live while it renews itself ([`Leases::renew_host`]); a task's lease
+/// holds while its owner is live, and a host writes a task only while it holds its lease (a
+/// host that was not heard from in time and lost its tasks to another writes nothing more
+/// to them). A store of one host ([`Leases::shared`] false) always holds every lease.
+pub trait Leases: Send + Sync {
+    /// Whether other hosts may share this store.
+    fn shared(&self) -> bool;
+
+    /// This host's id among those sharing the store.
+    fn host_id(&self) -> &str;
+
+    /// Takes task `task_id`'s lease for this host unless another live host holds it.
+    fn take_lease(&self, task_id: &str) -> Result<Lease>;
+
+    /// Keeps this host live for another lease period; call well within it.
+    fn renew_host(&self) -> Result<()>;
+
+    /// Tasks this host should take over, at most `limit`: those mid-turn or with queued input
+    /// whose lease holder is no longer live, and those with queued input and no lease.
+    fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>>;
+
+    /// Ends this host's part (a clean stop): leases of tasks neither mid-turn nor with queued
+    /// input are given up, and the rest pass to another host at once.
+    fn end_host(&self) -> Result<()>;
+
+    /// Sends host `host` the message `body` (its [`Notice::Message`]).
+    fn tell(&self, host: &str, body: &str) -> Result<()>;
+
+    /// Sets the function told what other hosts do (once; later calls are ignored).
+    fn set_notice_hook(&self, hook: NoticeHook);
+}
+
+/// Every area: what the host holds a backend as.
+pub trait Backend: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability + Leases {}
+
+impl<T: TaskLogs + Queues + Dedupe + HostState + PluginKv + Durability + Leases> Backend for T {}

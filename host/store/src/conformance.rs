@@ -72,6 +72,7 @@ fn record(head: &[u8]) -> RawWrite<'_> {
         head,
         parts: 0,
         new_part: None,
+        active: false,
     }
 }
 
@@ -192,6 +193,7 @@ pub fn durable_across_reopen(dir: &Path, open: Open<'_>) {
             head: b"{\"status\":\"idle\"}",
             parts: 2,
             new_part: Some(b"[2]"),
+            active: false,
         };
         b.write_buffered(
             "t_1",
@@ -199,6 +201,7 @@ pub fn durable_across_reopen(dir: &Path, open: Open<'_>) {
                 head: b"{}",
                 parts: 1,
                 new_part: Some(b"[1]"),
+                active: false,
             },
             &events(1, 1),
             None,

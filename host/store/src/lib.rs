@@ -55,7 +55,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use backend::{
-    Backend, Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
+    Backend, Dedupe, Durability, HostState, Lease, Leases, Notice, NoticeHook, PluginKv, Queues,
+    RawRecord, RawWrite, TaskLogs,
 };
 pub use offload::{Offload, Offloaded};
 pub use postgres::{PgOptions, PgStore};
@@ -91,6 +92,10 @@ pub enum StoreError {
     /// Two writers raced on one task's log.
     #[error("store: {0}")]
     Conflict(String),
+    /// This host no longer holds the task's lease (see [`Leases`]): another host took the
+    /// task over.
+    #[error("store: {0}")]
+    LeaseLost(String),
 }
 
 impl StoreError {
@@ -137,6 +142,8 @@ pub struct RecordWrite<'a, R, P> {
     pub parts: u64,
     /// Part number `parts`, appended by this write; `None` when the parts do not change.
     pub new_part: Option<&'a P>,
+    /// The task is mid-turn (or waits in a review) with this write (see [`RawWrite::active`]).
+    pub active: bool,
 }
 
 // Copied whatever `R` and `P` are: it holds only references (a derive would ask `R: Copy`).
@@ -155,6 +162,7 @@ impl<'a, R> RecordWrite<'a, R, ()> {
             head: record,
             parts: 0,
             new_part: None,
+            active: false,
         }
     }
 }

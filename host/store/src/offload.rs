@@ -10,8 +10,8 @@ use std::sync::Arc;
 use agentmesh_model::event::Event;
 
 use crate::{
-    AppendHook, Backend, Dedupe, Delivery, Durability, HostState, PluginKv, QueueKey, Queues,
-    RawRecord, RawWrite, Result, StoreError, TaskLogs, Written,
+    AppendHook, Backend, Dedupe, Delivery, Durability, HostState, Lease, Leases, NoticeHook,
+    PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs, Written,
 };
 
 /// Runs the closure it is given, on a thread where it may block.
@@ -143,5 +143,32 @@ impl Durability for Offloaded {
     }
     fn write_count(&self) -> u64 {
         self.inner.write_count()
+    }
+}
+
+impl Leases for Offloaded {
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+    fn host_id(&self) -> &str {
+        self.inner.host_id()
+    }
+    fn take_lease(&self, task_id: &str) -> Result<Lease> {
+        self.off(|s| s.take_lease(task_id))
+    }
+    fn renew_host(&self) -> Result<()> {
+        self.off(|s| s.renew_host())
+    }
+    fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>> {
+        self.off(|s| s.orphaned_tasks(limit))
+    }
+    fn end_host(&self) -> Result<()> {
+        self.off(|s| s.end_host())
+    }
+    fn tell(&self, host: &str, body: &str) -> Result<()> {
+        self.off(|s| s.tell(host, body))
+    }
+    fn set_notice_hook(&self, hook: NoticeHook) {
+        self.inner.set_notice_hook(hook);
     }
 }

@@ -30,12 +30,15 @@ use tokio_postgres::{NoTls, Row};
 
 use crate::copy::{Copied, Item};
 use crate::{
-    AppendHook, Dedupe, Delivery, Durability, HostState, PluginKv, QueueKey, Queues, RawRecord,
-    RawWrite, Result, StoreError, TaskLogs, Written, now_ms,
+    AppendHook, Dedupe, Delivery, Durability, HostState, Lease, Leases, Notice, NoticeHook,
+    PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs, Written, now_ms,
 };
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 1] = [include_str!("../migrations/postgres/0001_store.sql")];
+const MIGRATIONS: [&str; 2] = [
+    include_str!("../migrations/postgres/0001_store.sql"),
+    include_str!("../migrations/postgres/0002_hosts.sql"),
+];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
 const MIGRATION_LOCK: i64 = 0x6167_656e_746d_7368;
@@ -44,9 +47,6 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_746d_7368;
 /// a store hands out the ids of its block in order before it asks for the next.
 const ID_BLOCK: u64 = 1024;
 
-/// The advisory lock key a host serving alone holds for its life.
-const HOST_LOCK: i64 = MIGRATION_LOCK + 1;
-
 /// How a [`PgStore`] is opened.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -54,9 +54,22 @@ pub struct PgOptions {
     pub url: String,
     /// Connections in the pool.
     pub pool: usize,
-    /// Hold the database's host lock for the store's life: a second host opening the same
-    /// database with `exclusive` is refused until this one closes.
-    pub exclusive: bool,
+    /// How long this host stays live after each [`Leases::renew_host`]: a host not heard from
+    /// for this long loses its tasks to the others.
+    pub lease: std::time::Duration,
+}
+
+/// The lease period when the host config names none.
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The channel hosts announce writes and send messages on (see the schema's `agentmesh_write`).
+const CHANNEL: &str = "agentmesh";
+
+/// The hooks the connection that listens on [`CHANNEL`] calls.
+#[derive(Default)]
+struct Hooks {
+    append: std::sync::OnceLock<AppendHook>,
+    notice: std::sync::OnceLock<NoticeHook>,
 }
 
 /// The store in a PostgreSQL database.
@@ -64,8 +77,10 @@ pub struct PgStore {
     /// The runtime the client runs on (taken when the store is dropped).
     runtime: Option<tokio::runtime::Runtime>,
     pool: Pool,
-    /// The session holding the host lock, when opened `exclusive`.
-    _host_lock: Option<deadpool_postgres::ClientWrapper>,
+    /// This host's id among those sharing the database.
+    host: String,
+    /// [`PgOptions::lease`], in seconds.
+    lease_secs: f64,
     /// See [`PgStore::schema`].
     schema: (i32, i32),
     writes: AtomicU64,
@@ -76,7 +91,9 @@ pub struct PgStore {
     ids: std::sync::Mutex<(u64, u64)>,
     /// The write count the last completed flush covered.
     flushed: AtomicU64,
-    append_hook: std::sync::OnceLock<AppendHook>,
+    hooks: Arc<Hooks>,
+    /// Whether [`Leases::end_host`] ran (else dropping the store runs it).
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -96,6 +113,8 @@ fn db(e: tokio_postgres::Error) -> StoreError {
     };
     if d.code() == &SqlState::from_code("AM001") {
         StoreError::Conflict(d.message().to_owned())
+    } else if d.code() == &SqlState::from_code("AM002") {
+        StoreError::LeaseLost(d.message().to_owned())
     } else {
         StoreError::Database(format!("PostgreSQL: {}", d.message()))
     }
@@ -124,7 +143,7 @@ fn redacted(url: &str) -> String {
 
 impl PgStore {
     /// Connects to the database of `options`, applies the migrations it lacks (see
-    /// [`migrate`]) and, with `exclusive`, takes the host lock.
+    /// [`migrate`]), records this host as live and listens for the other hosts' notices.
     pub fn open(options: &PgOptions) -> Result<PgStore> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -147,6 +166,7 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
+        let listener_config = config.clone();
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -162,44 +182,45 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Database(format!("PostgreSQL pool: {e}")))?;
         let url = redacted(&options.url);
-        let exclusive = options.exclusive;
-        let (schema, host_lock) = {
+        let schema = {
             let _store_runtime = runtime.enter();
             wait(async {
                 let client = pool.get().await.map_err(|e| {
                     StoreError::Io(format!("cannot connect to PostgreSQL at {url}: {e}"))
                 })?;
-                let schema = migrate_client(&client).await?;
-                if !exclusive {
-                    return Ok((schema, None));
-                }
-                // A session of its own, out of the pool: the lock lives as long as it does.
-                let lock = deadpool_postgres::Object::take(client);
-                let taken: bool = lock
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
-                    .await
-                    .map_err(db)?
-                    .get(0);
-                if !taken {
-                    return Err(StoreError::Database(format!(
-                        "another agentmesh host is using the database at {url}: several hosts \
-                         on one database are not supported yet; stop the other host first"
-                    )));
-                }
-                Ok((schema, Some(lock)))
+                migrate_client(&client).await
             })?
         };
-        Ok(PgStore {
+        let hooks = Arc::new(Hooks::default());
+        let host = host_id();
+        let (listening, listened) = std::sync::mpsc::channel();
+        runtime.spawn(listen(
+            listener_config,
+            host.clone(),
+            Arc::clone(&hooks),
+            listening,
+        ));
+        let store = PgStore {
             runtime: Some(runtime),
             pool,
-            _host_lock: host_lock,
+            host,
+            lease_secs: options.lease.as_secs_f64(),
             schema,
             writes: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
             ids: std::sync::Mutex::new((0, 0)),
             flushed: AtomicU64::new(0),
-            append_hook: std::sync::OnceLock::new(),
-        })
+            hooks,
+            ended: std::sync::atomic::AtomicBool::new(false),
+        };
+        store.renew_host()?;
+        match listened.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(Ok(())) => Ok(store),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Io(format!(
+                "PostgreSQL at {url}: listening for the other hosts' notices did not start"
+            ))),
+        }
     }
 
     /// How many calls this store made to the database (see `round_trips`).
@@ -349,6 +370,11 @@ fn wait<F: Future>(future: F) -> F::Output {
 
 impl Drop for PgStore {
     fn drop(&mut self) {
+        if !self.ended.load(Ordering::SeqCst)
+            && let Err(e) = self.end_host()
+        {
+            tracing::warn!("giving up this host's leases failed: {e}");
+        }
         // Dropping a runtime may block, which a runtime forbids on its own threads.
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -356,14 +382,112 @@ impl Drop for PgStore {
     }
 }
 
-/// Applies the migrations the database at `options.url` lacks (never taking the host lock):
-/// what `agentmesh store migrate` runs. Returns the schema version before and after.
+/// Applies the migrations the database at `options.url` lacks: what `agentmesh store migrate`
+/// runs. Returns the schema version before and after.
 pub fn migrate(options: &PgOptions) -> Result<(i32, i32)> {
-    let store = PgStore::open(&PgOptions {
-        exclusive: false,
-        ..options.clone()
-    })?;
-    Ok(store.schema())
+    let store = PgStore::open(options)?;
+    let schema = store.schema();
+    store.end_host()?;
+    Ok(schema)
+}
+
+/// A host id unique among those sharing a database: the machine's name, the process and the
+/// time it started.
+fn host_id() -> String {
+    let name = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty() && !n.contains(char::is_whitespace))
+        .unwrap_or_else(|| "host".to_owned());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{}-{started:x}", std::process::id())
+}
+
+/// Listens on [`CHANNEL`] for as long as the store's runtime runs, on a session of its own,
+/// and hands each notice to `hooks`: a write of another host (`w HOST TASK`) and a message to
+/// this one (`m HOST BODY`). A lost session is opened again, and [`Notice::Missed`] told.
+/// `started` is told once whether the first `LISTEN` took.
+async fn listen(
+    config: tokio_postgres::Config,
+    host: String,
+    hooks: Arc<Hooks>,
+    started: std::sync::mpsc::Sender<Result<()>>,
+) {
+    let mut started = Some(started);
+    loop {
+        let listened = async {
+            let (client, mut connection) = config.connect(NoTls).await.map_err(db)?;
+            let (lost, ended) = tokio::sync::oneshot::channel::<()>();
+            let (host, hooks) = (host.clone(), Arc::clone(&hooks));
+            tokio::spawn(async move {
+                while let Some(Ok(message)) =
+                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                {
+                    if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                        hear(&host, &hooks, n.payload());
+                    }
+                }
+                drop(lost);
+            });
+            client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .await
+                .map_err(db)?;
+            Ok::<_, StoreError>((client, ended))
+        }
+        .await;
+        match listened {
+            Ok((client, ended)) => {
+                match started.take() {
+                    Some(started) => drop(started.send(Ok(()))),
+                    None => {
+                        if let Some(hook) = hooks.notice.get() {
+                            hook(Notice::Missed);
+                        }
+                    }
+                }
+                let _ = ended.await;
+                drop(client);
+                tracing::warn!("the PostgreSQL session listening for other hosts was lost");
+            }
+            Err(e) => {
+                if let Some(started) = started.take() {
+                    drop(started.send(Err(e)));
+                    return;
+                }
+                tracing::warn!("listening for other hosts on PostgreSQL failed: {e}");
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// Hands notice `payload` (see [`listen`]) to `hooks`, unless it is this host's own write or a
+/// message to another host.
+fn hear(host: &str, hooks: &Hooks, payload: &str) {
+    let mut words = payload.splitn(3, ' ');
+    let (Some(kind), Some(from_or_to), Some(rest)) = (words.next(), words.next(), words.next())
+    else {
+        return;
+    };
+    match kind {
+        "w" if from_or_to != host => {
+            if let Some(hook) = hooks.append.get() {
+                hook(rest);
+            }
+            if let Some(hook) = hooks.notice.get() {
+                hook(Notice::Written(rest));
+            }
+        }
+        "m" if from_or_to == host => {
+            if let Some(hook) = hooks.notice.get() {
+                hook(Notice::Message(rest));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The newest schema version this binary knows.
@@ -559,9 +683,10 @@ impl TaskLogs for PgStore {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let event_bytes = bodies.iter().map(Vec::len).sum();
         let parts = record.parts as i64;
+        let host = self.host.as_str();
         let written: i32 = self.run(|c| async move {
             let statement = c
-                .prepare_cached("SELECT agentmesh_write($1, $2, $3, $4, $5, $6, $7)")
+                .prepare_cached("SELECT agentmesh_write($1, $2, $3, $4, $5, $6, $7, $8, $9)")
                 .await
                 .map_err(db)?;
             let row = c
@@ -575,6 +700,8 @@ impl TaskLogs for PgStore {
                         &seqs,
                         &bodies,
                         &take,
+                        &host,
+                        &record.active,
                     ],
                 )
                 .await
@@ -586,7 +713,7 @@ impl TaskLogs for PgStore {
         }
         self.wrote();
         if !events.is_empty()
-            && let Some(hook) = self.append_hook.get()
+            && let Some(hook) = self.hooks.append.get()
         {
             hook(task_id);
         }
@@ -649,7 +776,7 @@ impl TaskLogs for PgStore {
     }
 
     fn set_append_hook(&self, hook: AppendHook) {
-        let _ = self.append_hook.set(hook);
+        let _ = self.hooks.append.set(hook);
     }
 }
 
@@ -823,6 +950,78 @@ impl Durability for PgStore {
 
     fn write_count(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
+    }
+}
+
+impl Leases for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn host_id(&self) -> &str {
+        &self.host
+    }
+
+    fn take_lease(&self, task_id: &str) -> Result<Lease> {
+        let row = self.row(
+            "SELECT holder, was_active, taken_from FROM agentmesh_take_lease($1, $2)",
+            &[&task_id, &self.host],
+        )?;
+        let holder: String = row.get(0);
+        if holder != self.host {
+            return Ok(Lease::HeldBy(holder));
+        }
+        Ok(Lease::Held {
+            was_active: row.get::<_, Option<bool>>(1).unwrap_or(false),
+            taken_from: row.get(2),
+        })
+    }
+
+    fn renew_host(&self) -> Result<()> {
+        self.row(
+            "INSERT INTO agentmesh_hosts (id, expires) \
+             VALUES ($1, now() + make_interval(secs => $2)) \
+             ON CONFLICT (id) DO UPDATE SET expires = excluded.expires RETURNING 1",
+            &[&self.host, &self.lease_secs],
+        )
+        .map(drop)
+    }
+
+    fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>> {
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows = self.rows(
+            "SELECT * FROM agentmesh_orphans($1, $2)",
+            &[&self.host, &limit],
+        )?;
+        let mut ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    fn end_host(&self) -> Result<()> {
+        self.ended.store(true, Ordering::SeqCst);
+        self.run(|c| async move {
+            c.execute(
+                "WITH given_up AS (DELETE FROM agentmesh_leases l WHERE l.owner = $1 \
+                 AND NOT l.active \
+                 AND NOT EXISTS (SELECT 1 FROM agentmesh_queue q WHERE q.task_id = l.task_id)) \
+                 DELETE FROM agentmesh_hosts WHERE id = $1",
+                &[&self.host],
+            )
+            .await
+            .map_err(db)
+        })
+        .map(drop)
+    }
+
+    fn tell(&self, host: &str, body: &str) -> Result<()> {
+        let payload = format!("m {host} {body}");
+        self.row("SELECT pg_notify('agentmesh', $1)::text", &[&payload])
+            .map(drop)
+    }
+
+    fn set_notice_hook(&self, hook: NoticeHook) {
+        let _ = self.hooks.notice.set(hook);
     }
 }
 

@@ -16,7 +16,8 @@ use sled::transaction::{TransactionError, Transactional};
 use agentmesh_model::event::Event;
 
 use crate::backend::{
-    Dedupe, Durability, HostState, PluginKv, Queues, RawRecord, RawWrite, TaskLogs,
+    Dedupe, Durability, HostState, Lease, Leases, NoticeHook, PluginKv, Queues, RawRecord,
+    RawWrite, TaskLogs,
 };
 use crate::copy::Item;
 use crate::flush::GroupFlush;
@@ -558,6 +559,45 @@ impl Durability for SledStore {
     }
 }
 
+/// A sled store is one host's alone (its data directory is locked while open): this host holds
+/// every lease.
+impl Leases for SledStore {
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn host_id(&self) -> &str {
+        "local"
+    }
+
+    fn take_lease(&self, _task_id: &str) -> Result<Lease> {
+        Ok(Lease::Held {
+            taken_from: None,
+            was_active: false,
+        })
+    }
+
+    fn renew_host(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn orphaned_tasks(&self, _limit: usize) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    fn end_host(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn tell(&self, host: &str, _body: &str) -> Result<()> {
+        Err(StoreError::Io(format!(
+            "no host `{host}` shares this store: a sled store has one host"
+        )))
+    }
+
+    fn set_notice_hook(&self, _hook: NoticeHook) {}
+}
+
 /// How long [`SledStore::open`] waits for a data directory held by another handle.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -688,6 +728,7 @@ mod tests {
                     head: &json!({"parts": n}),
                     parts: n,
                     new_part: Some(&json!({"n": n})),
+                    active: false,
                 };
                 store
                     .write_record_buffered("t", write, &events, None)
@@ -700,6 +741,7 @@ mod tests {
                 head: &json!({"parts": 3}),
                 parts: 3,
                 new_part: None::<&Value>,
+                active: false,
             };
             let written = store
                 .write_record_buffered("t", write, &events, None)
@@ -721,6 +763,7 @@ mod tests {
                 head: &json!({"parts": 4}),
                 parts: 4,
                 new_part: Some(&json!({"n": 4})),
+                active: false,
             };
             store
                 .write_record_buffered("t", write, &events, None)
@@ -742,6 +785,7 @@ mod tests {
             head: &json!({"parts": 4}),
             parts: 4,
             new_part: Some(&json!({"n": "4 again"})),
+            active: false,
         };
         store
             .write_record_buffered("t", write, &events, None)

@@ -51,6 +51,7 @@ pub trait Typed: Backend {
             head: &head,
             parts: record.parts,
             new_part: part.as_deref(),
+            active: record.active,
         };
         self.write_buffered(task_id, raw, events, take)
     }

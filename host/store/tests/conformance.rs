@@ -50,7 +50,7 @@ fn postgres_passes_every_check() {
             PgStore::open(&PgOptions {
                 url,
                 pool: 4,
-                exclusive: false,
+                lease: agentmesh_store::postgres::DEFAULT_LEASE,
             })
             .unwrap(),
         )

@@ -1,22 +1,26 @@
-//! What the PostgreSQL backend adds to the conformance suite: its schema migrations, the host
-//! lock and the copy of a sled store, on a real server started for the test.
+//! What the PostgreSQL backend adds to the conformance suite: its schema migrations, leases and
+//! notices among several hosts, and the copy of a sled store, on a real server started for the
+//! test.
 
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentmesh_store::conformance::events;
 use agentmesh_store::copy::{Copied, Item};
+use std::sync::mpsc;
+use std::time::Duration;
+
 use agentmesh_store::{
-    Dedupe, HostState, PgOptions, PgStore, PluginKv, Queues, RawWrite, SledStore, StoreError,
-    TaskLogs, postgres,
+    Dedupe, HostState, Lease, Leases, Notice, PgOptions, PgStore, PluginKv, Queues, RawWrite,
+    SledStore, StoreError, TaskLogs, postgres,
 };
 use agentmesh_testkit::postgres::Postgres;
 
-fn options(url: &str, exclusive: bool) -> PgOptions {
+fn options(url: &str) -> PgOptions {
     PgOptions {
         url: url.to_owned(),
         pool: 2,
-        exclusive,
+        lease: postgres::DEFAULT_LEASE,
     }
 }
 
@@ -26,7 +30,7 @@ fn hosts_opening_a_new_database_at_once_migrate_it_once() {
     let url = pg.new_database();
     let schemas: Vec<(i32, i32)> = std::thread::scope(|s| {
         let opening: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| PgStore::open(&options(&url, false)).unwrap().schema()))
+            .map(|_| s.spawn(|| PgStore::open(&options(&url)).unwrap().schema()))
             .collect();
         opening.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -49,39 +53,157 @@ fn hosts_opening_a_new_database_at_once_migrate_it_once() {
             .join(",")
     );
     // Migrating again changes nothing.
-    assert_eq!(
-        postgres::migrate(&options(&url, false)).unwrap(),
-        (latest, latest)
-    );
+    assert_eq!(postgres::migrate(&options(&url)).unwrap(), (latest, latest));
 }
 
 #[test]
 fn a_database_with_a_newer_schema_is_refused_with_its_version() {
     let pg = Postgres::start();
     let url = pg.new_database();
-    PgStore::open(&options(&url, false)).unwrap();
+    PgStore::open(&options(&url)).unwrap();
     let db = url.rsplit('/').next().unwrap();
     pg.psql(db, "INSERT INTO agentmesh_schema (version) VALUES (99)");
-    let refused = PgStore::open(&options(&url, false))
-        .unwrap_err()
-        .to_string();
+    let refused = PgStore::open(&options(&url)).unwrap_err().to_string();
     assert!(
         refused.contains("version 99") && refused.contains("newer"),
         "{refused}"
     );
 }
 
+/// A write of task `task` appending event `seq` by `store`.
+fn write(store: &PgStore, task: &str, seq: u64, active: bool) -> agentmesh_store::Result<()> {
+    store
+        .write_buffered(
+            task,
+            RawWrite {
+                head: b"{}",
+                parts: 0,
+                new_part: None,
+                active,
+            },
+            &events(seq, seq),
+            None,
+        )
+        .map(drop)
+}
+
 #[test]
-fn a_second_host_on_one_database_is_refused_until_the_first_closes() {
+fn a_task_is_written_by_one_live_host_at_a_time_and_taken_over_once_its_holder_goes_quiet() {
     let pg = Postgres::start();
     let url = pg.new_database();
-    let first = PgStore::open(&options(&url, true)).unwrap();
-    let refused = PgStore::open(&options(&url, true)).unwrap_err().to_string();
-    assert!(refused.contains("another agentmesh host"), "{refused}");
-    // A store that is not a host (a migration, a copy) is not refused.
-    PgStore::open(&options(&url, false)).unwrap();
-    drop(first);
-    PgStore::open(&options(&url, true)).unwrap();
+    let short = PgOptions {
+        lease: Duration::from_secs(1),
+        ..options(&url)
+    };
+    let a = PgStore::open(&short).unwrap();
+    let b = PgStore::open(&short).unwrap();
+    assert_ne!(a.host_id(), b.host_id());
+    assert_eq!(
+        a.take_lease("t_1").unwrap(),
+        Lease::Held {
+            taken_from: None,
+            was_active: false
+        }
+    );
+    assert_eq!(
+        b.take_lease("t_1").unwrap(),
+        Lease::HeldBy(a.host_id().to_owned())
+    );
+    write(&a, "t_1", 1, true).unwrap();
+    // A host without the lease writes nothing.
+    let fenced = write(&b, "t_1", 2, false).unwrap_err();
+    assert!(matches!(fenced, StoreError::LeaseLost(_)), "{fenced}");
+    assert_eq!(b.last_event_seq("t_1").unwrap(), 1);
+    // A free task's first write takes its lease.
+    write(&b, "t_2", 1, false).unwrap();
+    assert_eq!(
+        a.take_lease("t_2").unwrap(),
+        Lease::HeldBy(b.host_id().to_owned())
+    );
+    // `a` goes quiet (no renewal) while `b` renews: past the lease, `b` takes `a`'s task over,
+    // learning that it was mid-turn, and `a` can no longer write it.
+    std::thread::sleep(Duration::from_millis(600));
+    b.renew_host().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    b.renew_host().unwrap();
+    assert_eq!(b.orphaned_tasks(10).unwrap(), vec!["t_1".to_owned()]);
+    assert_eq!(
+        b.take_lease("t_1").unwrap(),
+        Lease::Held {
+            taken_from: Some(a.host_id().to_owned()),
+            was_active: true
+        }
+    );
+    assert!(b.orphaned_tasks(10).unwrap().is_empty());
+    let fenced = write(&a, "t_1", 2, false).unwrap_err();
+    assert!(matches!(fenced, StoreError::LeaseLost(_)), "{fenced}");
+    write(&b, "t_1", 2, false).unwrap();
+    // A host whose own lease ran out takes nothing until it renews.
+    let refused = a.take_lease("t_3").unwrap_err();
+    assert!(matches!(refused, StoreError::LeaseLost(_)), "{refused}");
+    a.renew_host().unwrap();
+    assert!(matches!(a.take_lease("t_3").unwrap(), Lease::Held { .. }));
+}
+
+#[test]
+fn queued_input_of_a_task_no_live_host_holds_is_an_orphan_and_a_clean_stop_hands_on_only_busy_tasks()
+ {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let a = PgStore::open(&options(&url)).unwrap();
+    let b = PgStore::open(&options(&url)).unwrap();
+    a.queue_durably(None, &[("t_new", 1, b"{}")]).unwrap();
+    assert_eq!(b.orphaned_tasks(10).unwrap(), vec!["t_new".to_owned()]);
+    write(&a, "t_new", 1, false).unwrap();
+    // Held by a live host: not an orphan, queued input or not.
+    assert!(b.orphaned_tasks(10).unwrap().is_empty());
+    write(&a, "t_busy", 1, true).unwrap();
+    write(&a, "t_idle", 1, false).unwrap();
+    a.end_host().unwrap();
+    // At once: the busy task and the one with queued input pass on; the idle one is free.
+    let mut orphans = b.orphaned_tasks(10).unwrap();
+    orphans.sort();
+    assert_eq!(orphans, vec!["t_busy".to_owned(), "t_new".to_owned()]);
+    assert_eq!(
+        b.take_lease("t_idle").unwrap(),
+        Lease::Held {
+            taken_from: None,
+            was_active: false
+        }
+    );
+}
+
+#[test]
+fn a_host_hears_the_writes_of_others_and_the_messages_sent_to_it() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let a = PgStore::open(&options(&url)).unwrap();
+    let b = PgStore::open(&options(&url)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let heard = std::sync::Mutex::new(tx);
+    b.set_notice_hook(Box::new(move |notice| {
+        let said = match notice {
+            Notice::Written(task) => format!("written {task}"),
+            Notice::Message(body) => format!("message {body}"),
+            Notice::Missed => "missed".to_owned(),
+        };
+        heard.lock().unwrap().send(said).unwrap();
+    }));
+    let (appended_tx, appended) = mpsc::channel();
+    let appended_tx = std::sync::Mutex::new(appended_tx);
+    b.set_append_hook(Box::new(move |task| {
+        appended_tx.lock().unwrap().send(task.to_owned()).unwrap();
+    }));
+    write(&a, "t_1", 1, false).unwrap();
+    let wait = Duration::from_secs(10);
+    assert_eq!(rx.recv_timeout(wait).unwrap(), "written t_1");
+    assert_eq!(appended.recv_timeout(wait).unwrap(), "t_1");
+    // Its own writes are not news to a host; a message to another host is not for it.
+    write(&b, "t_2", 1, false).unwrap();
+    a.tell(a.host_id(), "not for b").unwrap();
+    b.tell(b.host_id(), "kick t_2").unwrap();
+    assert_eq!(rx.recv_timeout(wait).unwrap(), "message kick t_2");
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }
 
 #[test]
@@ -92,9 +214,7 @@ fn an_unreachable_database_is_an_error_naming_it_without_its_password() {
         .unwrap()
         .port();
     let url = format!("postgres://u:s3cret@127.0.0.1:{port}/x");
-    let refused = PgStore::open(&options(&url, false))
-        .unwrap_err()
-        .to_string();
+    let refused = PgStore::open(&options(&url)).unwrap_err().to_string();
     assert!(refused.contains(&format!("127.0.0.1:{port}")), "{refused}");
     assert!(!refused.contains("s3cret"), "{refused}");
 }
@@ -107,6 +227,7 @@ fn a_sled_store_copied_into_postgres_reads_back_the_same_and_only_once() {
         head,
         parts,
         new_part,
+        active: false,
     };
     sled.write_buffered(
         "t_1",
@@ -138,7 +259,7 @@ fn a_sled_store_copied_into_postgres_reads_back_the_same_and_only_once() {
     let last_id = sled.next_id().unwrap();
 
     let pg = Postgres::start();
-    let store = PgStore::open(&options(&pg.new_database(), false)).unwrap();
+    let store = PgStore::open(&options(&pg.new_database())).unwrap();
     let copied = store.import(|visit| sled.export(visit)).unwrap();
     assert_eq!(
         copied,
@@ -204,7 +325,7 @@ fn a_sled_store_copied_into_postgres_reads_back_the_same_and_only_once() {
 #[test]
 fn a_copy_whose_source_fails_midway_writes_nothing() {
     let pg = Postgres::start();
-    let store = PgStore::open(&options(&pg.new_database(), false)).unwrap();
+    let store = PgStore::open(&options(&pg.new_database())).unwrap();
     let failed = store.import(|visit| {
         visit(Item::State {
             ns: "wakeup".into(),

@@ -152,6 +152,15 @@ impl Server {
             .collect()
     }
 
+    /// Queues `text` as task `id`'s next input (`POST /v1/tasks/{id}/input`), checking the 202.
+    pub fn send_input(&self, id: &str, text: &str) {
+        let r = self
+            .request("POST", &format!("/v1/tasks/{id}/input"))
+            .json(&serde_json::json!({"message": [{"mimeType": "text/plain", "text": text}]}))
+            .send();
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+
     /// The first event of `kind` in task `id`'s log, once there is one (at most 30 s).
     pub fn wait_for_event(&self, id: &str, kind: &str) -> Value {
         wait_for(Duration::from_secs(30), || {

@@ -20,8 +20,8 @@ use std::hash::Hash;
 
 use std::sync::Arc;
 
-use agentmesh_store::Typed;
 use agentmesh_store::now_ms;
+use agentmesh_store::{Delivery, Typed};
 use agentmesh_timing::ttl::expires_at;
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -108,6 +108,9 @@ struct Recorded {
     status: FireStatus,
     /// Its `ttl` has passed: this fire is its final one.
     last: bool,
+    /// Another host sharing the store claimed this tick first: it fires it, and this host
+    /// only arms the next one.
+    elsewhere: bool,
 }
 
 /// A fire in flight: a batch of schedule ticks (by schedule id), or a wakeup (by its task).
@@ -126,6 +129,14 @@ pub struct ScheduleView {
     /// When it ticks next (epoch ms), if it is armed.
     pub next_ms: Option<i64>,
 }
+
+/// How often a host sharing the store reads every wakeup again (those other hosts asked for,
+/// or took over).
+const REARM_WAKEUPS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a claimed tick is remembered (ms): longer than any host sharing the store can lag
+/// behind the others.
+const TICK_CLAIM_KEPT_MS: i64 = 24 * 3600 * 1000;
 
 /// What `GET /v1/schedules` lists: schedules, then self-scheduled wakeups.
 pub struct Scheduled {
@@ -160,6 +171,9 @@ impl Triggers {
         let mut in_flight = JoinSet::new();
         let mut fires: HashMap<tokio::task::Id, Fire> = HashMap::new();
         let (mut ticks_firing, mut wakeups_firing) = (0, 0);
+        // On a store hosts share, wakeups another host asked for are armed here too.
+        let shared = self.engine.store().shared();
+        let mut rearm = tokio::time::interval(REARM_WAKEUPS_EVERY);
         loop {
             while wakeups_firing < MAX_WAKEUPS_IN_FLIGHT
                 && let Some((task, id)) = wakeups.start()
@@ -183,6 +197,11 @@ impl Triggers {
                 fires.insert(fire.id(), Fire::Ticks(ids));
             }
             tokio::select! {
+                _ = rearm.tick(), if shared => {
+                    if let Err(e) = self.arm_wakeups().await {
+                        tracing::warn!("reading the wakeups of other hosts failed: {e}");
+                    }
+                }
                 due = timer.next_due() => {
                     for d in due {
                         match d.id {
@@ -316,7 +335,7 @@ impl Triggers {
         // The ticks that created a task (schedule, task), and their tasks' inputs.
         let mut queued = Vec::new();
         let mut inputs = Vec::new();
-        for Recorded { schedule: s, .. } in &fired {
+        for Recorded { schedule: s, .. } in fired.iter().filter(|r| !r.elsewhere) {
             // Creating a task is synchronous store work: yield between two, so that a large
             // batch does not hold an async worker for long.
             tokio::task::yield_now().await;
@@ -377,7 +396,8 @@ impl Triggers {
         }
     }
 
-    /// Records `ticks` as fired, durably (one flush), those of schedules that may still fire.
+    /// Records `ticks` as fired, durably (one flush), those of schedules that may still fire;
+    /// on a store hosts share, a tick another host claimed first is returned `elsewhere`.
     fn record_ticks(
         &self,
         plan: &Plan,
@@ -393,6 +413,26 @@ impl Triggers {
             if !s.enabled || status.expired || status.revoked {
                 continue;
             }
+            // Every host sharing the store arms every schedule: the tick is claimed in the
+            // store first, and fired by the host whose claim came first.
+            if self.engine.store().shared() {
+                let claim = format!("tick:{id}:{tick_ms}");
+                let until = tick_ms.saturating_add(TICK_CLAIM_KEPT_MS);
+                if self
+                    .engine
+                    .store()
+                    .queue_durably(Some((&claim, until)), &[])?
+                    == Delivery::Duplicate
+                {
+                    fired.push(Recorded {
+                        schedule: Arc::clone(s),
+                        status,
+                        last: false,
+                        elsewhere: true,
+                    });
+                    continue;
+                }
+            }
             let last = s
                 .ttl
                 .is_some_and(|ttl| agentmesh_timing::ttl::expired(status.created_ms, ttl, now));
@@ -404,6 +444,7 @@ impl Triggers {
                 schedule: Arc::clone(s),
                 status,
                 last,
+                elsewhere: false,
             });
         }
         self.engine.flush()?;

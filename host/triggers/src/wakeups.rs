@@ -24,7 +24,7 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_MAX_WAKEUP_HORIZON, DEFAULT_MAX_WAKEUPS_PER_TASK, DEFAULT_TRIGGER_MAX_PER_HOUR,
     DEFAULT_TRIGGER_TTL,
 };
-use agentmesh_engine::{Arrival, Input, Origin, Run, Status, TaskRecord};
+use agentmesh_engine::{Accepted, Arrival, Input, Origin, Run, Status, TaskRecord};
 
 use crate::{Result, TimerId, Triggers, lock};
 
@@ -296,9 +296,30 @@ impl Triggers {
                 io,
                 origin: Origin::Wakeup { id: id.to_owned() },
             };
-            Arrival::new()
+            // Every host sharing the store arms every wakeup: the first to queue a fire is the
+            // one that fires it, in the same write.
+            let arrival = if self.engine.store().shared() {
+                Arrival::once(format!("wakeup:{id}:{}", w.next_ms))
+            } else {
+                Arrival::new()
+            };
+            let accepted = arrival
                 .accept(&self.engine, vec![input], Run::Background)
                 .await?;
+            if accepted == Accepted::Duplicate {
+                // Another host fired it; it goes on from there unless that host went down
+                // before it did.
+                let owned = id.to_owned();
+                let fired_at = w.next_ms;
+                return self
+                    .off_workers(move |engine| match engine.wakeup(&owned)? {
+                        Some(stored) if stored.next_ms == fired_at => {
+                            engine.after_wakeup(&owned, stored, now)
+                        }
+                        _ => Ok(()),
+                    })
+                    .await;
+            }
         }
         let owned = id.to_owned();
         self.off_workers(move |engine| engine.after_wakeup(&owned, w, now))

@@ -85,9 +85,22 @@ pub fn in_process(
         ..EngineOptions::default()
     };
     let runtime = agentmesh_engine::async_runtime(&plan.host.policy)?;
+    let lease = lease_of(&plan.host);
     let engine = Engine::new(plan, store, options);
     agentmesh_triggers::Triggers::new(engine.clone())?;
+    // On a shared store, this process is a host among the others while it runs.
+    let hosting = engine.clone();
+    runtime.spawn(async move { hosting.serve_hosts(lease).await });
     Ok((runtime, engine))
+}
+
+/// How long a host on a shared store keeps its tasks when not heard from (the host config's
+/// `store.lease`).
+pub fn lease_of(host: &HostConfig) -> std::time::Duration {
+    host.store
+        .as_ref()
+        .and_then(|s| s.lease)
+        .map_or(agentmesh_store::postgres::DEFAULT_LEASE, |d| d.0)
 }
 
 /// Where `tasks` and `events` read: a store no host serves, or a running host's API.
@@ -112,13 +125,13 @@ impl ReadFrom {
     }
 }
 
-/// The host's store: the host config's `store` (a PostgreSQL database, held as this host's
-/// alone), else sled in `data`.
+/// The host's store: the host config's `store` (a PostgreSQL database, which other hosts may
+/// share), else sled in `data`.
 pub fn open_store(
     host: &HostConfig,
     data: &Path,
 ) -> anyhow::Result<std::sync::Arc<dyn agentmesh_store::Backend>> {
-    match postgres_options(host, true) {
+    match postgres_options(host) {
         Some(options) => agentmesh_store::postgres::open(&options)
             .map_err(|e| anyhow::anyhow!("opening the store (PostgreSQL): {e}")),
         None => agentmesh_store::open(data)
@@ -128,13 +141,13 @@ pub fn open_store(
 
 /// The PostgreSQL store the host config names, if it names one (`validate` has checked that
 /// it has a URL).
-pub fn postgres_options(host: &HostConfig, exclusive: bool) -> Option<agentmesh_store::PgOptions> {
+pub fn postgres_options(host: &HostConfig) -> Option<agentmesh_store::PgOptions> {
     use agentmesh_manifest::model::host::StoreBackend;
     let store = host.store.as_ref()?;
     (store.backend == StoreBackend::Postgres).then(|| agentmesh_store::PgOptions {
         url: store.url.clone().unwrap_or_default(),
         pool: store.pool.unwrap_or(16) as usize,
-        exclusive,
+        lease: lease_of(host),
     })
 }
 

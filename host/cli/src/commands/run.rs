@@ -44,6 +44,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::from(1));
     };
     if let Some(id) = &args.task
+        && super::postgres_options(&plan.host).is_none()
         && !agentmesh_store::exists(&dirs.data)
     {
         bail!(
@@ -63,6 +64,12 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                         "task `{id}` runs agent `{}`, not `{}`",
                         task.agent,
                         args.agent
+                    );
+                }
+                if let Some(host) = engine.holder(id).await? {
+                    bail!(
+                        "task `{id}` runs on host `{host}`, which shares the store: send it input \
+                         through a host's API (POST /v1/tasks/{id}/input)"
                     );
                 }
                 if let Some(input) = &input {

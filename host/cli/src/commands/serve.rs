@@ -121,10 +121,16 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         ));
         let mcp_events = tokio::spawn(route_mcp_updates(router.clone(), triggers.clone()));
         let sweeper = tokio::spawn(sweep(router));
+        let hosting = {
+            let engine = engine.clone();
+            let lease = super::lease_of(&host);
+            tokio::spawn(async move { engine.serve_hosts(lease).await })
+        };
         let scheduler = tokio::spawn(triggers.run());
         agentmesh_server::serve(Arc::clone(&state), listener, limits, stop.received()).await;
         watcher.abort();
         sweeper.abort();
+        hosting.abort();
         scheduler.abort();
         mcp_events.abort();
         engine.shutdown().await;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use agentmesh_store::Leases;
 use anyhow::{Context, bail};
 
 /// Arguments of `store`.
@@ -65,11 +66,10 @@ fn copy(args: &CopyArgs) -> anyhow::Result<ExitCode> {
             args.from.display()
         )
     })?;
-    // Held as a host's: no host may serve the database while it fills.
     let to = agentmesh_store::PgStore::open(&agentmesh_store::PgOptions {
         url: args.to.clone(),
         pool: 1,
-        exclusive: true,
+        lease: agentmesh_store::postgres::DEFAULT_LEASE,
     })
     .map_err(anyhow::Error::new)
     .context("opening the PostgreSQL store")?;
@@ -77,6 +77,9 @@ fn copy(args: &CopyArgs) -> anyhow::Result<ExitCode> {
         .import(|visit| from.export(visit))
         .map_err(anyhow::Error::new)
         .context("copying the store")?;
+    to.end_host()
+        .map_err(anyhow::Error::new)
+        .context("closing the PostgreSQL store")?;
     println!("ok: copied {copied}");
     Ok(ExitCode::SUCCESS)
 }
@@ -88,7 +91,7 @@ fn migrate(args: &Migrate) -> anyhow::Result<ExitCode> {
             if let Some(d) = report.diagnostics.iter().find(|d| d.is_error()) {
                 bail!("{d}");
             }
-            super::postgres_options(&report.config.host_config(), false)
+            super::postgres_options(&report.config.host_config())
         }
         None => None,
     };
@@ -104,7 +107,7 @@ fn migrate(args: &Migrate) -> anyhow::Result<ExitCode> {
     let (before, after) = agentmesh_store::postgres::migrate(&agentmesh_store::PgOptions {
         url,
         pool: 1,
-        exclusive: false,
+        lease: agentmesh_store::postgres::DEFAULT_LEASE,
     })
     .map_err(anyhow::Error::new)
     .context("migrating the PostgreSQL store")?;

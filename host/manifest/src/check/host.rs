@@ -73,7 +73,7 @@ pub(crate) fn check(c: &mut Checker) {
     }
 }
 
-/// A PostgreSQL store names its database; a sled store takes neither `url` nor `pool`.
+/// A PostgreSQL store names its database; a sled store takes none of `url`, `pool`, `lease`.
 fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
     match store.backend {
         StoreBackend::Postgres => {
@@ -91,9 +91,22 @@ fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
                     "`pool` must be at least 1",
                 );
             }
+            if let Some(lease) = &store.lease
+                && lease.0 < std::time::Duration::from_secs(1)
+            {
+                c.error(
+                    src,
+                    pos_at(&src.node, &[K("store"), K("lease")]),
+                    "`lease` must be at least 1s: a host renews it every third of it",
+                );
+            }
         }
         StoreBackend::Sled => {
-            let given = [("url", store.url.is_some()), ("pool", store.pool.is_some())];
+            let given = [
+                ("url", store.url.is_some()),
+                ("pool", store.pool.is_some()),
+                ("lease", store.lease.is_some()),
+            ];
             for (key, given) in given {
                 if given {
                     c.error(

@@ -197,6 +197,9 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// Connections in the pool (`postgres` only; default 16).
     pub pool: Option<u32>,
+    /// How long a host not heard from keeps its tasks (`postgres` only; default 10s): past
+    /// it, another host on the database takes them over. Hosts renew it every third of it.
+    pub lease: Option<Duration>,
 }
 
 /// A store backend.
