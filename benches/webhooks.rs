@@ -8,6 +8,11 @@
 //! transaction, group-committed fsync), not the turns the inputs would start (see the `turn`
 //! bench). The run ends by checking that the task's queue holds exactly the acknowledged
 //! deliveries.
+//!
+//! Cases (name them after `--` to run some; all run by default): `sled`, the host on its
+//! embedded store; `postgres`, the host on a PostgreSQL database (a real server started for
+//! the bench); `two-hosts`, two hosts on one database, the connections split between them
+//! (the task's lease is on the first: the second routes and queues, and wakes nothing).
 
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -22,6 +27,7 @@ use std::time::{Duration, Instant};
 use agentmesh_routing::signature::sign_github;
 use agentmesh_testkit::client::Connection;
 use agentmesh_testkit::fixtures::{PAGER_HOST, dirs, pager_tool, scripted_agent};
+use agentmesh_testkit::postgres::Postgres;
 use agentmesh_testkit::server::Server;
 use common::{AGENTMESH, QUIET, load_average, machine, percentile};
 use serde_json::{Value, json};
@@ -32,8 +38,9 @@ const SECONDS: u64 = 10;
 const SECRET: &str = "bench secret";
 
 /// The config: `ops/oncall` waits in a review nobody answers for anything but an event, and
-/// every alert whose service is not `ignored` is queued for it.
-fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
+/// every alert whose service is not `ignored` is queued for it; `store` is the host config's
+/// `store` line, if any.
+fn config(store: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let oncall = scripted_agent(
         "ops/oncall",
         "capabilities:
@@ -50,7 +57,7 @@ fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
     dirs(&[
         ("pager.yaml", &pager),
         ("oncall.yaml", &oncall),
-        ("host.yaml", PAGER_HOST),
+        ("host.yaml", &format!("{PAGER_HOST}{store}")),
         (
             "script.yaml",
             "responses:\n  - tool_calls: [{name: pager, arguments: {}}]\n",
@@ -59,10 +66,49 @@ fn config() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 fn main() {
-    let (_root, dir, data) = config();
-    let server = Server::start(AGENTMESH, &dir, &data, &[QUIET, ("PAGER_SECRET", SECRET)]);
-    let addr = server.addr;
-    let mut admin = Connection::open(addr);
+    let asked: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let runs = |case: &str| asked.is_empty() || asked.iter().any(|a| a == case);
+    println!("machine: {}", machine());
+    println!(
+        "load generator: this bench's HTTP/1.1 client, {CONNECTIONS} keep-alive connections, GitHub-signed ~600-byte payloads, unique delivery ids"
+    );
+    if runs("sled") {
+        let (_root, dir, data) = config("");
+        let server = Server::start(AGENTMESH, &dir, &data, &[QUIET, ("PAGER_SECRET", SECRET)]);
+        measure("sled", &[&server]);
+    }
+    if runs("postgres") || runs("two-hosts") {
+        let pg = Postgres::start();
+        if runs("postgres") {
+            let url = pg.new_database();
+            let (_root, dir, data) = config(POSTGRES);
+            let env = [QUIET, ("PAGER_SECRET", SECRET), ("DATABASE_URL", &url)];
+            let server = Server::start(AGENTMESH, &dir, &data, &env);
+            measure("postgres", &[&server]);
+        }
+        if runs("two-hosts") {
+            let url = pg.new_database();
+            let (root, dir, data) = config(POSTGRES);
+            let env = [QUIET, ("PAGER_SECRET", SECRET), ("DATABASE_URL", &url)];
+            let a = Server::start(AGENTMESH, &dir, &data, &env);
+            let b = Server::start(AGENTMESH, &dir, &root.path().join("b"), &env);
+            measure("two-hosts", &[&a, &b]);
+        }
+    }
+}
+
+/// The host config's store for the PostgreSQL cases.
+const POSTGRES: &str = "store: {backend: postgres, url: {env: DATABASE_URL}, pool: 16}\n";
+
+/// Runs the load against `servers` (the task on the first, the connections spread over all)
+/// and prints the figures of case `case`.
+fn measure(case: &str, servers: &[&Server]) {
+    let server = servers[0];
+    let addrs: Vec<_> = servers.iter().map(|s| s.addr).collect();
+    let mut admin = Connection::open(server.addr);
     let (status, body) = admin.send(
         "POST",
         "/v1/tasks",
@@ -91,6 +137,7 @@ fn main() {
         .map(|c| {
             let (measuring, stop) = (Arc::clone(&measuring), Arc::clone(&stop));
             let (latencies, acked) = (Arc::clone(&latencies), Arc::clone(&acked));
+            let addr = addrs[c % addrs.len()];
             std::thread::spawn(move || {
                 let mut conn = Connection::open(addr);
                 let mut mine = Vec::new();
@@ -142,14 +189,9 @@ fn main() {
     let t = admin.get_json(&format!("/v1/tasks/{id}"));
     let rss = server.rss_kib();
     let load = load_average();
-    drop(server);
 
-    println!("machine: {}; load average at the end {load}", machine());
     println!(
-        "load generator: this bench's HTTP/1.1 client, {CONNECTIONS} keep-alive connections, GitHub-signed ~600-byte payloads, unique delivery ids"
-    );
-    println!(
-        "webhooks: {} acknowledged in {:.1} s (after {} s warm-up) = {:.0}/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "{case}: {} acknowledged in {:.1} s (after {} s warm-up) = {:.0}/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         lat.len(),
         elapsed.as_secs_f64(),
         WARM_UP.as_secs(),
@@ -158,9 +200,9 @@ fn main() {
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
-    println!("server: VmRSS {rss} KiB at the end");
+    println!("  server: VmRSS {rss} KiB at the end; load average at the end {load}");
     println!(
-        "queue check: {} acknowledged in all, the task's queue holds {}",
+        "  queue check: {} acknowledged in all, the task's queue holds {}",
         acked, t["queue_depth"]
     );
     assert_eq!(
