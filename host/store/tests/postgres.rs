@@ -338,3 +338,143 @@ fn a_copy_whose_source_fails_midway_writes_nothing() {
     assert!(failed.contains("disk went away"), "{failed}");
     assert!(store.state_values("wakeup").unwrap().is_empty());
 }
+
+/// An event of host `host`'s turn `turn`: `start` or `end`, numbered `seq`.
+fn turn_event(host: usize, turn: u64, what: &str, seq: u64) -> agentmesh_model::event::Event {
+    agentmesh_model::event::Event {
+        seq,
+        id: format!("{host}:{turn}:{what}"),
+        timestamp: "2026-01-01T00:00:00.000Z".into(),
+        source: agentmesh_model::event::EventSource::Environment,
+        kind: agentmesh_model::event::EventKind::PauseEvent {},
+    }
+}
+
+/// A small generator of pseudo-random numbers (xorshift), seeded per run and printed, so that
+/// a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn turns_of_one_task_never_overlap_across_hosts_that_stall_past_their_lease() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let lease = Duration::from_secs(1);
+    let seed = std::env::var("AGENTMESH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("seed {seed} (AGENTMESH_TEST_SEED replays it)");
+    let short = PgOptions {
+        lease,
+        ..options(&url)
+    };
+    // Each host runs turns of task `t` while it holds its lease: a turn writes `start`, works,
+    // then writes `end`. Now and then a host stalls past its lease without renewing it (a
+    // long pause), so another takes the task over meanwhile.
+    std::thread::scope(|s| {
+        for host in 0..3usize {
+            let short = short.clone();
+            s.spawn(move || {
+                let store = PgStore::open(&short).unwrap();
+                let mut rng = Rng(seed.wrapping_mul(host as u64 + 1) | 1);
+                let deadline = std::time::Instant::now() + Duration::from_secs(8);
+                let mut renewed = std::time::Instant::now();
+                let mut turn = 0;
+                while std::time::Instant::now() < deadline {
+                    if renewed.elapsed() > lease / 4 {
+                        store.renew_host().unwrap();
+                        renewed = std::time::Instant::now();
+                    }
+                    if !matches!(store.take_lease("t"), Ok(Lease::Held { .. })) {
+                        std::thread::sleep(Duration::from_millis(rng.below(20)));
+                        continue;
+                    }
+                    turn += 1;
+                    let end = store.last_event_seq("t").unwrap();
+                    let write = |what, seq| {
+                        store.write_buffered(
+                            "t",
+                            RawWrite {
+                                head: b"{}",
+                                parts: 0,
+                                new_part: None,
+                                active: what == "start",
+                            },
+                            &[turn_event(host, turn, what, seq)],
+                            None,
+                        )
+                    };
+                    if write("start", end + 1).is_err() {
+                        continue;
+                    }
+                    let work = if rng.below(8) == 0 {
+                        lease + Duration::from_millis(500)
+                    } else {
+                        Duration::from_millis(rng.below(15))
+                    };
+                    std::thread::sleep(work);
+                    // Appended where the log ends now, so that only the lease (not the log's
+                    // numbering) keeps a stalled host out: fenced, writing nothing, when the
+                    // task was taken over meanwhile.
+                    if let Ok(now_ends) = store.last_event_seq("t") {
+                        let _ = write("end", now_ends + 1);
+                    }
+                }
+            });
+        }
+    });
+    let reader = PgStore::open(&options(&url)).unwrap();
+    let last = reader.last_event_seq("t").unwrap();
+    let (events, _) = reader.events_between("t", 1, last).unwrap();
+    let mut ended = 0;
+    let mut cut_short = 0;
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "the log has a gap");
+        if let Some(turn) = e.id.strip_suffix(":end") {
+            // A turn's end follows its own start: no other host's turn came between.
+            let start = &events[i - 1].id;
+            assert_eq!(
+                start,
+                &format!("{turn}:start"),
+                "turns overlapped (seed {seed})"
+            );
+            ended += 1;
+        } else if events
+            .get(i + 1)
+            .is_none_or(|next| !next.id.ends_with(":end"))
+        {
+            cut_short += 1;
+        }
+    }
+    let hosts: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter_map(|e| e.id.split(':').next())
+        .collect();
+    eprintln!(
+        "{} events: {ended} turns ended, {cut_short} cut short by a takeover, on hosts {hosts:?}",
+        events.len()
+    );
+    assert!(
+        ended > 10,
+        "too few turns ran to say anything (seed {seed})"
+    );
+    assert!(
+        hosts.len() > 1,
+        "the task never changed hosts: no takeover was tested (seed {seed})"
+    );
+}
