@@ -13,6 +13,7 @@ mod durability;
 mod governance;
 mod guest_languages;
 mod inspect;
+mod inspector;
 mod limits;
 mod mcp_client;
 mod mcp_events;

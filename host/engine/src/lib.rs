@@ -44,6 +44,7 @@ mod call;
 mod condense;
 mod direct;
 mod door;
+mod inspect;
 mod journal;
 mod mcp;
 mod mcp_events;
@@ -82,6 +83,7 @@ pub use direct::DirectEnd;
 pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
+pub use inspect::{CacheStats, LoadedDetail};
 pub use mcp::{About, Finding, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
