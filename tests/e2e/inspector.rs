@@ -17,6 +17,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
 use crate::AGENTMESH;
+use crate::wasm::guest;
 
 /// An agent whose `repo` must have 5 characters or more, and a schedule that ticks every
 /// second with a shorter one, so that every tick fails (`validate` checks that required
@@ -44,13 +45,32 @@ inputs:
   repo: abc
 ";
 
+/// A tool `lab/notes` on the `notes` guest component (copied in as `notes.wasm`).
+const NOTES_TOOL: &str = "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: notes
+description: Notes.
+wasm:
+  component: notes.wasm
+actions:
+  - name: list
+    description: List.
+---
+";
+
 /// `lab/careful` (its `echo` calls reviewed by `user:ops`, then `Echoed.`), `lab/plain`
-/// (answers `Plain.` and more), `lab/needy` with its failing schedule, and the API tokens.
+/// (answers `Plain.` and more), `lab/needy` with its failing schedule, and the API tokens;
+/// with `component`, also [`NOTES_TOOL`].
 fn start() -> (tempfile::TempDir, Server) {
+    start_with(false)
+}
+
+fn start_with(component: bool) -> (tempfile::TempDir, Server) {
     let careful = reviewed_agent("lab/careful", "careful.yaml");
     let plain = scripted_agent("lab/plain", "").replace("script.yaml", "plain.yaml");
+    let notes = if component { NOTES_TOOL } else { "" };
     let manifests = format!(
-        "{}---\n{careful}---\n{plain}---\n{FAILING_SCHEDULE}---\n{API_TOKENS}",
+        "{notes}{}---\n{careful}---\n{plain}---\n{FAILING_SCHEDULE}---\n{API_TOKENS}",
         echo_tool("lab")
     );
     let (root, dir, data) = fixtures::dirs(&[
@@ -64,6 +84,9 @@ fn start() -> (tempfile::TempDir, Server) {
             "responses:\n  - text: Plain.\n  - text: Plain again.\n  - text: Plain for the third time.\n",
         ),
     ]);
+    if component {
+        std::fs::copy(guest("notes"), dir.join("notes.wasm")).unwrap();
+    }
     let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
     (root, server)
 }
@@ -339,7 +362,7 @@ fn pages_carry_a_strict_policy_and_forms_need_the_sessions_csrf_token() {
 
 #[test]
 fn every_view_renders_in_the_browser() {
-    let (_root, server) = start();
+    let (_root, server) = start_with(true);
     let plain = task(&server, "admin-token", "lab/plain", "What is 6 × 7?");
     task(&server, "ops-token", "lab/careful", "echo hi");
     let keep = std::env::var_os("AGENTMESH_SCREENSHOTS");
@@ -359,7 +382,7 @@ fn every_view_renders_in_the_browser() {
             "Waiting for your decision",
         ),
         ("triggers", "/ui/triggers".to_owned(), "lab/nightly"),
-        ("plugins", "/ui/plugins".to_owned(), "lab/echo"),
+        ("plugins", "/ui/plugins".to_owned(), "tool-plugin"),
         ("login", "/ui/login".to_owned(), "API token"),
     ] {
         browser.goto(&format!("http://{}{path}", server.addr));
