@@ -400,3 +400,68 @@ fn every_view_renders_in_the_browser() {
         );
     }
 }
+
+#[test]
+fn a_reload_that_removes_a_token_ends_its_sessions() {
+    let (root, server) = start();
+    let alice = session_cookie(&server, "alice-token");
+    let admin = session_cookie(&server, "admin-token");
+    let ok = server
+        .request("GET", "/ui/")
+        .header("Cookie", &alice)
+        .send();
+    assert_eq!(ok.status, 200);
+    let manifests = root.path().join("config/manifests.yaml");
+    let text = std::fs::read_to_string(&manifests).unwrap();
+    let without = text.replace(
+        "  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}\n",
+        "",
+    );
+    assert_ne!(text, without, "the fixture's tokens changed");
+    std::fs::write(&manifests, without).unwrap();
+    wait_for(Duration::from_secs(10), || {
+        let status = server
+            .request("GET", "/v1/status")
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (status["reload"]["generation"].as_u64() >= Some(1)).then_some(())
+    })
+    .expect("the config was not reloaded");
+    let gone = server
+        .request("GET", "/ui/")
+        .header("Cookie", &alice)
+        .send();
+    assert_eq!(gone.status, 303, "a removed token's session still reads");
+    let kept = server
+        .request("GET", "/ui/")
+        .header("Cookie", &admin)
+        .send();
+    assert_eq!(kept.status, 200);
+}
+
+#[test]
+fn pages_fit_a_phone_screen() {
+    let (_root, server) = start();
+    let id = task(&server, "admin-token", "lab/plain", "hello");
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    browser.resize(390, 844);
+    for path in [
+        "/ui/".to_owned(),
+        format!("/ui/tasks/{id}"),
+        "/ui/triggers".to_owned(),
+        "/ui/plugins".to_owned(),
+    ] {
+        browser.goto(&format!("http://{}{path}", server.addr));
+        // Wide tables scroll inside their own box; the page itself never scrolls sideways.
+        let widths = browser.execute(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+        );
+        let (page, screen) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
+        assert!(
+            page <= screen,
+            "{path}: {page} px wide on a {screen} px screen"
+        );
+    }
+}
