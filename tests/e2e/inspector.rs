@@ -311,6 +311,14 @@ fn pages_carry_a_strict_policy_and_forms_need_the_sessions_csrf_token() {
         .body(b"csrf=forged".to_vec())
         .send();
     assert_eq!(forged.status, 403, "{}", forged.text());
+    // Nor does a post from another site's page, whatever it carries.
+    let elsewhere = server
+        .request("POST", "/ui/login")
+        .header("Origin", "https://evil.example")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(b"token=admin-token".to_vec())
+        .send();
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.text());
     let t = server
         .request("GET", &format!("/v1/tasks/{id}"))
         .header("Authorization", "Bearer admin-token")

@@ -53,7 +53,7 @@ pub fn page(title: &str, nav: Nav, viewer: Option<&Viewer<'_>>, body: &Markup) -
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (title) " · agentmesh inspector" }
                 link rel="stylesheet" href="/ui/assets/inspector.css";
                 script src="/ui/assets/inspector.js" defer {}

@@ -78,6 +78,34 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/assets/inspector.css", get(css))
         .route("/ui/assets/inspector.js", get(js))
         .layer(axum::middleware::map_response(headers))
+        .layer(axum::middleware::from_fn(same_origin_posts))
+}
+
+/// Refuses a post whose `Origin` names another site than the one it was sent to: browsers
+/// send `Origin` with every form post, so a form on another site (including a login form that
+/// would sign the victim into the attacker's session) is refused before anything is read.
+/// Requests without `Origin` (not from a browser) go on to the session and CSRF checks.
+async fn same_origin_posts(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.method() == axum::http::Method::POST {
+        let headers = request.headers();
+        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            let same = origin
+                .split_once("://")
+                .is_some_and(|(_, authority)| Some(authority) == host);
+            if !same {
+                return UiError::forbidden(format!(
+                    "a form of another site (`{origin}`) cannot post to the inspector"
+                ))
+                .into_response();
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// The headers of every inspector answer.
@@ -93,7 +121,7 @@ async fn headers(mut response: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     if !h.contains_key(header::CACHE_CONTROL) {
