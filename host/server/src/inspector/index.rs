@@ -549,6 +549,72 @@ mod tests {
     }
 
     #[test]
+    fn events_give_a_row_its_trigger_sources_and_the_inbox_its_decisions() {
+        use agentmesh_model::event::{ContentPart, EventSource, MessageMetadata, TriggerEnvelope};
+        let event = |seq, kind| Event {
+            seq,
+            id: format!("ev_{seq}"),
+            timestamp: format!("2026-11-26T11:00:0{seq}.000Z"),
+            source: EventSource::User,
+            kind,
+        };
+        let triggered = |source: &str| MessageMetadata {
+            queued_at: Some(0),
+            trigger: Some(TriggerEnvelope {
+                source: source.into(),
+                ..TriggerEnvelope::default()
+            }),
+        };
+        let mut rows = Rows::default();
+        let mut row = row(1, "a/x", Status::Idle, 0);
+        let events = [
+            event(
+                1,
+                EventKind::MessageEvent {
+                    content: vec![ContentPart::text("tick")],
+                    metadata: Some(triggered("schedule")),
+                },
+            ),
+            event(
+                2,
+                EventKind::ConversationStateUpdateEvent {
+                    key: "triggered".into(),
+                    value: serde_json::json!({"trigger": {"source": "webhook"}}),
+                },
+            ),
+            event(
+                3,
+                EventKind::ReviewRequestEvent {
+                    review_id: "rv_1".into(),
+                    reviewer: "user:ops".into(),
+                    subject: serde_json::Value::Null,
+                },
+            ),
+            event(
+                4,
+                EventKind::ReviewDecisionEvent {
+                    review_id: "rv_1".into(),
+                    approve: false,
+                    decided_by: "user:admin".into(),
+                },
+            ),
+        ];
+        rows.note_events(&mut row, &events);
+        assert_eq!(row.trigger_names(), ["schedule", "webhook"]);
+        assert_eq!(row.seen, 4);
+        let decided = &rows.decisions[0];
+        assert_eq!(decided.reviewer.as_deref(), Some("user:ops"));
+        assert_eq!(decided.decided_by, "user:admin");
+        assert!(!decided.approve);
+        assert!(
+            TriggerFilter::parse("webhook")
+                .unwrap()
+                .matches(row.triggers)
+        );
+        assert!(!TriggerFilter::parse("api").unwrap().matches(row.triggers));
+    }
+
+    #[test]
     fn filters_select_by_agent_and_trigger_source() {
         let rows = rows(10);
         let odd = Filter {

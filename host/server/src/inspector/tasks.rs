@@ -173,12 +173,12 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
     let live = matches!(from, From::Newest);
     let body = html! {
         form.filters method="get" action="/ui/" {
-            (select("status", "Status", &["idle", "running", "waiting", "terminated"], q.status.as_deref()))
-            (select("agent", "Agent", &agents, q.agent.as_deref()))
+            (select("status", "Status", &["idle", "running", "waiting", "terminated"], &str::to_owned, q.status.as_deref()))
+            (select("agent", "Agent", &agents, &str::to_owned, q.agent.as_deref()))
             @if caller.role != Role::AgentUser {
-                (select("owner", "Owner", &owners, q.owner.as_deref()))
+                (select("owner", "Owner", &owners, &str::to_owned, q.owner.as_deref()))
             }
-            (select("trigger", "Triggered turns", &["any", "none", "schedule", "webhook", "api", "self-schedule", "mcp-event"], q.trigger.as_deref()))
+            (select("trigger", "Triggered turns", &["any", "none", "schedule", "webhook", "api", "self-schedule", "mcp-event"], &trigger_choice, q.trigger.as_deref()))
             button type="submit" { "Filter" }
             a href="/ui/" { "Clear" }
         }
@@ -217,19 +217,35 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-/// A labelled `<select>` of `choices`, with "any" first.
-fn select(name: &str, label: &str, choices: &[&str], current: Option<&str>) -> Markup {
+/// A labelled `<select>` of `choices` (each shown as itself, or as `shown` names it), with
+/// "all" (no filter) first.
+fn select(
+    name: &str,
+    label: &str,
+    choices: &[&str],
+    shown: &dyn Fn(&str) -> String,
+    current: Option<&str>,
+) -> Markup {
     let id = format!("f-{name}");
     html! {
         span.field {
             label for=(id) { (label) }
             select id=(id) name=(name) {
-                option value="" { "any" }
+                option value="" { "all" }
                 @for c in choices {
-                    option value=(c) selected[current == Some(*c)] { (c) }
+                    option value=(c) selected[current == Some(*c)] { (shown(c)) }
                 }
             }
         }
+    }
+}
+
+/// A trigger filter's choice as the list shows it.
+fn trigger_choice(value: &str) -> String {
+    match value {
+        "any" => "any trigger".into(),
+        "none" => "none (typed input)".into(),
+        source => source.to_owned(),
     }
 }
 
