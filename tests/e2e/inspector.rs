@@ -138,6 +138,18 @@ fn logging_in_shows_the_tasks_and_a_new_event_arrives_live() {
     );
     // The session cookie is out of the page's reach.
     assert_eq!(browser.execute("return document.cookie;"), json!(""));
+    // The list's first page follows new tasks without a reload.
+    browser.execute("window.sameList = true; return null;");
+    let newer = task(&server, "admin-token", "lab/plain", "another");
+    assert!(
+        browser.wait_for_text(&newer, Duration::from_secs(10)),
+        "the new task did not appear: {}",
+        browser.text_of_page()
+    );
+    assert_eq!(
+        browser.execute("return window.sameList === true;"),
+        json!(true)
+    );
 
     browser.click(&browser.find(&format!("a[href='/ui/tasks/{id}']")));
     assert!(browser.wait_for_text("Plain.", Duration::from_secs(5)));
