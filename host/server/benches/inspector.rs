@@ -300,6 +300,9 @@ fn main() {
             &cookie,
         )
         .await;
+        measure(&app, "reviews inbox", "/ui/reviews", &cookie).await;
+        measure(&app, "triggers and schedules", "/ui/triggers", &cookie).await;
+        measure(&app, "plugins and config", "/ui/plugins", &cookie).await;
         // For comparison: the JSON API's list, which reads and sorts every record per call.
         measure_n(
             &app,

@@ -1,14 +1,16 @@
 //! The reviews inbox: the reviews waiting for a decision the caller may make (what
-//! `GET /v1/reviews` lists), approved or denied in one click, and the latest decisions with
-//! who made them and when.
+//! `GET /v1/reviews` lists, found through the index's waiting tasks rather than every record),
+//! approved or denied in one click, and the latest decisions with who made them and when.
 
 use std::sync::Arc;
 
+use agentmesh_engine::{Status, WaitingReview};
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::index::{Filter, From};
 use super::layout::{
     self, Nav, Viewer, compact, empty, json_details, post_button, time_of, time_rfc3339,
 };
@@ -36,13 +38,36 @@ pub async fn inbox(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respo
     blocking(move || {
         let caller = &ui.caller;
         let viewer = ui.viewer();
-        let pending: Vec<_> = state
-            .engine()
-            .pending_reviews(caller.decider())?
-            .iter()
-            .map(resources::review)
-            .collect();
-        let rows = state.inspector.index.current(state.engine().store())?;
+        let engine = state.engine();
+        let rows = state.inspector.index.current(engine.store())?;
+        // The waiting tasks from the index, then only their records: what
+        // `Engine::pending_reviews` finds by reading every record.
+        let decider = caller.decider();
+        let waiting = Filter {
+            status: Some(Status::Waiting),
+            ..Filter::default()
+        };
+        let mut reviews: Vec<WaitingReview> = Vec::new();
+        for row in rows.page(&waiting, &From::Newest, usize::MAX).rows {
+            let found = engine.read_task(&row.id, |r, _| {
+                r.pending_review
+                    .clone()
+                    .filter(|p| p.may_decide(&decider))
+                    .map(|review| WaitingReview {
+                        task_id: r.id.clone(),
+                        agent: r.agent.clone(),
+                        review,
+                    })
+            });
+            match found {
+                Ok(Some(review)) => reviews.push(review),
+                // Deleted since it was indexed.
+                Ok(None) | Err(agentmesh_engine::EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        reviews.sort_by_key(|r| r.review.requested_ms);
+        let pending: Vec<_> = reviews.iter().map(resources::review).collect();
         let decisions: Vec<_> = rows
             .decisions
             .iter()
