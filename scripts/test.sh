@@ -18,6 +18,10 @@ npm ci --prefix tests/mcp --no-audit --no-fund --loglevel=error
 # The PostgreSQL store's tests start a real server (initdb, pg_ctl) from the Debian package.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
   || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
+# The inspector's browser tests drive a real headless Chromium over WebDriver (Debian's
+# `chromium` and `chromium-driver`); without them those tests fail, saying what to install.
+{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } \
+  || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; }
 cargo fmt --all --check
 # No module of a crate imports a module that imports it back.
 python3 scripts/module-cycles.py

@@ -14,6 +14,7 @@ mod governance;
 mod guest_languages;
 mod hosts;
 mod inspect;
+mod inspector;
 mod limits;
 mod mcp_client;
 mod mcp_events;

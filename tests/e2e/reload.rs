@@ -125,13 +125,8 @@ api_tokens:
 
 /// Runs a task of `agent` as `token`'s holder until it answers; returns the answer's text.
 fn answer(server: &Server, token: &str, agent: &str, message: &str) -> String {
-    let r = server
-        .request("POST", "/v1/tasks")
-        .header("Authorization", &format!("Bearer {token}"))
-        .json(&json!({"agent": agent, "input": {"message": message}}))
-        .send();
-    assert_eq!(r.status, 201, "{}", r.text());
-    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let body = json!({"agent": agent, "input": {"message": message}});
+    let id = server.create_task_as(token, &body);
     wait_for(Duration::from_secs(30), || {
         let task = server
             .request("GET", &format!("/v1/tasks/{id}"))

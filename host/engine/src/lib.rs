@@ -48,6 +48,7 @@ mod condense;
 mod direct;
 mod door;
 mod hosts;
+mod inspect;
 mod journal;
 mod mcp;
 mod mcp_events;
@@ -86,6 +87,7 @@ pub use direct::DirectEnd;
 pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
+pub use inspect::{CacheStats, LoadedDetail};
 pub use mcp::{About, Finding, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;

@@ -255,6 +255,27 @@ impl Plugins {
         self.host.pool_metrics()
     }
 
+    /// The components in force, with their world and where their code came from.
+    pub(crate) fn loaded(&self) -> Vec<crate::inspect::LoadedDetail> {
+        let mut out: Vec<_> = lock(&self.components)
+            .iter()
+            .map(|((name, path), c)| crate::inspect::LoadedDetail {
+                name: name.clone(),
+                path: path.clone(),
+                hash: c.hash().to_owned(),
+                world: c.world().as_str(),
+                from_cache: c.from_cache(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.name, &a.path).cmp(&(&b.name, &b.path)));
+        out
+    }
+
+    /// Hits and misses of the compiled-component cache since the host started.
+    pub(crate) fn cache_stats(&self) -> agentmesh_plugins::CacheStats {
+        self.host.cache_stats()
+    }
+
     /// The components in force: name, path and content hash.
     pub(crate) fn versions(&self) -> Vec<(String, PathBuf, String)> {
         let mut out: Vec<_> = lock(&self.components)

@@ -67,6 +67,16 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// The status it answers with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The message for people.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// 500: the host failed; the message is logged, the caller gets a generic one.
     pub fn internal(message: impl std::fmt::Display) -> Self {
         tracing::error!("internal error: {message}");

@@ -16,6 +16,9 @@
 //!   keeping the last good one when a change does not validate;
 //! - [`resources`]: the JSON of tasks, reviews, triggers, schedules and wakeups, made from
 //!   the engine's records;
+//! - [`inspector`]: `/ui/` — the web inspector: server-rendered views of tasks, reviews,
+//!   triggers and schedules, plugins and config, behind the same tokens (a session cookie)
+//!   with CSRF-checked forms and a strict Content-Security-Policy;
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
 //! - `connections`: the accept loop, with a cap on connections, header, body and idle
 //!   timeouts, and JSON answers for oversized heads;
@@ -29,6 +32,7 @@ mod auth;
 pub mod connections;
 mod error;
 pub mod health;
+pub mod inspector;
 mod mcp;
 mod metrics;
 pub mod reload;
@@ -93,6 +97,8 @@ pub struct AppState {
     mcp: agentmesh_mcp::HttpService,
     /// Who opened each of them.
     mcp_owners: mcp::Owners,
+    /// The inspector's sessions and index of tasks (`/ui/`).
+    pub inspector: inspector::Inspector,
 }
 
 /// How `serve` runs: what [`AppState`] starts with.
@@ -124,6 +130,18 @@ impl AppState {
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
         let mcp = agentmesh_mcp::http_service(engine.clone());
+        let inspector = inspector::Inspector::default();
+        // Kept current from the appends; built by its first view, or here in the background.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            inspector::index::TaskIndex::follow(&inspector.index, appended.subscribe());
+            let index = Arc::clone(&inspector.index);
+            let store = engine.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = index.current(store.store()) {
+                    tracing::warn!("inspector: cannot index the tasks: {e}");
+                }
+            });
+        }
         AppState {
             engine,
             router,
@@ -141,6 +159,7 @@ impl AppState {
             health: Arc::default(),
             mcp,
             mcp_owners: mcp::Owners::default(),
+            inspector,
         }
     }
 
@@ -200,6 +219,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/status", get(status::status))
         .route("/healthz", get(status::healthz))
         .route("/metrics", get(status::metrics))
+        .merge(inspector::routes())
         .fallback(status::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         // Bodies are limited by the `Body` extractor, by the limit in force.

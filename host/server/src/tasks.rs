@@ -50,16 +50,20 @@ fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
 
 /// The task, if the caller may read it: one it may see, or one waiting for the caller's
 /// review (404 otherwise, so ids do not leak).
-fn readable_task(
+pub(crate) fn readable_task(
     state: &AppState,
     caller: &Caller,
     id: &str,
 ) -> ApiResult<agentmesh_engine::TaskRecord> {
-    task_seen_by(state, caller, id, |r| {
-        r.pending_review
-            .as_ref()
-            .is_some_and(|r| r.reviewer == caller.subject)
-    })
+    task_seen_by(state, caller, id, |r| is_reviewer(caller, r))
+}
+
+/// Whether `record` waits for a review naming the caller.
+pub(crate) fn is_reviewer(caller: &Caller, record: &agentmesh_engine::TaskRecord) -> bool {
+    record
+        .pending_review
+        .as_ref()
+        .is_some_and(|r| r.reviewer == caller.subject)
 }
 
 /// The task, if the caller may see it (404 otherwise, so ids do not leak).
@@ -236,18 +240,30 @@ pub async fn input(
     ApiPath(id): ApiPath<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    writer(&state, &headers, &id)?;
+    let caller = caller(&state, &headers)?;
     let input: Value = parse_body(&body)?;
-    let engine = state.engine();
-    let submitted = engine
-        .submit(&id, &input, Origin::User, Run::Background)
-        .await?;
-    Metrics::inc(&state.metrics.inputs_queued);
+    let submitted = feed(&state, &caller, &id, &input).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "queued_at": submitted })),
     )
         .into_response())
+}
+
+/// Queues `input` for task `id` as the caller's, if it may change the task: when it was queued.
+pub(crate) async fn feed(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    input: &Value,
+) -> ApiResult<i64> {
+    may_change(state, caller, id)?;
+    let submitted = state
+        .engine()
+        .submit(id, input, Origin::User, Run::Background)
+        .await?;
+    Metrics::inc(&state.metrics.inputs_queued);
+    Ok(submitted)
 }
 
 /// `GET /v1/tasks/{id}/events` query.
@@ -275,18 +291,31 @@ pub async fn events(
         let events = state.engine().events(&id, q.after)?;
         return Ok(Json(json!({ "events": events })).into_response());
     }
+    Ok(event_stream(state, id, q.after, |_, event| {
+        SseEvent::default()
+            .id(event.seq.to_string())
+            .event(event.kind.name())
+            .json_data(event)
+            .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"))
+    }))
+}
+
+/// A live SSE stream of task `id`'s events after `after`, each as `frame` makes it (from the
+/// task id and the event), with keep-alives.
+pub(crate) fn event_stream(
+    state: Arc<AppState>,
+    id: String,
+    after: u64,
+    frame: fn(&str, &agentmesh_model::event::Event) -> SseEvent,
+) -> Response {
     let stream = futures::stream::unfold(
-        (state, id, q.after, Vec::new().into_iter()),
-        |(state, id, mut after, mut pending)| async move {
+        (state, id, after, Vec::new().into_iter()),
+        move |(state, id, mut after, mut pending)| async move {
             loop {
                 if let Some(event) = pending.next() {
                     let event: agentmesh_model::event::Event = event;
                     after = event.seq;
-                    let sse = SseEvent::default()
-                        .id(event.seq.to_string())
-                        .event(event.kind.name())
-                        .json_data(&event)
-                        .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"));
+                    let sse = frame(&id, &event);
                     return Some((Ok::<_, Infallible>(sse), (state, id, after, pending)));
                 }
                 // Subscribe before reading so nothing appended in between is missed.
@@ -317,17 +346,23 @@ pub async fn events(
             }
         },
     );
-    Ok(Sse::new(stream)
+    Sse::new(stream)
         .keep_alive(KeepAlive::default())
-        .into_response())
+        .into_response()
 }
 
 /// The caller of a request that changes task `id`, checked: it may write, and see the task.
 fn writer(state: &AppState, headers: &HeaderMap, id: &str) -> ApiResult<Caller> {
     let caller = caller(state, headers)?;
-    caller.require_write()?;
-    visible_task(state, &caller, id)?;
+    may_change(state, &caller, id)?;
     Ok(caller)
+}
+
+/// Refuses a caller that may not change task `id`: one that may only read, or not see it.
+pub(crate) fn may_change(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
+    caller.require_write()?;
+    visible_task(state, caller, id)?;
+    Ok(())
 }
 
 /// `POST /v1/tasks/{id}/interrupt`.
@@ -373,22 +408,36 @@ pub async fn review(
     let caller = caller(&state, &headers)?;
     caller.require_write()?;
     let body: ReviewBody = parse_body(&body)?;
-    // Only a caller who may see the task, or whom its pending review names, learns anything
-    // of it: to anyone else the task is as unknown as a task that does not exist.
-    readable_task(&state, &caller, &id)?;
     if let Some(user) = body.user.filter(|u| *u != caller.subject) {
         return Err(ApiError::forbidden(format!(
             "a review is decided as the authenticated caller `{}`, not `{user}`",
             caller.subject
         )));
     }
-    state
-        .engine()
-        .decide_review(&id, &review_id, body.approve, caller.decider())
-        .await?;
+    decide(&state, &caller, &id, &review_id, body.approve).await?;
     Ok(Json(
         json!({"task_id": id, "review_id": review_id, "approve": body.approve}),
     ))
+}
+
+/// Decides review `review_id` of task `id` as the caller: only the reviewer it names, or an
+/// admin.
+pub(crate) async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    review_id: &str,
+    approve: bool,
+) -> ApiResult<()> {
+    caller.require_write()?;
+    // Only a caller who may see the task, or whom its pending review names, learns anything
+    // of it: to anyone else the task is as unknown as a task that does not exist.
+    readable_task(state, caller, id)?;
+    state
+        .engine()
+        .decide_review(id, review_id, approve, caller.decider())
+        .await?;
+    Ok(())
 }
 
 /// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin).

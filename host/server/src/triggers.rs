@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::auth::Role;
+use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
 use crate::metrics::Metrics;
 use crate::webhooks::headers_of;
@@ -126,14 +126,20 @@ pub async fn list(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     let caller = state.auth().caller(&headers)?;
+    Ok(Json(
+        json!({ "triggers": trigger_objects(&state, &caller)? }),
+    ))
+}
+
+/// The triggers the caller may see (its own, for an `agent_user`), as JSON.
+pub(crate) fn trigger_objects(state: &AppState, caller: &Caller) -> ApiResult<Vec<Value>> {
     let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
-    let triggers: Vec<Value> = state
+    Ok(state
         .triggers()
         .triggers(owner)?
         .iter()
         .map(resources::trigger)
-        .collect();
-    Ok(Json(json!({ "triggers": triggers })))
+        .collect())
 }
 
 /// `GET /v1/triggers/{namespace}/{name}`.
@@ -190,12 +196,18 @@ pub async fn revoke(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     let caller = state.auth().caller(&headers)?;
+    revoke_as(&state, &caller, &id)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Revokes schedule or wakeup `id` as the caller: one that may write and see its owner.
+pub(crate) fn revoke_as(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
     caller.require_write()?;
     let triggers = state.triggers();
-    let owner = triggers.schedule_owner(&id)?;
+    let owner = triggers.schedule_owner(id)?;
     if !caller.may_see(&owner) {
         return Err(ApiError::not_found(format!("not found: schedule `{id}`")));
     }
-    triggers.revoke_schedule(&id)?;
-    Ok(StatusCode::NO_CONTENT)
+    triggers.revoke_schedule(id)?;
+    Ok(())
 }

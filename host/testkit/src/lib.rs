@@ -3,6 +3,8 @@
 //! - [`server`]: the real `agentmesh` binary as `agentmesh serve` on a loopback port it picks
 //!   itself, with a data dir the test gives (usually in a temp dir): started and waited for,
 //!   then stopped (SIGTERM), killed (SIGKILL, as a crash) or dropped.
+//! - [`browser`]: a real headless Chromium over WebDriver (`chromedriver`), for the
+//!   inspector's tests.
 //! - [`client`]: HTTP/1.1 clients of that server over loopback: one request per connection
 //!   ([`client::Request`], what tests use) and a keep-alive [`client::Connection`] (what load
 //!   generators use).
@@ -31,6 +33,7 @@
 // test, reported by a panic that says what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod browser;
 pub mod client;
 pub mod engine;
 pub mod fixtures;

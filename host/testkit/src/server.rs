@@ -132,7 +132,22 @@ impl Server {
 
     /// Creates a task (`POST /v1/tasks` with `body`) and returns its id.
     pub fn create_task(&self, body: &Value) -> String {
-        let r = self.request("POST", "/v1/tasks").json(body).send();
+        Self::created(self.request("POST", "/v1/tasks").json(body))
+    }
+
+    /// Creates a task (`POST /v1/tasks` with `body`) as `token`'s holder and returns its id.
+    pub fn create_task_as(&self, token: &str, body: &Value) -> String {
+        let request = self.request("POST", "/v1/tasks");
+        Self::created(
+            request
+                .header("Authorization", &format!("Bearer {token}"))
+                .json(body),
+        )
+    }
+
+    /// The id of the task `request` creates (answered 201).
+    fn created(request: Request) -> String {
+        let r = request.send();
         assert_eq!(r.status, 201, "{}", r.text());
         r.json()["id"].as_str().unwrap().to_owned()
     }

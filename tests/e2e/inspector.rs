@@ -1,0 +1,487 @@
+//! The inspector (`/ui/`) in a real headless Chromium (Debian's `chromium` and
+//! `chromium-driver`) against the real binary on loopback: logging in with a token, a task's
+//! event arriving live, approving a review, a failing schedule's error, escaping, and the
+//! headers and checks a browser relies on (CSP, the session cookie, CSRF).
+//!
+//! `AGENTMESH_SCREENSHOTS=DIR` makes `every_view_renders_in_the_browser` keep a PNG of each
+//! view in DIR (`scripts/screenshots.sh` refreshes `docs/inspector/` this way).
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentmesh_testkit::browser::Browser;
+use agentmesh_testkit::fixtures::{
+    self, API_TOKEN_ENV, API_TOKENS, echo_tool, reviewed_agent, scripted_agent,
+};
+use agentmesh_testkit::server::{Server, wait_for};
+use serde_json::json;
+
+use crate::AGENTMESH;
+use crate::wasm::guest;
+
+/// An agent whose `repo` must have 5 characters or more, and a schedule that ticks every
+/// second with a shorter one, so that every tick fails (`validate` checks that required
+/// parameters are set, not every constraint of their schema).
+const FAILING_SCHEDULE: &str = "kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: needy
+description: Needs a repo.
+prompt: Help.
+model: scripted/plain.yaml
+parameters:
+  type: object
+  properties:
+    repo: {type: string, minLength: 5}
+  required: [repo]
+---
+kind: commonagents.info/v1/schedule
+namespace: lab
+name: nightly
+agent: needy
+owner: user:ops
+interval: 1s
+inputs:
+  message: Tick.
+  repo: abc
+";
+
+/// A tool `lab/notes` on the `notes` guest component (copied in as `notes.wasm`).
+const NOTES_TOOL: &str = "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: notes
+description: Notes.
+wasm:
+  component: notes.wasm
+actions:
+  - name: list
+    description: List.
+---
+";
+
+/// `lab/careful` (its `echo` calls reviewed by `user:ops`, then `Echoed.`), `lab/plain`
+/// (answers `Plain.` and more), `lab/needy` with its failing schedule, and the API tokens;
+/// with `component`, also [`NOTES_TOOL`].
+fn start() -> (tempfile::TempDir, Server) {
+    start_with(false)
+}
+
+fn start_with(component: bool) -> (tempfile::TempDir, Server) {
+    let careful = reviewed_agent("lab/careful", "careful.yaml");
+    let plain = scripted_agent("lab/plain", "").replace("script.yaml", "plain.yaml");
+    let notes = if component { NOTES_TOOL } else { "" };
+    let manifests = format!(
+        "{notes}{}---\n{careful}---\n{plain}---\n{FAILING_SCHEDULE}---\n{API_TOKENS}",
+        echo_tool("lab")
+    );
+    let (root, dir, data) = fixtures::dirs(&[
+        ("manifests.yaml", &manifests),
+        (
+            "careful.yaml",
+            "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n  - text: Echoed.\n",
+        ),
+        (
+            "plain.yaml",
+            "responses:\n  - text: Plain.\n  - text: Plain again.\n  - text: Plain for the third time.\n",
+        ),
+    ]);
+    if component {
+        std::fs::copy(guest("notes"), dir.join("notes.wasm")).unwrap();
+    }
+    let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
+    (root, server)
+}
+
+/// Creates a task of `agent` with `message` as the token's subject; waits until it is idle
+/// or waiting.
+fn task(server: &Server, token: &str, agent: &str, message: &str) -> String {
+    let body = json!({"agent": agent, "input": {"message": message}});
+    let id = server.create_task_as(token, &body);
+    wait_for(Duration::from_secs(20), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send()
+            .json();
+        matches!(t["status"].as_str(), Some("idle" | "waiting")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("task {id} did not settle"));
+    id
+}
+
+/// Logs the browser in at `server` with `token`, from the page `path` (which sends it to
+/// the login page first).
+fn log_in(browser: &Browser, server: &Server, token: &str, path: &str) {
+    browser.goto(&format!("http://{}{path}", server.addr));
+    assert!(
+        browser.url().contains("/ui/login"),
+        "not sent to the login page: {}",
+        browser.url()
+    );
+    let field = browser.find("input#token");
+    browser.type_into(&field, token);
+    browser.click(&browser.find("form.login button[type=submit]"));
+    let url = browser.wait_for_url(path, Duration::from_secs(10));
+    assert!(url.ends_with(path), "after logging in: {url}");
+    assert!(!url.contains(token), "the token is in a URL: {url}");
+}
+
+#[test]
+fn logging_in_shows_the_tasks_and_a_new_event_arrives_live() {
+    let (_root, server) = start();
+    let id = task(&server, "admin-token", "lab/plain", "hello");
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    assert!(
+        browser.wait_for_text(&id, Duration::from_secs(5)),
+        "{}",
+        browser.text_of_page()
+    );
+    // The session cookie is out of the page's reach.
+    assert_eq!(browser.execute("return document.cookie;"), json!(""));
+    // The list's first page follows new tasks without a reload.
+    browser.execute("window.sameList = true; return null;");
+    let newer = task(&server, "admin-token", "lab/plain", "another");
+    assert!(
+        browser.wait_for_text(&newer, Duration::from_secs(10)),
+        "the new task did not appear: {}",
+        browser.text_of_page()
+    );
+    assert_eq!(
+        browser.execute("return window.sameList === true;"),
+        json!(true)
+    );
+
+    browser.click(&browser.find(&format!("a[href='/ui/tasks/{id}']")));
+    assert!(browser.wait_for_text("Plain.", Duration::from_secs(5)));
+    assert!(
+        browser.wait_for_text("Live", Duration::from_secs(10)),
+        "the stream did not open: {}",
+        browser.text_of_page()
+    );
+    // Input through the API: the page shows its answer without being reloaded.
+    browser.execute("window.sameDocument = true; return null;");
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/input"))
+        .header("Authorization", "Bearer admin-token")
+        .json(&json!({"message": "again"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(
+        browser.wait_for_text("Plain again.", Duration::from_secs(15)),
+        "the answer did not arrive live: {}",
+        browser.text_of_page()
+    );
+    assert_eq!(
+        browser.execute("return window.sameDocument === true;"),
+        json!(true)
+    );
+    assert!(
+        browser.try_find("#timeline tr.fresh").is_some(),
+        "no row was added live"
+    );
+
+    // The input form of the page sends input too.
+    let field = browser.find("textarea#message");
+    browser.type_into(&field, "third");
+    browser.click(&browser.find("form.input button[type=submit]"));
+    assert!(
+        browser.wait_for_text("Plain for the third time.", Duration::from_secs(15)),
+        "{}",
+        browser.text_of_page()
+    );
+}
+
+#[test]
+fn approving_a_review_in_the_inbox_lets_the_task_go_on() {
+    let (_root, server) = start();
+    let id = task(&server, "ops-token", "lab/careful", "echo hi");
+    let browser = Browser::start();
+    log_in(&browser, &server, "ops-token", "/ui/reviews");
+    assert!(
+        browser.wait_for_text(&id, Duration::from_secs(5)),
+        "{}",
+        browser.text_of_page()
+    );
+    browser.click(&browser.find("form[action^='/ui/reviews/'] button.ok"));
+    let url = browser.wait_for_url(&format!("/ui/tasks/{id}"), Duration::from_secs(10));
+    assert!(url.ends_with(&format!("/ui/tasks/{id}")), "{url}");
+    assert!(
+        browser.wait_for_text("Echoed.", Duration::from_secs(15)),
+        "the task did not go on: {}",
+        browser.text_of_page()
+    );
+    // The decision is in the inbox's history, with who made it.
+    browser.goto(&format!("http://{}/ui/reviews", server.addr));
+    let decided = browser.text_of_page();
+    assert!(decided.contains("No review waits for you."), "{decided}");
+    assert!(
+        decided.contains("approved") && decided.contains("user:ops"),
+        "{decided}"
+    );
+}
+
+#[test]
+fn a_failing_schedule_shows_its_error() {
+    let (_root, server) = start();
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/triggers");
+    let shown = wait_for(Duration::from_secs(20), || {
+        browser.goto(&format!("http://{}/ui/triggers", server.addr));
+        let row = browser.text(&browser.find("tr[id='schedule-lab/nightly']"));
+        row.contains("shorter than 5 characters").then_some(row)
+    })
+    .unwrap_or_else(|| panic!("no error shown: {}", browser.text_of_page()));
+    let failures = browser.text(&browser.find("tr[id='schedule-lab/nightly'] td.bad"));
+    assert!(failures.parse::<u64>().unwrap() >= 1, "{shown}");
+}
+
+#[test]
+fn an_event_carrying_markup_shows_as_text_and_runs_nothing() {
+    let (_root, server) = start();
+    let attack = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">";
+    let id = task(&server, "admin-token", "lab/plain", attack);
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", &format!("/ui/tasks/{id}"));
+    assert!(
+        browser.wait_for_text("<script>window.pwned = 1</script>", Duration::from_secs(5)),
+        "{}",
+        browser.text_of_page()
+    );
+    assert_eq!(
+        browser.execute(
+            "return [typeof window.pwned, document.querySelectorAll('main script, main img').length];"
+        ),
+        json!(["undefined", 0])
+    );
+}
+
+/// A session cookie for `token` (a login as a browser does it, over plain HTTP).
+fn session_cookie(server: &Server, token: &str) -> String {
+    let r = server
+        .request("POST", "/ui/login")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}&next=%2Fui%2F").into_bytes())
+        .send();
+    assert_eq!(r.status, 303, "{}", r.text());
+    let cookie = r
+        .headers
+        .iter()
+        .find(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[test]
+fn pages_carry_a_strict_policy_and_forms_need_the_sessions_csrf_token() {
+    let (_root, server) = start();
+    let id = task(&server, "admin-token", "lab/plain", "hello");
+    // Without a session: the login page, never the data.
+    let r = server.request("GET", "/ui/").send();
+    assert_eq!(r.status, 303);
+    let bad = server
+        .request("POST", "/ui/login")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(b"token=wrong".to_vec())
+        .send();
+    assert_eq!(bad.status, 401);
+    assert!(bad.text().contains("not valid"), "{}", bad.text());
+
+    let cookie = session_cookie(&server, "admin-token");
+    let page = server
+        .request("GET", "/ui/")
+        .header("Cookie", &cookie)
+        .send();
+    assert_eq!(page.status, 200);
+    let csp = page
+        .headers
+        .iter()
+        .find(|(k, _)| k == "content-security-policy")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    let html = page.text();
+    assert!(html.contains(&id));
+    assert!(
+        !html.contains("<script>") && !html.contains(" style="),
+        "inline script or style"
+    );
+
+    // A form without the session's CSRF token changes nothing.
+    let path = format!("/ui/tasks/{id}/delete");
+    let forged = server
+        .request("POST", &path)
+        .header("Cookie", &cookie)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(b"csrf=forged".to_vec())
+        .send();
+    assert_eq!(forged.status, 403, "{}", forged.text());
+    // Nor does a post from another site's page, whatever it carries.
+    let elsewhere = server
+        .request("POST", "/ui/login")
+        .header("Origin", "https://evil.example")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(b"token=admin-token".to_vec())
+        .send();
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.text());
+    let t = server
+        .request("GET", &format!("/v1/tasks/{id}"))
+        .header("Authorization", "Bearer admin-token")
+        .send()
+        .json();
+    assert_eq!(t["status"], "idle");
+
+    // A read_only token sees the task but no action on it; its posts are refused.
+    let audit = session_cookie(&server, "audit-token");
+    let seen = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &audit)
+        .send();
+    assert_eq!(seen.status, 200);
+    assert!(
+        !seen.text().contains("/interrupt"),
+        "read_only sees actions"
+    );
+    // An agent_user sees neither the task nor its page.
+    let bob = session_cookie(&server, "bob-token");
+    let hidden = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &bob)
+        .send();
+    assert_eq!(hidden.status, 404);
+    let list = server.request("GET", "/ui/").header("Cookie", &bob).send();
+    assert!(!list.text().contains(&id));
+
+    // Logging out (with the page's CSRF token) ends the session.
+    let csrf = html
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let out = server
+        .request("POST", "/ui/logout")
+        .header("Cookie", &cookie)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}").into_bytes())
+        .send();
+    assert_eq!(out.status, 303, "{}", out.text());
+    let after = server
+        .request("GET", "/ui/")
+        .header("Cookie", &cookie)
+        .send();
+    assert_eq!(after.status, 303, "the session outlived its logout");
+}
+
+#[test]
+fn every_view_renders_in_the_browser() {
+    let (_root, server) = start_with(true);
+    let plain = task(&server, "admin-token", "lab/plain", "What is 6 × 7?");
+    task(&server, "ops-token", "lab/careful", "echo hi");
+    let keep = std::env::var_os("AGENTMESH_SCREENSHOTS");
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = keep.as_deref().map_or(scratch.path(), Path::new);
+    std::fs::create_dir_all(dir).unwrap();
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    // Let the failing schedule fail a few times first.
+    std::thread::sleep(Duration::from_secs(2));
+    for (name, path, needle) in [
+        ("tasks", "/ui/".to_owned(), "lab/plain"),
+        ("task", format!("/ui/tasks/{plain}"), "Timeline"),
+        (
+            "reviews",
+            "/ui/reviews".to_owned(),
+            "Waiting for your decision",
+        ),
+        ("triggers", "/ui/triggers".to_owned(), "lab/nightly"),
+        ("plugins", "/ui/plugins".to_owned(), "tool-plugin"),
+        ("login", "/ui/login".to_owned(), "API token"),
+    ] {
+        browser.goto(&format!("http://{}{path}", server.addr));
+        assert!(
+            browser.wait_for_text(needle, Duration::from_secs(5)),
+            "{name}: {}",
+            browser.text_of_page()
+        );
+        let file = dir.join(format!("{name}.png"));
+        browser.screenshot(&file);
+        let png = std::fs::read(&file).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 5_000,
+            "{name}: not a PNG"
+        );
+    }
+}
+
+#[test]
+fn a_reload_that_removes_a_token_ends_its_sessions() {
+    let (root, server) = start();
+    let alice = session_cookie(&server, "alice-token");
+    let admin = session_cookie(&server, "admin-token");
+    let ok = server
+        .request("GET", "/ui/")
+        .header("Cookie", &alice)
+        .send();
+    assert_eq!(ok.status, 200);
+    let manifests = root.path().join("config/manifests.yaml");
+    let text = std::fs::read_to_string(&manifests).unwrap();
+    let without = text.replace(
+        "  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}\n",
+        "",
+    );
+    assert_ne!(text, without, "the fixture's tokens changed");
+    std::fs::write(&manifests, without).unwrap();
+    wait_for(Duration::from_secs(10), || {
+        let status = server
+            .request("GET", "/v1/status")
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (status["reload"]["generation"].as_u64() >= Some(1)).then_some(())
+    })
+    .expect("the config was not reloaded");
+    let gone = server
+        .request("GET", "/ui/")
+        .header("Cookie", &alice)
+        .send();
+    assert_eq!(gone.status, 303, "a removed token's session still reads");
+    let kept = server
+        .request("GET", "/ui/")
+        .header("Cookie", &admin)
+        .send();
+    assert_eq!(kept.status, 200);
+}
+
+#[test]
+fn pages_fit_a_phone_screen() {
+    let (_root, server) = start();
+    let id = task(&server, "admin-token", "lab/plain", "hello");
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    browser.resize(390, 844);
+    for path in [
+        "/ui/".to_owned(),
+        format!("/ui/tasks/{id}"),
+        "/ui/triggers".to_owned(),
+        "/ui/plugins".to_owned(),
+    ] {
+        browser.goto(&format!("http://{}{path}", server.addr));
+        // Wide tables scroll inside their own box; the page itself never scrolls sideways.
+        let widths = browser.execute(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+        );
+        let (page, screen) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
+        assert!(
+            page <= screen,
+            "{path}: {page} px wide on a {screen} px screen"
+        );
+    }
+}
