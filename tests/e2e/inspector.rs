@@ -485,3 +485,35 @@ fn pages_fit_a_phone_screen() {
         );
     }
 }
+
+#[test]
+fn a_tasks_page_lists_its_queued_inputs_in_order() {
+    let (_root, server) = start();
+    // Waiting in its review: what comes next waits in the queue.
+    let id = task(&server, "admin-token", "lab/careful", "echo hi");
+    for text in ["first <b>next</b>", "then this"] {
+        let r = server
+            .request("POST", &format!("/v1/tasks/{id}/input"))
+            .header("Authorization", "Bearer admin-token")
+            .json(&json!({"message": text}))
+            .send();
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    let cookie = session_cookie(&server, "admin-token");
+    let page = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &cookie)
+        .send();
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    let queue = &html[html.find("id=\"queue-h\"").expect("no queue section")..];
+    let first = queue
+        .find("first &lt;b&gt;next&lt;/b&gt;")
+        .expect("the first input, escaped");
+    let then = queue.find("then this").expect("the second input");
+    assert!(first < then, "not in queue order");
+    assert!(
+        !queue.contains("<b>next</b>"),
+        "an input's markup was not escaped"
+    );
+}

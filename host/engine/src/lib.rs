@@ -453,6 +453,16 @@ impl Engine {
         Ok(agentmesh_llm::to_messages(record.journal.view()))
     }
 
+    /// Task `id`'s queued inputs, the next first, at most `limit`.
+    pub fn queued_inputs(&self, id: &str, limit: usize) -> Result<Vec<QueuedInput>> {
+        self.inner
+            .store
+            .queued(id, limit)?
+            .into_iter()
+            .map(|(_, input)| Ok(serde_json::from_slice(&input).map_err(StoreError::from)?))
+            .collect()
+    }
+
     /// `f` of task `id`'s record, read in place (no copy), and of its queue depth.
     pub fn read_task<T>(&self, id: &str, f: impl FnOnce(&TaskRecord, usize) -> T) -> Result<T> {
         let queued = self.inner.store.queued_count(id)?;

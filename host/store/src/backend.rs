@@ -100,6 +100,9 @@ pub trait Queues: Send + Sync {
     /// Task `task_id`'s earliest queued input.
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>>;
 
+    /// Task `task_id`'s queued inputs, earliest first, at most `limit`.
+    fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>>;
+
     /// How many inputs task `task_id` has queued.
     fn queued_count(&self, task_id: &str) -> Result<usize>;
 

@@ -96,6 +96,17 @@ pub fn queue_order_and_take_once(dir: &Path, open: Open<'_>) {
     assert_eq!(keys.len(), 3);
     b.queue_durably(None, &[("t_1", 20, b"\"b\"")]).unwrap();
     assert_eq!(b.queued_count("t_1").unwrap(), 3);
+    let listed: Vec<Vec<u8>> = b
+        .queued("t_1", 10)
+        .unwrap()
+        .into_iter()
+        .map(|(_, input)| input)
+        .collect();
+    assert_eq!(
+        listed,
+        [b"\"a\"".to_vec(), b"\"b\"".to_vec(), b"\"c\"".to_vec()]
+    );
+    assert_eq!(b.queued("t_1", 1).unwrap().len(), 1);
     assert_eq!(b.queued_tasks().unwrap(), ["t_1", "t_2"]);
     let mut seen = Vec::new();
     let mut seq = 0;

@@ -87,6 +87,9 @@ impl Queues for Offloaded {
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
         self.off(|s| s.first_queued(task_id))
     }
+    fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>> {
+        self.off(|s| s.queued(task_id, limit))
+    }
     fn queued_count(&self, task_id: &str) -> Result<usize> {
         self.off(|s| s.queued_count(task_id))
     }

@@ -829,6 +829,19 @@ impl Queues for PgStore {
         Ok(rows.first().map(|r| (queue_key(r.get(0)), r.get(1))))
     }
 
+    fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.rows(
+            "SELECT id, input FROM agentmesh_queue WHERE task_id = $1 \
+             ORDER BY queued_at, id LIMIT $2",
+            &[&task_id, &limit],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| (queue_key(r.get(0)), r.get(1)))
+            .collect())
+    }
+
     fn queued_count(&self, task_id: &str) -> Result<usize> {
         let row = self.row(
             "SELECT count(*) FROM agentmesh_queue WHERE task_id = $1",

@@ -419,6 +419,17 @@ impl Queues for SledStore {
         }
     }
 
+    fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>> {
+        self.queue
+            .scan_prefix(prefix(task_id))
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry?;
+                Ok((QueueKey(key.to_vec()), value.to_vec()))
+            })
+            .collect()
+    }
+
     fn queued_count(&self, task_id: &str) -> Result<usize> {
         let mut n = 0;
         for entry in self.queue.scan_prefix(prefix(task_id)).keys() {

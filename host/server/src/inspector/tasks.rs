@@ -335,6 +335,22 @@ fn limit_row(name: &str, used: &str, limit: Option<String>) -> Markup {
     }
 }
 
+/// How many of a task's queued inputs its page lists.
+const QUEUED_SHOWN: usize = 50;
+
+/// The text of a queued input's message (its text parts, joined), else its JSON.
+fn queued_text(io: &serde_json::Value) -> String {
+    let texts: Vec<&str> = io["message"]
+        .as_array()
+        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
+        .unwrap_or_default();
+    if texts.is_empty() {
+        io.to_string()
+    } else {
+        texts.join(" ")
+    }
+}
+
 /// Task `id`'s page, its timeline ending at event `to` (default: the last).
 pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiResult<Response> {
     let caller = &ui.caller;
@@ -385,6 +401,11 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
     let may_act = sees && viewer.may_write() && seen.status != Status::Terminated;
     let limits = engine.agent(&seen.agent).ok().map(|a| a.limits.clone());
     let age = agentmesh_store::now_ms().saturating_sub(seen.created_ms) / 1000;
+    let queued = if sees {
+        engine.queued_inputs(id, QUEUED_SHOWN)?
+    } else {
+        Vec::new()
+    };
     let wakeups = if sees {
         let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
         state.triggers().schedules(Some(id), owner)?.wakeups
@@ -448,6 +469,26 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
                     (limit_row("Prompt tokens", &seen.prompt_tokens.to_string(), limits.as_ref().and_then(|l| l.max_prompt_tokens).map(|n| n.to_string())))
                     (limit_row("Completion tokens", &seen.completion_tokens.to_string(), limits.as_ref().and_then(|l| l.max_completion_tokens).map(|n| n.to_string())))
                     (limit_row("Age", &format!("{age} s"), limits.as_ref().and_then(|l| l.max_age).map(|d| format!("{} s", d.0.as_secs()))))
+                }
+            }
+        }
+        section aria-labelledby="queue-h" {
+            h2 id="queue-h" { "Queued inputs" }
+            @if queued.is_empty() { (empty("Nothing queued.")) } @else {
+                table.small {
+                    thead { tr { th scope="col" { "Queued" } th scope="col" { "From" } th scope="col" { "Message" } } }
+                    tbody {
+                        @for input in &queued {
+                            tr {
+                                td { (time_ms(input.queued_at)) }
+                                td { (input.trigger.as_ref().map_or("user", |t| t.source.as_str())) }
+                                td { (queued_text(&input.io)) }
+                            }
+                        }
+                    }
+                }
+                @if object["queue_depth"].as_u64().is_some_and(|n| n > queued.len() as u64) {
+                    p { "The first " (queued.len()) " of " (object["queue_depth"]) " are shown." }
                 }
             }
         }
