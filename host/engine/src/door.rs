@@ -202,6 +202,8 @@ pub struct Arrival<'a> {
     /// The id it is remembered by when it is no delivery but may come to several hosts
     /// sharing the store at once (see [`Arrival::once`]).
     once: Option<String>,
+    /// Until when its id is remembered, when not for the dedupe window.
+    until: Option<i64>,
 }
 
 impl Default for Arrival<'_> {
@@ -218,6 +220,7 @@ impl Arrival<'_> {
             delivered: None,
             serial: None,
             once: None,
+            until: None,
         }
     }
 
@@ -229,6 +232,13 @@ impl Arrival<'_> {
             once: Some(id),
             ..Arrival::new()
         }
+    }
+
+    /// An arrival [`once`](Arrival::once) remembered until `until` (epoch ms) rather than for
+    /// the dedupe window.
+    pub fn kept_until(mut self, until: i64) -> Self {
+        self.until = Some(until);
+        self
     }
 
     /// When it arrived (epoch ms).
@@ -276,7 +286,9 @@ impl Arrival<'_> {
             .policy
             .dedupe_window
             .map_or(DEFAULT_DEDUPE_WINDOW, |d| d.0);
-        let until = queued_at.saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        let until = self.until.unwrap_or_else(|| {
+            queued_at.saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        });
         let (tasks, entries): (Vec<String>, Vec<QueuedInput>) = inputs
             .into_iter()
             .map(|Input { task, io, origin }| {
@@ -368,6 +380,7 @@ impl Door {
                 delivered,
                 serial: None,
                 once: None,
+                until: None,
             }));
         };
         let gate = Arc::clone(lock(&self.arriving).entry(id.to_owned()).or_default());
@@ -387,6 +400,7 @@ impl Door {
             delivered,
             serial: Some(serial),
             once: None,
+            until: None,
         }))
     }
 }

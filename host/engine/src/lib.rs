@@ -487,22 +487,52 @@ impl Engine {
             Some(input) => Some(normalize_input(&agent, input)?),
             None => None,
         };
-        let id = format!("t_{:x}{:06x}", now_ms(), self.inner.store.next_id()?);
+        let id = self.new_task_id()?;
+        let record = self.open_record(&id, &agent, new.user, parent, depth)?;
+        // Its first turn starts from memory.
+        let record = self.records().checkin(record);
+        if let Some(io) = io {
+            self.queue(&id, io, Origin::User, run).await?;
+        }
+        Ok(TaskRecord::clone(&record))
+    }
+
+    /// A new task id, unique also across restarts and hosts sharing the store. Input may be
+    /// queued for it before its record exists (a schedule's tick): its runner then makes the
+    /// record from the schedule.
+    pub fn new_task_id(&self) -> Result<String> {
+        Ok(format!(
+            "t_{:x}{:06x}",
+            now_ms(),
+            self.inner.store.next_id()?
+        ))
+    }
+
+    /// Writes the record of new task `id` of `agent` for `user` (its first write, which takes
+    /// its lease on a shared store) and returns it, to be checked in.
+    fn open_record(
+        &self,
+        id: &str,
+        agent: &AgentPlan,
+        user: UserRef,
+        parent: Option<&str>,
+        depth: u32,
+    ) -> Result<TaskRecord> {
         let mut record = TaskRecord {
-            id: id.clone(),
+            id: id.to_owned(),
             agent: agent.id(),
-            user: new.user,
+            user,
             status: Some(Status::Idle),
             created_at: now_rfc3339(),
             created_ms: now_ms(),
             parent: parent.map(str::to_owned),
             depth,
             last_activity_ms: now_ms(),
-            subscriptions: subscription::for_agent(&agent),
+            subscriptions: subscription::for_agent(agent),
             journal: journal::Journal::new_task(),
             ..TaskRecord::default()
         };
-        self.seal_allow_lists(&agent, &mut record);
+        self.seal_allow_lists(agent, &mut record);
         let mut events = vec![(
             EventSource::Environment,
             EventKind::ConversationStateUpdateEvent {
@@ -526,14 +556,51 @@ impl Engine {
         }
         // Its first write takes its lease (see `hosts`).
         self.records().save(&mut record, events)?;
-        self.inner.hosts.wrote(self.inner.store.as_ref(), &id);
+        self.inner.hosts.wrote(self.inner.store.as_ref(), id);
         self.tell_watchers(&record);
-        // Its first turn starts from memory.
-        let record = self.records().checkin(record);
-        if let Some(io) = io {
-            self.queue(&id, io, Origin::User, run).await?;
+        Ok(record)
+    }
+
+    /// Task `id`'s record, made now for the input queued for it before it had one: a
+    /// schedule's tick is queued, and claimed across hosts, in one write for a task id of its
+    /// own, so that a host dying right after the claim leaves the tick's input for the host
+    /// that takes it over (see [`hosts`]) rather than losing it. The task is the schedule's,
+    /// as the input's envelope names it. `None` when nothing is queued; input that no
+    /// schedule of the plan explains is dropped, with a warning.
+    fn adopt(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let Some((_, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
+            return Ok(None);
+        };
+        let plan = self.plan();
+        let schedule = input
+            .trigger
+            .as_ref()
+            .filter(|t| t.source == "schedule")
+            .and_then(|t| t.schedule_id.as_deref())
+            .and_then(|s| plan.schedules.get(s));
+        let agent = schedule.map(|s| self.agent(&s.agent));
+        match (schedule, agent) {
+            (Some(s), Some(Ok(agent))) => {
+                let owner = UserRef {
+                    id: s.owner.clone(),
+                    email: None,
+                };
+                self.open_record(id, &agent, owner, None, 0).map(Some)
+            }
+            (_, agent) => {
+                let why = match agent {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "no schedule of the config queued it".to_owned(),
+                };
+                let dropped = self.inner.store.clear_queue_buffered(id)?;
+                self.flush()?;
+                tracing::warn!(
+                    task.id = %id,
+                    "dropped {dropped} queued inputs of a task that has no record: {why}"
+                );
+                Ok(None)
+            }
         }
-        Ok(TaskRecord::clone(&record))
     }
 
     /// Evaluates every binding at task start and seals its allow-list entry to the value.
@@ -612,7 +679,13 @@ impl Engine {
                 .kick(self.inner.store.as_ref(), &host, id)?;
             return self.records().peek(id, |r| Arc::new(r.clone()));
         }
-        let mut record = self.records().checkout(id)?;
+        let mut record = match self.records().checkout(id) {
+            Err(EngineError::NotFound(what)) => match self.adopt(id)? {
+                Some(record) => record,
+                None => return Err(EngineError::NotFound(what)),
+            },
+            checked_out => checked_out?,
+        };
         loop {
             if self.interrupt_requested(id) {
                 return Ok(self.records().checkin(record));
@@ -1377,7 +1450,11 @@ impl Engine {
     /// its turn. Call holding the task's lock.
     fn take_over(&self, id: &str) -> Result<()> {
         self.records().forget(id);
-        let mut record = self.records().checkout(id)?;
+        let mut record = match self.records().checkout(id) {
+            // Input queued before its task had a record: its runner makes it.
+            Err(EngineError::NotFound(_)) => return Ok(()),
+            checked_out => checked_out?,
+        };
         let back = self.bring_back(&mut record)?;
         if (back.in_flight || back.resume)
             && record.crashed.is_none()

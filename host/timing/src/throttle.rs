@@ -77,6 +77,12 @@ impl Throttle {
         true
     }
 
+    /// Gives back the latest fire [`allow`](Self::allow) let through (it did not happen
+    /// after all: another host fired it), so that it no longer counts.
+    pub fn give_back(&mut self) {
+        self.recent.pop_back();
+    }
+
     /// How many fires [`allow`](Self::allow) has refused.
     pub fn dropped(&self) -> u64 {
         self.dropped
@@ -126,6 +132,16 @@ impl DailyQuota {
         }
     }
 
+    /// Gives back one turn [`take`](Self::take) took of `user`'s quota for the UTC day of
+    /// `now_ms` (it did not happen after all); nothing once the day has turned.
+    pub fn give_back(&mut self, user: &str, now_ms: i64) {
+        if now_ms.div_euclid(DAY_MS) == self.day
+            && let Some(used) = self.used.get_mut(user)
+        {
+            *used = used.saturating_sub(1);
+        }
+    }
+
     /// The UTC day of `now_ms`, as this quota counts days (days since the epoch).
     pub fn day_of(now_ms: i64) -> i64 {
         now_ms.div_euclid(DAY_MS)
@@ -158,6 +174,24 @@ impl DailyQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fire_given_back_no_longer_counts() {
+        let mut throttle = Throttle::new(1);
+        assert!(throttle.allow(HOUR_MS));
+        throttle.give_back();
+        assert!(throttle.allow(HOUR_MS + 1));
+        assert!(!throttle.allow(HOUR_MS + 2));
+        let mut quota = DailyQuota::new(1);
+        assert!(quota.take("u", DAY_MS));
+        quota.give_back("u", DAY_MS + 1);
+        assert_eq!(quota.used("u", DAY_MS + 1), 0);
+        assert!(quota.take("u", DAY_MS + 2));
+        assert!(!quota.take("u", DAY_MS + 3));
+        // A turn of yesterday given back leaves today's count alone.
+        quota.give_back("u", 3 * DAY_MS);
+        assert_eq!(quota.used("u", DAY_MS + 4), 1);
+    }
 
     #[test]
     fn clock_stepping_back_keeps_fires_in_the_window() {

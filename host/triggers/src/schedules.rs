@@ -5,8 +5,11 @@
 //! still running does not hold the next one back. Each schedule's status (with the last tick
 //! fired) is in the store, so a tick missed while the host was down fires once at start,
 //! however many were missed ([`Timing::missed`](agentmesh_timing::Timing::missed)). A tick is
-//! recorded as fired before its task is created: a crash in between loses that tick rather
-//! than firing it twice.
+//! recorded as fired before its input is queued: a crash in between loses that tick rather
+//! than firing it twice. Its input is queued for a new task id, and the task's runner makes
+//! the task from the schedule (`Engine::adopt`), so that queueing is the only write a fire
+//! must get done: on a store hosts share, each tick is claimed in that same write, and a host
+//! that dies after it leaves the tick's input to the host that takes its tasks over.
 //!
 //! The scheduler is one tokio task ([`Triggers::run`]) waiting on one
 //! [`TimerHandle`](agentmesh_timing::TimerHandle) for every schedule and wakeup. It fires
@@ -20,14 +23,14 @@ use std::hash::Hash;
 
 use std::sync::Arc;
 
+use agentmesh_store::Typed;
 use agentmesh_store::now_ms;
-use agentmesh_store::{Delivery, Typed};
 use agentmesh_timing::ttl::expires_at;
 use serde_json::Value;
 use tokio::task::JoinSet;
 
 use agentmesh_engine::plan::{Plan, SchedulePlan};
-use agentmesh_engine::{Arrival, EngineError, Input, Origin, Run, normalize_input};
+use agentmesh_engine::{Accepted, Arrival, EngineError, Input, Origin, Run, normalize_input};
 
 use crate::triggers::{FireOutcome, FireStatus, SCHEDULE_STATE, fire_recorded};
 use crate::wakeups::WakeupRecord;
@@ -108,9 +111,40 @@ struct Recorded {
     status: FireStatus,
     /// Its `ttl` has passed: this fire is its final one.
     last: bool,
-    /// Another host sharing the store claimed this tick first: it fires it, and this host
-    /// only arms the next one.
-    elsewhere: bool,
+    /// What claims the tick among hosts sharing the store (`tick:{id}:{tick_ms}`).
+    claim: String,
+    /// What its fire does.
+    tick: Tick,
+}
+
+/// What a tick's fire does.
+enum Tick {
+    /// Queues this input for a new task.
+    Queue(Input),
+    /// Nothing: a bound dropped it.
+    Dropped,
+    /// Nothing: it failed, for this reason.
+    Failed(String),
+}
+
+/// How a tick's fire went.
+enum Outcome {
+    /// Its input was queued for this task.
+    Fired(String),
+    /// A bound dropped it.
+    Dropped,
+    /// It failed, for this reason.
+    Failed(String),
+    /// Another host sharing the store claimed it first, and fires it.
+    Elsewhere,
+}
+
+/// The schedule whose tick queued `input`.
+fn schedule_of(input: &Input) -> String {
+    match &input.origin {
+        Origin::Schedule { id } => id.clone(),
+        _ => String::new(),
+    }
 }
 
 /// A fire in flight: a batch of schedule ticks (by schedule id), or a wakeup (by its task).
@@ -310,73 +344,56 @@ impl Triggers {
         next
     }
 
-    /// Fires schedule ticks `(id, tick_ms)`, at most one per schedule, together: each a new
-    /// task as the schedule's owner with its input, then its next tick armed (or, past its
-    /// `ttl`, it is done). Every tick is recorded as fired, durably, before any task is
-    /// created; the tasks' inputs are queued in one transaction; the outcomes are recorded
-    /// last. Three fsyncs in all, however many ticks.
+    /// Fires schedule ticks `(id, tick_ms)`, at most one per schedule, together: each queues
+    /// its input for a new task id, whose runner makes the schedule's task for it (as its
+    /// owner; see `Engine::adopt`), then its next tick is armed (or, past its `ttl`, it is
+    /// done). Every tick is recorded as fired, durably, before its input is queued; the
+    /// outcomes are recorded last. On a store of one host the inputs are queued in one
+    /// transaction: three fsyncs in all, however many ticks. On a store hosts share, every
+    /// host fires every tick, and each tick's input is queued with its claim in one write:
+    /// the host whose claim comes first fires it, and one that dies right after its claim
+    /// leaves the input to the host that takes its tasks over.
     pub(crate) async fn fire_schedules(&self, ticks: Vec<(String, i64)>) {
         let plan = self.engine.plan();
-        let arrival = Arrival::new();
-        let now = arrival.fired_at();
+        let now = now_ms();
         let recorded = {
             let plan = Arc::clone(&plan);
             self.off_workers(move |engine| engine.record_ticks(&plan, &ticks, now))
                 .await
         };
-        let fired = match recorded {
+        let mut fired = match recorded {
             Ok(fired) => fired,
             Err(e) => {
                 tracing::warn!("recording schedule ticks failed, none fired: {e}");
                 return;
             }
         };
-        let mut outcomes = Vec::new();
-        // The ticks that created a task (schedule, task), and their tasks' inputs.
-        let mut queued = Vec::new();
+        let mut outcomes: Vec<(String, Outcome)> = Vec::new();
         let mut inputs = Vec::new();
-        for Recorded { schedule: s, .. } in fired.iter().filter(|r| !r.elsewhere) {
-            // Creating a task is synchronous store work: yield between two, so that a large
-            // batch does not hold an async worker for long.
-            tokio::task::yield_now().await;
-            match self.schedule_task(s, now).await {
-                Ok(Some((task, io))) => {
-                    inputs.push(Input {
-                        task: task.clone(),
-                        io,
-                        origin: Origin::Schedule { id: s.id() },
-                    });
-                    queued.push((s.id(), task));
-                }
-                Ok(None) => outcomes.push((s.id(), fire_recorded(Err(FireOutcome::Dropped)))),
-                Err(e) => {
-                    tracing::warn!(schedule.id = %s.id(), "schedule fire failed: {e}");
-                    let why = e.to_string();
-                    outcomes.push((s.id(), fire_recorded(Err(FireOutcome::Failed(&why)))));
-                }
+        for r in &mut fired {
+            match std::mem::replace(&mut r.tick, Tick::Dropped) {
+                Tick::Queue(input) => inputs.push((r.claim.clone(), input)),
+                Tick::Dropped => outcomes.push((r.schedule.id(), Outcome::Dropped)),
+                Tick::Failed(why) => outcomes.push((r.schedule.id(), Outcome::Failed(why))),
             }
         }
-        match arrival.accept(&self.engine, inputs, Run::Background).await {
-            Ok(_) => {
-                for (id, task) in &queued {
-                    outcomes.push((id.clone(), fire_recorded(Ok(task))));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "queueing the inputs of {} schedule ticks failed: {e}",
-                    queued.len()
-                );
-                let why = e.to_string();
-                for (id, _) in &queued {
-                    outcomes.push((id.clone(), fire_recorded(Err(FireOutcome::Failed(&why)))));
-                }
-            }
+        if self.engine.store().shared() {
+            outcomes.extend(self.queue_claimed(inputs, now).await);
+        } else {
+            outcomes.extend(self.queue_together(inputs).await);
         }
         let recorded = self
             .off_workers(move |engine| {
                 for (id, outcome) in outcomes {
-                    if let Err(e) = engine.change_status(SCHEDULE_STATE, &id, outcome) {
+                    let outcome = match &outcome {
+                        Outcome::Fired(task) => Ok(task.as_str()),
+                        Outcome::Dropped => Err(FireOutcome::Dropped),
+                        Outcome::Failed(why) => Err(FireOutcome::Failed(why)),
+                        Outcome::Elsewhere => continue,
+                    };
+                    if let Err(e) =
+                        engine.change_status(SCHEDULE_STATE, &id, fire_recorded(outcome))
+                    {
                         tracing::warn!(schedule.id = %id, "recording a fire failed: {e}");
                     }
                 }
@@ -396,8 +413,81 @@ impl Triggers {
         }
     }
 
-    /// Records `ticks` as fired, durably (one flush), those of schedules that may still fire;
-    /// on a store hosts share, a tick another host claimed first is returned `elsewhere`.
+    /// Queues the inputs of ticks (with their claims, unused on a store of one host) in one
+    /// transaction; their outcomes by schedule id.
+    async fn queue_together(&self, inputs: Vec<(String, Input)>) -> Vec<(String, Outcome)> {
+        let tasks: Vec<(String, String)> = inputs
+            .iter()
+            .map(|(_, input)| (schedule_of(input), input.task.clone()))
+            .collect();
+        let inputs = inputs.into_iter().map(|(_, input)| input).collect();
+        let outcome = match Arrival::new()
+            .accept(&self.engine, inputs, Run::Background)
+            .await
+        {
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "queueing the inputs of {} schedule ticks failed: {e}",
+                    tasks.len()
+                );
+                Some(e.to_string())
+            }
+        };
+        tasks
+            .into_iter()
+            .map(|(id, task)| match &outcome {
+                None => (id, Outcome::Fired(task)),
+                Some(why) => (id, Outcome::Failed(why.clone())),
+            })
+            .collect()
+    }
+
+    /// Queues the input of each tick with its claim, each in one write (side by side): a tick
+    /// another host claimed first is theirs, and gives back what its fire took of this
+    /// host's bounds. Their outcomes by schedule id.
+    async fn queue_claimed(
+        &self,
+        inputs: Vec<(String, Input)>,
+        now: i64,
+    ) -> Vec<(String, Outcome)> {
+        let mut queueing = JoinSet::new();
+        for (claim, input) in inputs {
+            let engine = self.engine.clone();
+            let until = now.saturating_add(TICK_CLAIM_KEPT_MS);
+            queueing.spawn(async move {
+                let (id, task) = (schedule_of(&input), input.task.clone());
+                let arrival = Arrival::once(claim).kept_until(until);
+                let queued = arrival.accept(&engine, vec![input], Run::Background).await;
+                (id, task, queued)
+            });
+        }
+        let plan = self.engine.plan();
+        let mut outcomes = Vec::new();
+        while let Some(done) = queueing.join_next().await {
+            let Ok((id, task, queued)) = done else {
+                continue;
+            };
+            let outcome = match queued {
+                Ok(Accepted::Queued { .. }) => Outcome::Fired(task),
+                Ok(Accepted::Duplicate) => {
+                    if let Some(s) = plan.schedules.get(&id) {
+                        self.unbound_fire(&format!("schedule:{id}"), &s.owner, now);
+                    }
+                    Outcome::Elsewhere
+                }
+                Err(e) => {
+                    tracing::warn!(schedule.id = %id, "queueing a tick's input failed: {e}");
+                    Outcome::Failed(e.to_string())
+                }
+            };
+            outcomes.push((id, outcome));
+        }
+        outcomes
+    }
+
+    /// Records `ticks` as fired, durably (one flush), those of schedules that may still fire,
+    /// each with the input to queue for its new task unless a bound dropped it.
     fn record_ticks(
         &self,
         plan: &Plan,
@@ -413,26 +503,6 @@ impl Triggers {
             if !s.enabled || status.expired || status.revoked {
                 continue;
             }
-            // Every host sharing the store arms every schedule: the tick is claimed in the
-            // store first, and fired by the host whose claim came first.
-            if self.engine.store().shared() {
-                let claim = format!("tick:{id}:{tick_ms}");
-                let until = tick_ms.saturating_add(TICK_CLAIM_KEPT_MS);
-                if self
-                    .engine
-                    .store()
-                    .queue_durably(Some((&claim, until)), &[])?
-                    == Delivery::Duplicate
-                {
-                    fired.push(Recorded {
-                        schedule: Arc::clone(s),
-                        status,
-                        last: false,
-                        elsewhere: true,
-                    });
-                    continue;
-                }
-            }
             let last = s
                 .ttl
                 .is_some_and(|ttl| agentmesh_timing::ttl::expired(status.created_ms, ttl, now));
@@ -440,20 +510,28 @@ impl Triggers {
                 st.last_fired_ms = Some((*tick_ms).max(st.last_fired_ms.unwrap_or(i64::MIN)));
                 st.expired |= last;
             })?;
+            let tick = match self.tick_input(s, now) {
+                Ok(Some(input)) => Tick::Queue(input),
+                Ok(None) => Tick::Dropped,
+                Err(e) => {
+                    tracing::warn!(schedule.id = %id, "schedule fire failed: {e}");
+                    Tick::Failed(e.to_string())
+                }
+            };
             fired.push(Recorded {
                 schedule: Arc::clone(s),
                 status,
                 last,
-                elsewhere: false,
+                claim: format!("tick:{id}:{tick_ms}"),
+                tick,
             });
         }
         self.engine.flush()?;
         Ok(fired)
     }
 
-    /// The task of one tick, created, and its input (for the caller to queue); `None` when a
-    /// bound dropped it.
-    async fn schedule_task(&self, s: &SchedulePlan, now: i64) -> Result<Option<(String, Value)>> {
+    /// The input of one tick of `s`, for a new task id; `None` when a bound dropped it.
+    fn tick_input(&self, s: &SchedulePlan, now: i64) -> Result<Option<Input>> {
         let agent = self.engine.agent(&s.agent)?;
         let io = normalize_input(&agent, &Value::Object(s.inputs.clone()))?;
         if let Some(why) = self.bound_fire(
@@ -465,7 +543,11 @@ impl Triggers {
             tracing::info!(schedule.id = %s.id(), "{why}");
             return Ok(None);
         }
-        Ok(Some((self.cold_start(&s.agent, &s.owner).await?, io)))
+        Ok(Some(Input {
+            task: self.engine.new_task_id()?,
+            io,
+            origin: Origin::Schedule { id: s.id() },
+        }))
     }
 
     /// The schedules (optionally only those `owner` owns), sorted by id, and pending wakeups

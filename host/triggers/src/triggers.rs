@@ -232,6 +232,26 @@ impl Triggers {
         None
     }
 
+    /// Gives back what [`bound_fire`](Self::bound_fire) took for a fire of `key` by `owner`
+    /// at `now` that did not happen after all (another host sharing the store fired it).
+    pub(crate) fn unbound_fire(&self, key: &str, owner: &str, now: i64) {
+        if let Some((_, throttle)) = lock(&self.firing.throttles).get_mut(key) {
+            throttle.give_back();
+            let record = ThrottleRecord {
+                recent: throttle.recent().collect(),
+            };
+            self.keep(THROTTLE_STATE, key, &record);
+        }
+        if let Some((_, q)) = &mut *lock(&self.firing.quota) {
+            q.give_back(owner, now);
+            let record = QuotaRecord {
+                day: DailyQuota::day_of(now),
+                used: q.used(owner, now),
+            };
+            self.keep(QUOTA_STATE, owner, &record);
+        }
+    }
+
     /// Forgets the throttle of `key` (a wakeup being deleted), in memory and in the store
     /// (durable with the caller's next flush).
     pub(crate) fn forget_throttle(&self, key: &str) -> Result<()> {
