@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentmesh_testkit::fixtures::{dirs, echo_tool, reviewed_agent, scripted_agent};
+use agentmesh_testkit::fixtures::{
+    API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, reviewed_agent, scripted_agent,
+};
 use agentmesh_testkit::postgres::Postgres;
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
@@ -28,9 +30,17 @@ const LEASE: Duration = Duration::from_secs(2);
 fn config_with(
     more: &[(&str, &str)],
 ) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    config_of_host("kind: agentmesh/v1/host\n", more)
+}
+
+/// [`config_with`], its host manifest `host` (`kind` and any more settings) with the store's.
+fn config_of_host(
+    host: &str,
+    more: &[(&str, &str)],
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let script: String = (1..=6).map(|n| format!("  - text: answer {n}\n")).collect();
     let host = format!(
-        "kind: agentmesh/v1/host\nstore: {{backend: postgres, url: {{env: DATABASE_URL}}, pool: 4, lease: {}s}}\n",
+        "{host}store: {{backend: postgres, url: {{env: DATABASE_URL}}, pool: 4, lease: {}s}}\n",
         LEASE.as_secs()
     );
     let helper = scripted_agent("dev/helper", "");
@@ -231,6 +241,80 @@ fn any_host_takes_any_request_and_the_holder_runs_the_turns() {
     assert_eq!(a.terminate(), Some(0));
     assert_eq!(b.terminate(), Some(0));
     drop(sse);
+}
+
+#[test]
+fn a_review_decided_through_another_host_is_still_only_the_reviewers() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let (root, dir, data) = config_of_host(API_TOKENS, &[]);
+    let mut env = vec![("DATABASE_URL", url.as_str())];
+    env.extend(API_TOKEN_ENV);
+    let a = Server::start(AGENTMESH, &dir, &data, &env);
+    let b = Server::start(AGENTMESH, &dir, &root.path().join("b"), &env);
+    // Alice's task waits on A for `user:ops` to approve its call.
+    let careful = a.create_task_as(
+        "alice-token",
+        &json!({"agent": "dev/careful", "input": {"message": "echo hi"}}),
+    );
+    let events = || {
+        a.request("GET", &format!("/v1/tasks/{careful}/events"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json()["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let review = wait_for(Duration::from_secs(30), || {
+        events()
+            .into_iter()
+            .find(|e| e["kind"] == "ReviewRequestEvent")
+    })
+    .expect("no review requested")["review_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let holder = owner(&pg, &url, &careful);
+    // Through B, neither another user nor the task's owner may decide it, and nothing of it
+    // reaches the task; the reviewer may.
+    let decide = |token: &str, body: Value| {
+        b.request("POST", &format!("/v1/tasks/{careful}/reviews/{review}"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .json(&body)
+            .send()
+    };
+    for token in ["alice-token", "audit-token"] {
+        let r = decide(token, json!({"approve": true}));
+        assert_eq!(r.status, 403, "{token}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "forbidden", "{token}");
+    }
+    // Bob may not see Alice's task at all.
+    let r = decide("bob-token", json!({"approve": true}));
+    assert_eq!(r.status, 404, "{}", r.text());
+    // A name in the body is never taken for the caller.
+    let r = decide("alice-token", json!({"approve": true, "user": "user:ops"}));
+    assert_eq!(r.status, 403, "{}", r.text());
+    let log = events();
+    assert!(
+        !log.iter().any(|e| e["kind"] == "ReviewDecisionEvent"),
+        "a refused decision reached the log: {log:?}"
+    );
+    assert_eq!(owner(&pg, &url, &careful), holder, "the task moved");
+    let r = decide("ops-token", json!({"approve": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = wait_for(Duration::from_secs(30), || {
+        let t = a
+            .request("GET", &format!("/v1/tasks/{careful}"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        answered(1)(&t).then_some(t)
+    })
+    .expect("the approved task never went on");
+    assert_eq!(t["output"][0]["message"][0]["text"], "Echoed.", "{t}");
+    assert_eq!(a.terminate(), Some(0));
+    assert_eq!(b.terminate(), Some(0));
 }
 
 #[test]
