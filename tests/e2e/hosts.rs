@@ -354,7 +354,7 @@ fn a_killed_hosts_tasks_go_on_on_another_host_soon_after_its_lease_expires() {
             .any(|e| {
                 e["value"]["message"]
                     .as_str()
-                    .is_some_and(|m| m.contains("restarted"))
+                    .is_some_and(|m| m.contains("another took it over"))
             })
             .then_some(())
     });
@@ -380,7 +380,7 @@ fn a_killed_hosts_tasks_go_on_on_another_host_soon_after_its_lease_expires() {
         .filter(|e| {
             e["value"]["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("restarted"))
+                .is_some_and(|m| m.contains("another took it over"))
         })
         .count();
     assert_eq!(restarts, 1, "{events}");

@@ -1029,7 +1029,7 @@ impl Engine {
                     continue;
                 }
             }
-            let back = self.bring_back(&mut record)?;
+            let back = self.bring_back(&mut record, Gone::Restarted)?;
             if back.in_flight {
                 in_flight.insert(record.id.clone());
             }
@@ -1059,7 +1059,7 @@ impl Engine {
     /// Brings task `record` back after the host running its turn went down: see
     /// [`Engine::recover`]. Returns whether its turn was in flight and whether its runner
     /// must resume it.
-    fn bring_back(&self, record: &mut TaskRecord) -> Result<Back> {
+    fn bring_back(&self, record: &mut TaskRecord, gone: Gone) -> Result<Back> {
         if record.crashed == Some(Crashed::Retried) && record.status() != Status::Terminated {
             self.end_after_crashes(record)?;
             return Ok(Back::default());
@@ -1082,7 +1082,7 @@ impl Engine {
                 EventSource::Environment,
                 EventKind::ConversationStateUpdateEvent {
                     key: "restart".into(),
-                    value: json!({"message": "the host restarted while the task waited in a review"}),
+                    value: json!({"message": gone.say("while the task waited in a review")}),
                 },
             )];
             let deadline = self.review_deadline(&pending);
@@ -1103,10 +1103,11 @@ impl Engine {
                 resume: false,
             });
         }
-        let mut events = self.unanswered_calls(
-            record,
-            "interrupted: the host restarted during this call; it was not re-run",
-        )?;
+        let why = format!(
+            "interrupted: {}; it was not re-run",
+            gone.say("during this call")
+        );
+        let mut events = self.unanswered_calls(record, &why)?;
         record.status = Some(Status::Idle);
         record.pending_review = None;
         record.resume = None;
@@ -1114,7 +1115,7 @@ impl Engine {
             EventSource::Environment,
             EventKind::ConversationStateUpdateEvent {
                 key: "restart".into(),
-                value: json!({"message": "the host restarted during a turn"}),
+                value: json!({"message": gone.say("during a turn")}),
             },
         ));
         events.push(task::status_event("idle"));
@@ -1455,7 +1456,7 @@ impl Engine {
             Err(EngineError::NotFound(_)) => return Ok(()),
             checked_out => checked_out?,
         };
-        let back = self.bring_back(&mut record)?;
+        let back = self.bring_back(&mut record, Gone::TakenOver)?;
         if (back.in_flight || back.resume)
             && record.crashed.is_none()
             && record.status() != Status::Terminated
@@ -1718,6 +1719,27 @@ impl Engine {
         drop(turn);
         self.kick(task_id);
         Ok(flushed?)
+    }
+}
+
+/// How a task's host went (see [`Engine::bring_back`]).
+#[derive(Debug, Clone, Copy)]
+enum Gone {
+    /// This host went down and started again.
+    Restarted,
+    /// Another host sharing the store went quiet, and this one took the task over.
+    TakenOver,
+}
+
+impl Gone {
+    /// What happened, `when` (e.g. "during a turn"), as the task's log says it.
+    fn say(self, when: &str) -> String {
+        match self {
+            Gone::Restarted => format!("the host restarted {when}"),
+            Gone::TakenOver => {
+                format!("the host running the task went down {when}, and another took it over")
+            }
+        }
     }
 }
 
