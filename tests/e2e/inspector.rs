@@ -517,3 +517,131 @@ fn a_tasks_page_lists_its_queued_inputs_in_order() {
         "an input's markup was not escaped"
     );
 }
+
+/// The values of attributes that start with `start` (such as `id="review-`) in `html`, in
+/// order, without `start`.
+fn attributes(html: &str, start: &str) -> Vec<String> {
+    html.split(start)
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Walks the pages of one list of the reviews inbox from `path` along its `rel` links,
+/// collecting the review ids of its rows (`id="{row}…"`): `part` picks the list's section
+/// of a page.
+fn walk_inbox(
+    server: &Server,
+    cookie: &str,
+    path: &str,
+    rel: &str,
+    row: &str,
+    part: fn(&str) -> &str,
+) -> (Vec<String>, String) {
+    let mut seen = Vec::new();
+    let mut path = path.to_owned();
+    for _ in 0..10 {
+        let page = server.request("GET", &path).header("Cookie", cookie).send();
+        assert_eq!(page.status, 200, "{path}: {}", page.text());
+        let html = page.text();
+        let list = part(&html);
+        let rows = attributes(list, &format!("id=\"{row}"));
+        assert!(rows.len() <= 50, "a page of {} rows", rows.len());
+        seen.extend(rows);
+        match attributes(list, &format!("rel=\"{rel}\" href=\"")).first() {
+            Some(next) => path = next.replace("&amp;", "&"),
+            None => return (seen, path),
+        }
+    }
+    panic!("more pages than there are reviews");
+}
+
+fn waiting_part(html: &str) -> &str {
+    html.split("aria-labelledby=\"decided-h\"").next().unwrap()
+}
+
+fn decided_part(html: &str) -> &str {
+    html.split("aria-labelledby=\"decided-h\"").nth(1).unwrap()
+}
+
+#[test]
+fn the_reviews_inbox_pages_through_every_waiting_review_and_decision_once() {
+    // More than two pages of 50, waiting and then decided.
+    const REVIEWS: usize = 112;
+    let (_root, server) = start();
+    for i in 0..REVIEWS {
+        let body = json!({"agent": "lab/careful", "input": {"message": format!("echo {i}")}});
+        server.create_task_as("ops-token", &body);
+    }
+    let pending = wait_for(Duration::from_secs(60), || {
+        let r = server
+            .request("GET", "/v1/reviews")
+            .header("Authorization", "Bearer ops-token")
+            .send()
+            .json();
+        let reviews = r["reviews"].as_array().unwrap().clone();
+        (reviews.len() == REVIEWS).then_some(reviews)
+    })
+    .expect("the reviews were not all requested");
+    let mut expected: Vec<String> = pending
+        .iter()
+        .map(|r| r["review_id"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    let cookie = session_cookie(&server, "ops-token");
+    let walk = |path: &str, rel: &str, row: &str, part: fn(&str) -> &str| {
+        walk_inbox(&server, &cookie, path, rel, row, part)
+    };
+
+    // Forward from the first page, then back from the last: each review once, in the order
+    // of the API's list both ways.
+    let (forward, last) = walk("/ui/reviews", "next", "review-", waiting_part);
+    let in_api_order: Vec<&str> = pending
+        .iter()
+        .map(|r| r["review_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(forward, in_api_order);
+    let (mut backward, _) = walk(&last, "prev", "review-", waiting_part);
+    let last_page = attributes(
+        waiting_part(
+            &server
+                .request("GET", &last)
+                .header("Cookie", &cookie)
+                .send()
+                .text(),
+        ),
+        "id=\"review-",
+    );
+    assert!(
+        !last_page.is_empty() && last_page.len() < 50,
+        "{last_page:?}"
+    );
+    // The walk back starts with the last page: the pages before it make the rest.
+    backward.drain(..last_page.len());
+    let mut pages_back: Vec<Vec<String>> = backward.chunks(50).map(<[String]>::to_vec).collect();
+    pages_back.reverse();
+    let mut rebuilt: Vec<String> = pages_back.concat();
+    rebuilt.extend(last_page);
+    assert_eq!(rebuilt, forward);
+
+    // Decided, they leave the waiting list and each shows once among the decisions.
+    for r in &pending {
+        let path = format!(
+            "/v1/tasks/{}/reviews/{}",
+            r["task_id"].as_str().unwrap(),
+            r["review_id"].as_str().unwrap()
+        );
+        let answer = server
+            .request("POST", &path)
+            .header("Authorization", "Bearer ops-token")
+            .header("Content-Type", "application/json")
+            .body(br#"{"approve": true}"#.to_vec())
+            .send();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let (waiting, _) = walk("/ui/reviews", "next", "review-", waiting_part);
+    assert!(waiting.is_empty(), "{waiting:?}");
+    let (mut decided, _) = walk("/ui/reviews", "next", "decision-", decided_part);
+    decided.sort();
+    assert_eq!(decided, expected);
+}

@@ -4,7 +4,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{EngineError, NewTask, Origin, Run, Status, UserRef};
+use agentmesh_engine::{
+    Decider, EngineError, NewTask, Origin, Run, Status, UserRef, WaitingReview,
+};
 use agentmesh_store::StoreError;
 use axum::Json;
 use axum::extract::State;
@@ -16,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
+use crate::inspector::index::Waiting;
 use crate::metrics::Metrics;
 use crate::{AppState, resources};
 
@@ -438,6 +441,36 @@ pub(crate) async fn decide(
         .decide_review(id, review_id, approve, caller.decider())
         .await?;
     Ok(())
+}
+
+/// The reviews of `waiting` (from the index) as their task records hold them, those `decider`
+/// may decide, in the same order: one record read each. A review decided, or a task deleted,
+/// since the index saw it is left out.
+pub(crate) fn waiting_reviews(
+    state: &AppState,
+    waiting: &[Waiting],
+    decider: Decider<'_>,
+) -> ApiResult<Vec<WaitingReview>> {
+    let engine = state.engine();
+    let mut reviews = Vec::with_capacity(waiting.len());
+    for w in waiting {
+        let found = engine.read_task(&w.task_id, |r, _| {
+            r.pending_review
+                .clone()
+                .filter(|p| r.status() == Status::Waiting && p.may_decide(&decider))
+                .map(|review| WaitingReview {
+                    task_id: r.id.clone(),
+                    agent: r.agent.clone(),
+                    review,
+                })
+        });
+        match found {
+            Ok(Some(review)) => reviews.push(review),
+            Ok(None) | Err(EngineError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(reviews)
 }
 
 /// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin).

@@ -52,7 +52,7 @@ pub struct ListQuery {
 }
 
 /// A non-empty query value.
-fn given(v: Option<&String>) -> Option<&str> {
+pub(super) fn given(v: Option<&String>) -> Option<&str> {
     v.map(String::as_str).filter(|s| !s.is_empty())
 }
 
@@ -64,7 +64,7 @@ fn parse_status(s: &str) -> UiResult<Status> {
     })
 }
 
-fn parse_key(s: &str) -> UiResult<(i64, String)> {
+pub(super) fn parse_key(s: &str) -> UiResult<(i64, String)> {
     s.split_once(':')
         .and_then(|(ms, id)| Some((ms.parse().ok()?, id.to_owned())))
         .ok_or_else(|| UiError::bad_request(format!("`{s}` is not a position of the list")))
@@ -121,13 +121,13 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
     let from = match (given(q.older.as_ref()), given(q.newer.as_ref())) {
         (Some(k), _) => {
             let (ms, id) = parse_key(k)?;
-            From::Older(ms, id)
+            From::After((ms, Arc::from(id)))
         }
         (None, Some(k)) => {
             let (ms, id) = parse_key(k)?;
-            From::Newer(ms, id)
+            From::Before((ms, Arc::from(id)))
         }
-        (None, None) => From::Newest,
+        (None, None) => From::Start,
     };
     let filter = Filter {
         agent: given(q.agent.as_ref()),
@@ -170,7 +170,7 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
     };
     let agents: Vec<&str> = rows.agents.keys().map(|a| &**a).collect();
     let owners: Vec<&str> = rows.owners.keys().map(|a| &**a).collect();
-    let live = matches!(from, From::Newest);
+    let live = matches!(from, From::Start);
     let body = html! {
         form.filters method="get" action="/ui/" {
             (select("status", "Status", &["idle", "running", "waiting", "terminated"], &str::to_owned, q.status.as_deref()))
@@ -196,8 +196,8 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
         }
         @if page.rows.is_empty() { (empty("No task matches.")) }
         nav.paging aria-label="Pages" {
-            @if page.more_newer { @if let Some(first) = page.rows.first() { a rel="prev" href=(link("newer", first)) { "← Newer" } } }
-            @if page.more_older { @if let Some(last) = page.rows.last() { a rel="next" href=(link("older", last)) { "Older →" } } }
+            @if page.more_before { @if let Some(first) = page.rows.first() { a rel="prev" href=(link("newer", first)) { "← Newer" } } }
+            @if page.more_after { @if let Some(last) = page.rows.last() { a rel="next" href=(link("older", last)) { "Older →" } } }
         }
     };
     Ok(html_page(&layout::page(
@@ -209,7 +209,7 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
 }
 
 /// `pairs` as a query string.
-fn query_string(pairs: &[(&str, &str)]) -> String {
+pub(super) fn query_string(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", super::encode(v)))
