@@ -7,7 +7,6 @@ use std::time::Duration;
 use agentmesh_engine::{
     Decider, EngineError, NewTask, Origin, Run, Status, UserRef, WaitingReview,
 };
-use agentmesh_store::StoreError;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -18,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
-use crate::inspector::index::Waiting;
+use crate::inspector::index::{Filter, From, Waiting};
 use crate::metrics::Metrics;
 use crate::{AppState, resources};
 
@@ -161,11 +160,8 @@ const DEFAULT_PAGE: usize = 100;
 /// The largest `limit` of `GET /v1/tasks`.
 const MAX_PAGE: usize = 1000;
 
-/// Where a page of `GET /v1/tasks` ends: the last task's creation time and id (the list is
-/// newest first, ties by id descending), as `MS:ID`.
-fn cursor_of(task: &agentmesh_engine::TaskRecord) -> String {
-    format!("{}:{}", task.created_ms, task.id)
-}
+// A page of `GET /v1/tasks` ends at its last task's creation time and id (the list is newest
+// first, ties by id descending), given as `MS:ID`.
 
 /// The position a cursor names: `(created_ms, id)`.
 fn parse_cursor(cursor: &str) -> ApiResult<(i64, String)> {
@@ -215,25 +211,58 @@ pub async fn list(
         (Role::AgentUser, _) => Some(caller.subject.as_str()),
         (_, owner) => owner,
     };
-    let engine = state.engine();
-    let mut tasks = engine.list_tasks(q.agent.as_deref(), status, owner)?;
-    tasks.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
-    let start = after.map_or(0, |(ms, id)| {
-        tasks.partition_point(|t| (t.created_ms, &t.id) >= (ms, &id))
-    });
-    let page = tasks.get(start..).unwrap_or_default();
-    let next_cursor = (page.len() > limit)
-        .then(|| page.get(limit - 1).map(cursor_of))
-        .flatten();
-    let objects = page
-        .iter()
-        .take(limit)
-        .map(|r| Ok(resources::task(r, engine.store().queued_count(&r.id)?)))
-        .collect::<Result<Vec<Value>, StoreError>>()
-        .map_err(EngineError::Store)?;
-    Ok(Json(
-        json!({ "tasks": objects, "next_cursor": next_cursor }),
-    ))
+    let owner = owner.map(str::to_owned);
+    off_the_workers(move || {
+        let filter = Filter {
+            agent: q.agent.as_deref(),
+            status,
+            owner: owner.as_deref(),
+            trigger: None,
+        };
+        let from = after.map_or(From::Start, |(ms, id)| From::After((ms, Arc::from(id))));
+        let engine = state.engine();
+        let page = state
+            .inspector
+            .index
+            .current(engine.store())
+            .map_err(EngineError::Store)?
+            .page(&filter, &from, limit);
+        let next_cursor = page
+            .more_after
+            .then(|| {
+                page.rows
+                    .last()
+                    .map(|r| format!("{}:{}", r.created_ms, r.id))
+            })
+            .flatten();
+        let mut objects = Vec::with_capacity(page.rows.len());
+        for row in &page.rows {
+            // The record as it is now: one changed since the index saw it is shown as it is,
+            // if it still matches; one deleted since is left out.
+            let read = engine.read_task(&row.id, |r, queued| {
+                filter.matches_record(r).then(|| resources::task(r, queued))
+            });
+            match read {
+                Ok(Some(object)) => objects.push(object),
+                Ok(None) | Err(EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Json(
+            json!({ "tasks": objects, "next_cursor": next_cursor }),
+        ))
+    })
+    .await
+}
+
+/// Runs `f`, which reads the store and may wait for the index to be built, off the async
+/// workers.
+async fn off_the_workers<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("the request failed: {e}")))?
 }
 
 /// `POST /v1/tasks/{id}/input`.
@@ -473,17 +502,28 @@ pub(crate) fn waiting_reviews(
     Ok(reviews)
 }
 
-/// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin).
+/// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin),
+/// oldest request first: the index's waiting reviews, then only their records.
 pub async fn reviews(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
-    let reviews: Vec<Value> = state
-        .engine()
-        .pending_reviews(caller.decider())?
-        .iter()
-        .map(resources::review)
-        .collect();
-    Ok(Json(json!({ "reviews": reviews })))
+    off_the_workers(move || {
+        let decider = caller.decider();
+        let waiting = state
+            .inspector
+            .index
+            .current(state.engine().store())
+            .map_err(EngineError::Store)?
+            .waiting(&From::Start, usize::MAX, |w| {
+                decider.may_decide_for(&w.reviewer)
+            });
+        let reviews: Vec<Value> = waiting_reviews(&state, &waiting.rows, decider)?
+            .iter()
+            .map(resources::review)
+            .collect();
+        Ok(Json(json!({ "reviews": reviews })))
+    })
+    .await
 }

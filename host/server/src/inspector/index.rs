@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{Status, TaskRecord};
 use agentmesh_model::event::{Event, EventKind};
 use agentmesh_store::{Backend, StoreError, Typed};
 use serde::Deserialize;
@@ -159,6 +159,14 @@ impl Filter<'_> {
             && self.status.is_none_or(|s| row.status == s)
             && self.owner.is_none_or(|o| *row.owner == *o)
             && self.trigger.is_none_or(|t| t.matches(row.triggers))
+    }
+
+    /// Whether task `record` matches as far as its record tells (not the trigger filter,
+    /// which needs the log).
+    pub fn matches_record(&self, record: &TaskRecord) -> bool {
+        self.agent.is_none_or(|a| record.agent == a)
+            && self.status.is_none_or(|s| record.status() == s)
+            && self.owner.is_none_or(|o| record.user.id == o)
     }
 }
 
