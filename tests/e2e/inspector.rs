@@ -1,6 +1,7 @@
 //! The inspector (`/ui/`) in a real headless Chromium (Debian's `chromium` and
 //! `chromium-driver`) against the real binary on loopback: logging in with a token, a task's
-//! event arriving live, approving a review, a failing schedule's error, escaping, and the
+//! event arriving live, approving a review, the reviews inbox's pages, the "triggered turns"
+//! filter with a task a real trigger fired, a failing schedule's error, escaping, and the
 //! headers and checks a browser relies on (CSP, the session cookie, CSRF).
 //!
 //! `AGENTMESH_SCREENSHOTS=DIR` makes `every_view_renders_in_the_browser` keep a PNG of each
@@ -644,4 +645,76 @@ fn the_reviews_inbox_pages_through_every_waiting_review_and_decision_once() {
     let (mut decided, _) = walk("/ui/reviews", "next", "decision-", decided_part);
     decided.sort();
     assert_eq!(decided, expected);
+}
+
+/// A trigger `lab/ping` of `lab/plain`, fired over the API with a bearer source's token.
+const API_TRIGGER: &str = "kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: ping
+agent: plain
+owner: user:admin
+source: {type: ops}
+inputs:
+  message: Ping.
+";
+
+#[test]
+fn the_triggered_turns_filter_shows_a_task_fired_by_a_trigger_and_not_a_typed_one() {
+    let plain = scripted_agent("lab/plain", "").replace("script.yaml", "plain.yaml");
+    let host = format!(
+        "{API_TOKENS}sources:\n  ops: {{signature: bearer, tokens: [{{subject: \"svc:deployer\", env: E2E_OPS_TOKEN}}]}}\n"
+    );
+    let (_root, dir, data) = fixtures::dirs(&[
+        (
+            "manifests.yaml",
+            &format!("{plain}---\n{API_TRIGGER}---\n{host}"),
+        ),
+        ("plain.yaml", "responses:\n  - text: Plain.\n"),
+    ]);
+    let mut env = API_TOKEN_ENV.to_vec();
+    env.push(("E2E_OPS_TOKEN", "ops-source-token"));
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
+    let typed = task(&server, "admin-token", "lab/plain", "Typed by hand.");
+    let fire = server
+        .request("POST", "/v1/triggers/lab/ping/fire")
+        .header("Authorization", "Bearer ops-source-token")
+        .json(&json!({}))
+        .send();
+    assert_eq!(fire.status, 202, "{}", fire.text());
+    let fired = fire.json()["task_id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(20), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{fired}"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (t["output"][0]["message"][0]["text"] == "Plain.").then_some(())
+    })
+    .unwrap_or_else(|| panic!("the fired task {fired} did not answer"));
+
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    assert!(browser.wait_for_text(&fired, Duration::from_secs(5)));
+    // The filter, chosen in the form as a person would.
+    browser.click(&browser.find("select#f-trigger option[value='api']"));
+    browser.click(&browser.find("form.filters button[type=submit]"));
+    browser.wait_for_url("trigger=api", Duration::from_secs(10));
+    let listed = browser.text(&browser.find("table#tasks tbody"));
+    assert!(listed.contains(&fired), "{listed}");
+    assert!(
+        listed.contains("api"),
+        "the row names its trigger source: {listed}"
+    );
+    assert!(
+        !listed.contains(&typed),
+        "a typed task under `api`: {listed}"
+    );
+    // And the other way round.
+    browser.goto(&format!("http://{}/ui/?trigger=none", server.addr));
+    let listed = browser.text(&browser.find("table#tasks tbody"));
+    assert!(listed.contains(&typed), "{listed}");
+    assert!(
+        !listed.contains(&fired),
+        "a fired task under `none`: {listed}"
+    );
 }
