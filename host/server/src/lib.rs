@@ -136,6 +136,14 @@ impl AppState {
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
         let mcp = agentmesh_mcp::http_service(engine.clone());
+        // Another host's writes missed while the store's listening session was down: the
+        // index reads every task again on its next use.
+        let index = Arc::downgrade(&inspector.index);
+        engine.on_missed_writes(Box::new(move || {
+            if let Some(index) = index.upgrade() {
+                index.touch_all();
+            }
+        }));
         // Kept current from the appends; built by its first view, or here in the background.
         if tokio::runtime::Handle::try_current().is_ok() {
             let index = Arc::clone(&inspector.index);
