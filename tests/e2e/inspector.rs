@@ -257,7 +257,7 @@ fn an_event_carrying_markup_shows_as_text_and_runs_nothing() {
 }
 
 /// A session cookie for `token` (a login as a browser does it, over plain HTTP).
-fn session_cookie(server: &Server, token: &str) -> String {
+pub(crate) fn session_cookie(server: &Server, token: &str) -> String {
     let r = server
         .request("POST", "/ui/login")
         .header("Content-Type", "application/x-www-form-urlencoded")

@@ -89,7 +89,7 @@ pub use door::{
 };
 pub use hosts::MissedHook;
 pub use inspect::{CacheStats, LoadedDetail};
-pub use mcp::{About, Finding, Probe, probe};
+pub use mcp::{About, Finding, McpSessionState, McpSessionView, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
@@ -452,6 +452,12 @@ impl Engine {
         let mut record = self.records().stored_record(id)?;
         self.records().log_view(&mut record)?;
         Ok(agentmesh_llm::to_messages(record.journal.view()))
+    }
+
+    /// Task `id`'s sessions of MCP servers on this host (what `mcp` tools opened for it), by
+    /// tool.
+    pub fn mcp_sessions(&self, id: &str) -> Vec<McpSessionView> {
+        self.inner.mcp.of_task(id)
     }
 
     /// Task `id`'s queued inputs, the next first, at most `limit`.

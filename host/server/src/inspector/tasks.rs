@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{McpSessionState, Status};
 use agentmesh_store::Backend;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -412,6 +412,11 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
     } else {
         Vec::new()
     };
+    let mcp_sessions = if sees {
+        engine.mcp_sessions(id)
+    } else {
+        Vec::new()
+    };
     let object = &seen.object;
     let subscriptions = object["subscriptions"]
         .as_array()
@@ -516,6 +521,17 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             @if !wakeups.is_empty() {
                 h2 { "Wakeups pending" }
                 (super::triggers::wakeup_table(&viewer, &wakeups))
+            }
+            h2 id="mcp-h" { "MCP sessions on this host" }
+            @if mcp_sessions.is_empty() { (empty("No MCP session.")) } @else {
+                table.small id="mcp-sessions" {
+                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Session" } th scope="col" { "State" } th scope="col" { "Server process" } } }
+                    tbody { @for s in &mcp_sessions { tr {
+                        td { (s.tool) } td { (s.session) }
+                        td { (match s.state { McpSessionState::Open => "open, idle", McpSessionState::Busy => "in a call", McpSessionState::Closed => "closed: the next call opens it" }) }
+                        td { @if let Some(pid) = s.pid { "pid " (pid) } @else { "—" } }
+                    } } }
+                }
             }
         }
         section aria-labelledby="timeline-h" {
