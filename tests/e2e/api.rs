@@ -361,3 +361,34 @@ fn the_task_list_pages_newest_first_with_a_cursor() {
         assert_eq!(r.json()["error"]["code"], "bad_request", "{bad}");
     }
 }
+
+#[test]
+fn the_lists_hold_every_task_and_review_from_the_first_call_after_a_restart() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let waiting =
+        server.create_task(&json!({"agent": "lab/careful", "input": {"message": "echo hi"}}));
+    server.wait_for_event(&waiting, "ReviewRequestEvent");
+    let mut created: Vec<String> = (0..3)
+        .map(|_| server.create_task(&json!({"agent": "lab/careful"})))
+        .collect();
+    created.insert(0, waiting.clone());
+    assert_eq!(server.terminate(), Some(0));
+
+    // The lists are served from an index built at start: the first calls wait for it.
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let reviews = server.request("GET", "/v1/reviews").send().json();
+    let reviews = reviews["reviews"].as_array().unwrap();
+    assert_eq!(reviews.len(), 1, "{reviews:?}");
+    assert_eq!(reviews[0]["task_id"], waiting.as_str());
+    let tasks = server.request("GET", "/v1/tasks").send().json();
+    let ids: Vec<&str> = tasks["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    let newest_first: Vec<&str> = created.iter().rev().map(String::as_str).collect();
+    assert_eq!(ids, newest_first);
+    assert_eq!(tasks["tasks"][3]["status"], "waiting", "{tasks}");
+}

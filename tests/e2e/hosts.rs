@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentmesh_testkit::browser::Browser;
 use agentmesh_testkit::fixtures::{
     API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, reviewed_agent, scripted_agent,
 };
@@ -319,7 +320,14 @@ fn a_review_decided_through_another_host_is_still_only_the_reviewers() {
 
 #[test]
 fn a_killed_hosts_tasks_go_on_on_another_host_soon_after_its_lease_expires() {
-    let TwoHosts { pg, url, a, b, .. } = two_hosts();
+    let TwoHosts {
+        pg,
+        url,
+        root: _root,
+        a,
+        b,
+        ..
+    } = two_hosts();
     let plain = a.create_task(&json!({"agent": "dev/helper", "input": {"message": "first"}}));
     task_once(&a, &plain, Duration::from_secs(30), answered(1));
     let careful = a.create_task(&json!({"agent": "dev/careful", "input": {"message": "echo hi"}}));
@@ -704,4 +712,102 @@ inputs:
     for host in hosts {
         assert_eq!(host.terminate(), Some(0));
     }
+}
+
+/// Opens the inspector of `server` (a loopback host without tokens) in `browser` at `path`.
+fn inspect(browser: &Browser, server: &Server, path: &str) {
+    browser.goto(&format!("http://{}{path}", server.addr));
+    browser.click(&browser.find("form.login button[type=submit]"));
+    let url = browser.wait_for_url(path, Duration::from_secs(10));
+    assert!(url.ends_with(path), "after logging in: {url}");
+}
+
+#[test]
+fn the_inspector_of_one_host_shows_tasks_and_events_another_host_wrote() {
+    // The database and the config dir live as long as the hosts.
+    let TwoHosts {
+        pg: _pg,
+        root: _root,
+        a,
+        b,
+        ..
+    } = two_hosts();
+    let browser = Browser::start();
+    inspect(&browser, &b, "/ui/");
+
+    // A task A creates comes into B's list live, and is there on a reload.
+    let task = a.create_task(&json!({"agent": "dev/helper", "input": {"message": "first"}}));
+    task_once(&a, &task, Duration::from_secs(30), answered(1));
+    assert!(
+        browser.wait_for_text(&task, Duration::from_secs(10)),
+        "B's list did not show A's task live: {}",
+        browser.text_of_page()
+    );
+    browser.goto(&format!("http://{}/ui/?status=idle", b.addr));
+    let listed = browser.text(&browser.find("table#tasks tbody"));
+    assert!(listed.contains(&task), "{listed}");
+
+    // Its page on B, and A's next answer arriving in it live.
+    browser.goto(&format!("http://{}/ui/tasks/{task}", b.addr));
+    assert!(
+        browser.wait_for_text("answer 1", Duration::from_secs(5)),
+        "{}",
+        browser.text_of_page()
+    );
+    a.send_input(&task, "second");
+    assert!(
+        browser.wait_for_text("answer 2", Duration::from_secs(30)),
+        "A's event did not arrive live on B: {}",
+        browser.text_of_page()
+    );
+    browser.goto(&format!("http://{}/ui/tasks/{task}", b.addr));
+    assert!(browser.text_of_page().contains("answer 2"));
+
+    // A status A writes (waiting in a review) shows in B's list, its filter and its inbox.
+    let careful = a.create_task(&json!({"agent": "dev/careful", "input": {"message": "echo hi"}}));
+    let shown = wait_for(Duration::from_secs(30), || {
+        browser.goto(&format!("http://{}/ui/?status=waiting", b.addr));
+        let listed = browser.text(&browser.find("table#tasks tbody"));
+        listed.contains(&careful).then_some(listed)
+    });
+    assert!(shown.is_some(), "B never listed A's task as waiting");
+    browser.goto(&format!("http://{}/ui/reviews", b.addr));
+    assert!(browser.text_of_page().contains(&careful));
+}
+
+#[test]
+fn a_host_whose_listening_session_was_lost_lists_what_others_wrote_meanwhile() {
+    let TwoHosts {
+        pg,
+        url,
+        root: _root,
+        a,
+        b,
+        ..
+    } = two_hosts();
+    // Both hosts' sessions listening for the others end; each opens a new one a second later.
+    let ended = pg.psql(
+        url.rsplit('/').next().unwrap(),
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    );
+    assert_eq!(ended, "2", "the hosts' listening sessions");
+    // Written while B hears nothing: a task without input, one write.
+    let task = a.create_task(&json!({"agent": "dev/helper"}));
+    let listed = wait_for(Duration::from_secs(30), || {
+        let tasks = b.request("GET", "/v1/tasks").send().json();
+        let ids: Vec<String> = tasks["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.contains(&task).then_some(ids)
+    });
+    assert!(
+        listed.is_some(),
+        "B never lists the task A wrote while B was not listening"
+    );
+    assert_eq!(a.terminate(), Some(0));
+    assert_eq!(b.terminate(), Some(0));
 }

@@ -1,6 +1,7 @@
 //! The inspector (`/ui/`) in a real headless Chromium (Debian's `chromium` and
 //! `chromium-driver`) against the real binary on loopback: logging in with a token, a task's
-//! event arriving live, approving a review, a failing schedule's error, escaping, and the
+//! event arriving live, approving a review, the reviews inbox's pages, the "triggered turns"
+//! filter with a task a real trigger fired, a failing schedule's error, escaping, and the
 //! headers and checks a browser relies on (CSP, the session cookie, CSRF).
 //!
 //! `AGENTMESH_SCREENSHOTS=DIR` makes `every_view_renders_in_the_browser` keep a PNG of each
@@ -256,7 +257,7 @@ fn an_event_carrying_markup_shows_as_text_and_runs_nothing() {
 }
 
 /// A session cookie for `token` (a login as a browser does it, over plain HTTP).
-fn session_cookie(server: &Server, token: &str) -> String {
+pub(crate) fn session_cookie(server: &Server, token: &str) -> String {
     let r = server
         .request("POST", "/ui/login")
         .header("Content-Type", "application/x-www-form-urlencoded")
@@ -515,5 +516,205 @@ fn a_tasks_page_lists_its_queued_inputs_in_order() {
     assert!(
         !queue.contains("<b>next</b>"),
         "an input's markup was not escaped"
+    );
+}
+
+/// The values of attributes that start with `start` (such as `id="review-`) in `html`, in
+/// order, without `start`.
+fn attributes(html: &str, start: &str) -> Vec<String> {
+    html.split(start)
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Walks the pages of one list of the reviews inbox from `path` along its `rel` links,
+/// collecting the review ids of its rows (`id="{row}…"`): `part` picks the list's section
+/// of a page.
+fn walk_inbox(
+    server: &Server,
+    cookie: &str,
+    path: &str,
+    rel: &str,
+    row: &str,
+    part: fn(&str) -> &str,
+) -> (Vec<String>, String) {
+    let mut seen = Vec::new();
+    let mut path = path.to_owned();
+    for _ in 0..10 {
+        let page = server.request("GET", &path).header("Cookie", cookie).send();
+        assert_eq!(page.status, 200, "{path}: {}", page.text());
+        let html = page.text();
+        let list = part(&html);
+        let rows = attributes(list, &format!("id=\"{row}"));
+        assert!(rows.len() <= 50, "a page of {} rows", rows.len());
+        seen.extend(rows);
+        match attributes(list, &format!("rel=\"{rel}\" href=\"")).first() {
+            Some(next) => path = next.replace("&amp;", "&"),
+            None => return (seen, path),
+        }
+    }
+    panic!("more pages than there are reviews");
+}
+
+fn waiting_part(html: &str) -> &str {
+    html.split("aria-labelledby=\"decided-h\"").next().unwrap()
+}
+
+fn decided_part(html: &str) -> &str {
+    html.split("aria-labelledby=\"decided-h\"").nth(1).unwrap()
+}
+
+#[test]
+fn the_reviews_inbox_pages_through_every_waiting_review_and_decision_once() {
+    // More than two pages of 50, waiting and then decided.
+    const REVIEWS: usize = 112;
+    let (_root, server) = start();
+    for i in 0..REVIEWS {
+        let body = json!({"agent": "lab/careful", "input": {"message": format!("echo {i}")}});
+        server.create_task_as("ops-token", &body);
+    }
+    let pending = wait_for(Duration::from_secs(60), || {
+        let r = server
+            .request("GET", "/v1/reviews")
+            .header("Authorization", "Bearer ops-token")
+            .send()
+            .json();
+        let reviews = r["reviews"].as_array().unwrap().clone();
+        (reviews.len() == REVIEWS).then_some(reviews)
+    })
+    .expect("the reviews were not all requested");
+    let mut expected: Vec<String> = pending
+        .iter()
+        .map(|r| r["review_id"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    let cookie = session_cookie(&server, "ops-token");
+    let walk = |path: &str, rel: &str, row: &str, part: fn(&str) -> &str| {
+        walk_inbox(&server, &cookie, path, rel, row, part)
+    };
+
+    // Forward from the first page, then back from the last: each review once, in the order
+    // of the API's list both ways.
+    let (forward, last) = walk("/ui/reviews", "next", "review-", waiting_part);
+    let in_api_order: Vec<&str> = pending
+        .iter()
+        .map(|r| r["review_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(forward, in_api_order);
+    let (mut backward, _) = walk(&last, "prev", "review-", waiting_part);
+    let last_page = attributes(
+        waiting_part(
+            &server
+                .request("GET", &last)
+                .header("Cookie", &cookie)
+                .send()
+                .text(),
+        ),
+        "id=\"review-",
+    );
+    assert!(
+        !last_page.is_empty() && last_page.len() < 50,
+        "{last_page:?}"
+    );
+    // The walk back starts with the last page: the pages before it make the rest.
+    backward.drain(..last_page.len());
+    let mut pages_back: Vec<Vec<String>> = backward.chunks(50).map(<[String]>::to_vec).collect();
+    pages_back.reverse();
+    let mut rebuilt: Vec<String> = pages_back.concat();
+    rebuilt.extend(last_page);
+    assert_eq!(rebuilt, forward);
+
+    // Decided, they leave the waiting list and each shows once among the decisions.
+    for r in &pending {
+        let path = format!(
+            "/v1/tasks/{}/reviews/{}",
+            r["task_id"].as_str().unwrap(),
+            r["review_id"].as_str().unwrap()
+        );
+        let answer = server
+            .request("POST", &path)
+            .header("Authorization", "Bearer ops-token")
+            .header("Content-Type", "application/json")
+            .body(br#"{"approve": true}"#.to_vec())
+            .send();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let (waiting, _) = walk("/ui/reviews", "next", "review-", waiting_part);
+    assert!(waiting.is_empty(), "{waiting:?}");
+    let (mut decided, _) = walk("/ui/reviews", "next", "decision-", decided_part);
+    decided.sort();
+    assert_eq!(decided, expected);
+}
+
+/// A trigger `lab/ping` of `lab/plain`, fired over the API with a bearer source's token.
+const API_TRIGGER: &str = "kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: ping
+agent: plain
+owner: user:admin
+source: {type: ops}
+inputs:
+  message: Ping.
+";
+
+#[test]
+fn the_triggered_turns_filter_shows_a_task_fired_by_a_trigger_and_not_a_typed_one() {
+    let plain = scripted_agent("lab/plain", "").replace("script.yaml", "plain.yaml");
+    let host = format!(
+        "{API_TOKENS}sources:\n  ops: {{signature: bearer, tokens: [{{subject: \"svc:deployer\", env: E2E_OPS_TOKEN}}]}}\n"
+    );
+    let (_root, dir, data) = fixtures::dirs(&[
+        (
+            "manifests.yaml",
+            &format!("{plain}---\n{API_TRIGGER}---\n{host}"),
+        ),
+        ("plain.yaml", "responses:\n  - text: Plain.\n"),
+    ]);
+    let mut env = API_TOKEN_ENV.to_vec();
+    env.push(("E2E_OPS_TOKEN", "ops-source-token"));
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
+    let typed = task(&server, "admin-token", "lab/plain", "Typed by hand.");
+    let fire = server
+        .request("POST", "/v1/triggers/lab/ping/fire")
+        .header("Authorization", "Bearer ops-source-token")
+        .json(&json!({}))
+        .send();
+    assert_eq!(fire.status, 202, "{}", fire.text());
+    let fired = fire.json()["task_id"].as_str().unwrap().to_owned();
+    wait_for(Duration::from_secs(20), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{fired}"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (t["output"][0]["message"][0]["text"] == "Plain.").then_some(())
+    })
+    .unwrap_or_else(|| panic!("the fired task {fired} did not answer"));
+
+    let browser = Browser::start();
+    log_in(&browser, &server, "admin-token", "/ui/");
+    assert!(browser.wait_for_text(&fired, Duration::from_secs(5)));
+    // The filter, chosen in the form as a person would.
+    browser.click(&browser.find("select#f-trigger option[value='api']"));
+    browser.click(&browser.find("form.filters button[type=submit]"));
+    browser.wait_for_url("trigger=api", Duration::from_secs(10));
+    let listed = browser.text(&browser.find("table#tasks tbody"));
+    assert!(listed.contains(&fired), "{listed}");
+    assert!(
+        listed.contains("api"),
+        "the row names its trigger source: {listed}"
+    );
+    assert!(
+        !listed.contains(&typed),
+        "a typed task under `api`: {listed}"
+    );
+    // And the other way round.
+    browser.goto(&format!("http://{}/ui/?trigger=none", server.addr));
+    let listed = browser.text(&browser.find("table#tasks tbody"));
+    assert!(listed.contains(&typed), "{listed}");
+    assert!(
+        !listed.contains(&fired),
+        "a fired task under `none`: {listed}"
     );
 }

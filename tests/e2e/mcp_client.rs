@@ -416,11 +416,9 @@ fn http_and_legacy_sse_servers_answer_and_a_url_outside_allowed_hosts_is_refused
     );
 }
 
-#[test]
-fn serve_stops_a_tasks_server_when_the_task_is_deleted() {
-    let manifests = python_tool("");
-    let (_root, dir, data) = config(&manifests, "py: \"*\"", &[("py_whoami", json!({}))], "");
-    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+/// A task of `t/a` on `server` that called its MCP server once and went idle, and the pid of
+/// the server process it reported.
+fn idle_after_a_call(server: &Server) -> (String, u64) {
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     let observed = server.wait_for_event(&id, "ObservationEvent");
     let pid = observed["result"]["pid"].as_u64().unwrap();
@@ -432,12 +430,52 @@ fn serve_stops_a_tasks_server_when_the_task_is_deleted() {
         (task["status"] == "idle").then_some(())
     });
     assert!(idle.is_some(), "task {id} did not become idle");
+    (id, pid)
+}
+
+#[test]
+fn serve_stops_a_tasks_server_when_the_task_is_deleted() {
+    let manifests = python_tool("");
+    let (_root, dir, data) = config(&manifests, "py: \"*\"", &[("py_whoami", json!({}))], "");
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let (id, pid) = idle_after_a_call(&server);
     assert!(alive(pid), "an idle task keeps its session");
 
     let r = server.request("DELETE", &format!("/v1/tasks/{id}")).send();
     assert_eq!(r.status, 204, "{}", r.text());
     let gone = wait_for(Duration::from_secs(30), || (!alive(pid)).then_some(()));
     assert!(gone.is_some(), "the server of a deleted task still runs");
+}
+
+#[test]
+fn the_inspector_shows_a_tasks_open_session_with_its_server_process() {
+    let manifests = python_tool("");
+    let (_root, dir, data) = config(&manifests, "py: \"*\"", &[("py_whoami", json!({}))], "");
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let (id, pid) = idle_after_a_call(&server);
+    // A loopback host without tokens: the login takes an empty token.
+    let cookie = crate::inspector::session_cookie(&server, "");
+    let page = |task: &str| {
+        let r = server
+            .request("GET", &format!("/ui/tasks/{task}"))
+            .header("Cookie", &cookie)
+            .send();
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+    };
+    let html = page(&id);
+    let table = html
+        .split("id=\"mcp-sessions\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MCP sessions on the page: {html}"));
+    let table = table.split("</table>").next().unwrap();
+    assert!(table.contains("t/py"), "{table}");
+    assert!(table.contains("open, idle"), "{table}");
+    assert!(table.contains(&format!("pid {pid}")), "{table}");
+
+    // Another task of the host has none.
+    let other = server.create_task(&json!({"agent": "t/a"}));
+    assert!(page(&other).contains("No MCP session."));
 }
 
 #[test]

@@ -139,7 +139,12 @@ pub(crate) struct Hosts {
     /// What the store's notice hook heard, until `Engine::serve_hosts` takes it.
     heard: Mutex<Option<mpsc::UnboundedReceiver<Heard>>>,
     hear: mpsc::UnboundedSender<Heard>,
+    /// Told when other hosts' writes may have gone unheard (see [`Hosts::missed`]).
+    on_missed: Mutex<Vec<MissedHook>>,
 }
+
+/// A function told that notices of other hosts' writes may have been lost.
+pub type MissedHook = Box<dyn Fn() + Send + Sync>;
 
 impl Hosts {
     pub(crate) fn new() -> Hosts {
@@ -150,6 +155,7 @@ impl Hosts {
             next_request: AtomicU64::new(1),
             heard: Mutex::new(Some(heard)),
             hear,
+            on_missed: Mutex::new(Vec::new()),
         }
     }
 
@@ -170,6 +176,18 @@ impl Hosts {
             };
             let _ = hear.send(heard);
         })
+    }
+
+    /// Adds `hook` to those told when other hosts' writes may have gone unheard.
+    pub(crate) fn on_missed(&self, hook: MissedHook) {
+        lock(&self.on_missed).push(hook);
+    }
+
+    /// Tells the hooks of [`Hosts::on_missed`] that other hosts' writes may have gone unheard.
+    pub(crate) fn missed(&self) {
+        for hook in lock(&self.on_missed).iter() {
+            hook();
+        }
     }
 
     /// What was heard, for the one loop that serves it (`None` once taken).

@@ -87,8 +87,9 @@ pub use direct::DirectEnd;
 pub use door::{
     Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
 };
+pub use hosts::MissedHook;
 pub use inspect::{CacheStats, LoadedDetail};
-pub use mcp::{About, Finding, Probe, probe};
+pub use mcp::{About, Finding, McpSessionState, McpSessionView, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
@@ -451,6 +452,12 @@ impl Engine {
         let mut record = self.records().stored_record(id)?;
         self.records().log_view(&mut record)?;
         Ok(agentmesh_llm::to_messages(record.journal.view()))
+    }
+
+    /// Task `id`'s sessions of MCP servers on this host (what `mcp` tools opened for it), by
+    /// tool.
+    pub fn mcp_sessions(&self, id: &str) -> Vec<McpSessionView> {
+        self.inner.mcp.of_task(id)
     }
 
     /// Task `id`'s queued inputs, the next first, at most `limit`.
@@ -1583,12 +1590,21 @@ impl Engine {
             }
             hosts::Heard::Replied { n, reply } => self.inner.hosts.replied(n, reply),
             hosts::Heard::Missed => {
+                self.inner.hosts.missed();
                 self.records().forget_all();
                 if let Err(e) = self.rebuild_watchers() {
                     tracing::warn!("reading every task again failed: {e}");
                 }
             }
         }
+    }
+
+    /// Calls `hook` whenever this host may have missed other hosts' writes on a shared store
+    /// (its session listening for them was lost, and is open again): whoever keeps what the
+    /// store's append hook tells must read the store again. The engine forgets its cached
+    /// records then.
+    pub fn on_missed_writes(&self, hook: MissedHook) {
+        self.inner.hosts.on_missed(hook);
     }
 
     /// Answers a review: resumes a task waiting in `review()`. Only the reviewer the review

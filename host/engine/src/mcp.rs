@@ -156,6 +156,30 @@ impl rmcp::ClientHandler for McpClient {
     }
 }
 
+/// A task's session of one MCP server, as the inspector shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpSessionView {
+    /// The tool (`namespace/name`) whose server it is.
+    pub tool: String,
+    /// The server block its actions share (the name of the `mcp:` session).
+    pub session: String,
+    /// What it does now.
+    pub state: McpSessionState,
+    /// The process id of an open stdio server.
+    pub pid: Option<u32>,
+}
+
+/// What a session does, as far as a look that never waits can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpSessionState {
+    /// Open and idle.
+    Open,
+    /// In a call (or being opened for one).
+    Busy,
+    /// Not open: the last one broke, or it was not opened yet; the next call opens one.
+    Closed,
+}
+
 /// What [`McpSessions::reserve`] found in the pool.
 enum Found {
     /// The session's own slot.
@@ -395,6 +419,36 @@ impl McpSessions {
                 open_http(&id, server, plan, &settings, (http, client)).await
             }
         }
+    }
+
+    /// Task `task`'s sessions in the pool, by tool, without waiting for any (one in a call is
+    /// [`McpSessionState::Busy`]).
+    pub(crate) fn of_task(&self, task: &str) -> Vec<McpSessionView> {
+        let mut views: Vec<McpSessionView> = lock(&self.slots)
+            .iter()
+            .filter(|((t, _), _)| t == task)
+            .map(|((_, key), slot)| {
+                let (tool, session) = key.split_once(' ').unwrap_or((key, ""));
+                let (state, pid) = match slot.state.try_lock() {
+                    Err(_) => (McpSessionState::Busy, None),
+                    Ok(state) => match &*state {
+                        State::Open(open) => (
+                            McpSessionState::Open,
+                            open.process.as_ref().and_then(ServerProcess::pid),
+                        ),
+                        State::Closed | State::Evicted => (McpSessionState::Closed, None),
+                    },
+                };
+                McpSessionView {
+                    tool: tool.to_owned(),
+                    session: session.to_owned(),
+                    state,
+                    pid,
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| (&a.tool, &a.session).cmp(&(&b.tool, &b.session)));
+        views
     }
 
     /// Tears down every session of `task` (when it ends).
@@ -776,6 +830,11 @@ impl ServerProcess {
             stderr,
             tail,
         }
+    }
+
+    /// The server's process id, while it runs.
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref()?.id()
     }
 
     /// Waits up to [`EXIT_GRACE`] for the server to exit, then kills its process group and

@@ -175,10 +175,7 @@ pub struct PendingReview {
 impl PendingReview {
     /// Whether `decider` may decide this review: an admin, or the reviewer it names.
     pub fn may_decide(&self, decider: &Decider<'_>) -> bool {
-        match decider {
-            Decider::Admin(_) => true,
-            Decider::Subject(s) => *s == self.reviewer,
-        }
+        decider.may_decide_for(&self.reviewer)
     }
 }
 
@@ -203,6 +200,15 @@ pub enum Decider<'a> {
 }
 
 impl Decider<'_> {
+    /// Whether this decider may decide a review that names `reviewer`: an admin, or that
+    /// reviewer.
+    pub fn may_decide_for(&self, reviewer: &str) -> bool {
+        match self {
+            Decider::Admin(_) => true,
+            Decider::Subject(s) => *s == reviewer,
+        }
+    }
+
     /// The subject recorded as `decided_by`.
     pub fn subject(&self) -> &str {
         match self {

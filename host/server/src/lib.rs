@@ -122,18 +122,30 @@ impl AppState {
         let engine = router.engine().clone();
         let (appended, _) = broadcast::channel(1024);
         let sender = appended.clone();
+        let inspector = inspector::Inspector::default();
+        let index = Arc::clone(&inspector.index);
         engine.store().set_append_hook(Box::new(move |task| {
+            let task: Arc<str> = Arc::from(task);
+            // Marked before the write's caller goes on, so that a list read after a write
+            // (an API answer, another host's notice) holds it.
+            index.touch(Arc::clone(&task));
             // Nobody listening is fine: streams re-read the log when they subscribe.
-            let _ = sender.send(Arc::from(task));
+            let _ = sender.send(task);
         }));
         let at_start = reload::StartOnly::of(&engine.plan().host);
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
         let mcp = agentmesh_mcp::http_service(engine.clone());
-        let inspector = inspector::Inspector::default();
+        // Another host's writes missed while the store's listening session was down: the
+        // index reads every task again on its next use.
+        let index = Arc::downgrade(&inspector.index);
+        engine.on_missed_writes(Box::new(move || {
+            if let Some(index) = index.upgrade() {
+                index.touch_all();
+            }
+        }));
         // Kept current from the appends; built by its first view, or here in the background.
         if tokio::runtime::Handle::try_current().is_ok() {
-            inspector::index::TaskIndex::follow(&inspector.index, appended.subscribe());
             let index = Arc::clone(&inspector.index);
             let store = engine.clone();
             tokio::task::spawn_blocking(move || {

@@ -4,8 +4,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{EngineError, NewTask, Origin, Run, Status, UserRef};
-use agentmesh_store::StoreError;
+use agentmesh_engine::{
+    Decider, EngineError, NewTask, Origin, Run, Status, UserRef, WaitingReview,
+};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult, Body};
+use crate::inspector::index::{Filter, From, Waiting};
 use crate::metrics::Metrics;
 use crate::{AppState, resources};
 
@@ -158,11 +160,8 @@ const DEFAULT_PAGE: usize = 100;
 /// The largest `limit` of `GET /v1/tasks`.
 const MAX_PAGE: usize = 1000;
 
-/// Where a page of `GET /v1/tasks` ends: the last task's creation time and id (the list is
-/// newest first, ties by id descending), as `MS:ID`.
-fn cursor_of(task: &agentmesh_engine::TaskRecord) -> String {
-    format!("{}:{}", task.created_ms, task.id)
-}
+// A page of `GET /v1/tasks` ends at its last task's creation time and id (the list is newest
+// first, ties by id descending), given as `MS:ID`.
 
 /// The position a cursor names: `(created_ms, id)`.
 fn parse_cursor(cursor: &str) -> ApiResult<(i64, String)> {
@@ -212,25 +211,58 @@ pub async fn list(
         (Role::AgentUser, _) => Some(caller.subject.as_str()),
         (_, owner) => owner,
     };
-    let engine = state.engine();
-    let mut tasks = engine.list_tasks(q.agent.as_deref(), status, owner)?;
-    tasks.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
-    let start = after.map_or(0, |(ms, id)| {
-        tasks.partition_point(|t| (t.created_ms, &t.id) >= (ms, &id))
-    });
-    let page = tasks.get(start..).unwrap_or_default();
-    let next_cursor = (page.len() > limit)
-        .then(|| page.get(limit - 1).map(cursor_of))
-        .flatten();
-    let objects = page
-        .iter()
-        .take(limit)
-        .map(|r| Ok(resources::task(r, engine.store().queued_count(&r.id)?)))
-        .collect::<Result<Vec<Value>, StoreError>>()
-        .map_err(EngineError::Store)?;
-    Ok(Json(
-        json!({ "tasks": objects, "next_cursor": next_cursor }),
-    ))
+    let owner = owner.map(str::to_owned);
+    off_the_workers(move || {
+        let filter = Filter {
+            agent: q.agent.as_deref(),
+            status,
+            owner: owner.as_deref(),
+            trigger: None,
+        };
+        let from = after.map_or(From::Start, |(ms, id)| From::After((ms, Arc::from(id))));
+        let engine = state.engine();
+        let page = state
+            .inspector
+            .index
+            .current(engine.store())
+            .map_err(EngineError::Store)?
+            .page(&filter, &from, limit);
+        let next_cursor = page
+            .more_after
+            .then(|| {
+                page.rows
+                    .last()
+                    .map(|r| format!("{}:{}", r.created_ms, r.id))
+            })
+            .flatten();
+        let mut objects = Vec::with_capacity(page.rows.len());
+        for row in &page.rows {
+            // The record as it is now: one changed since the index saw it is shown as it is,
+            // if it still matches; one deleted since is left out.
+            let read = engine.read_task(&row.id, |r, queued| {
+                filter.matches_record(r).then(|| resources::task(r, queued))
+            });
+            match read {
+                Ok(Some(object)) => objects.push(object),
+                Ok(None) | Err(EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Json(
+            json!({ "tasks": objects, "next_cursor": next_cursor }),
+        ))
+    })
+    .await
+}
+
+/// Runs `f`, which reads the store and may wait for the index to be built, off the async
+/// workers.
+async fn off_the_workers<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("the request failed: {e}")))?
 }
 
 /// `POST /v1/tasks/{id}/input`.
@@ -440,17 +472,58 @@ pub(crate) async fn decide(
     Ok(())
 }
 
-/// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin).
+/// The reviews of `waiting` (from the index) as their task records hold them, those `decider`
+/// may decide, in the same order: one record read each. A review decided, or a task deleted,
+/// since the index saw it is left out.
+pub(crate) fn waiting_reviews(
+    state: &AppState,
+    waiting: &[Waiting],
+    decider: Decider<'_>,
+) -> ApiResult<Vec<WaitingReview>> {
+    let engine = state.engine();
+    let mut reviews = Vec::with_capacity(waiting.len());
+    for w in waiting {
+        let found = engine.read_task(&w.task_id, |r, _| {
+            r.pending_review
+                .clone()
+                .filter(|p| r.status() == Status::Waiting && p.may_decide(&decider))
+                .map(|review| WaitingReview {
+                    task_id: r.id.clone(),
+                    agent: r.agent.clone(),
+                    review,
+                })
+        });
+        match found {
+            Ok(Some(review)) => reviews.push(review),
+            Ok(None) | Err(EngineError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(reviews)
+}
+
+/// `GET /v1/reviews`: the pending reviews the caller may decide (every one, for an admin),
+/// oldest request first: the index's waiting reviews, then only their records.
 pub async fn reviews(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     let caller = caller(&state, &headers)?;
-    let reviews: Vec<Value> = state
-        .engine()
-        .pending_reviews(caller.decider())?
-        .iter()
-        .map(resources::review)
-        .collect();
-    Ok(Json(json!({ "reviews": reviews })))
+    off_the_workers(move || {
+        let decider = caller.decider();
+        let waiting = state
+            .inspector
+            .index
+            .current(state.engine().store())
+            .map_err(EngineError::Store)?
+            .waiting(&From::Start, usize::MAX, |w| {
+                decider.may_decide_for(&w.reviewer)
+            });
+        let reviews: Vec<Value> = waiting_reviews(&state, &waiting.rows, decider)?
+            .iter()
+            .map(resources::review)
+            .collect();
+        Ok(Json(json!({ "reviews": reviews })))
+    })
+    .await
 }

@@ -4,29 +4,30 @@
 //! sort of every record in the store, whatever the number of tasks.
 //!
 //! It is built from the store once (in the background at start, or by the first view that
-//! needs it) and then kept current from the store's append notifications: a task whose log
-//! grew is marked, and the next view re-reads the marked tasks' record heads and only their new
-//! events. A notification stream that fell behind marks everything, and the index is rebuilt.
-//! The same walk over new events collects the latest review decisions for the reviews inbox.
+//! needs it) and then kept current from the store's append hook (this host's writes, and other
+//! hosts' on a shared store): a task whose log grew is marked before the write's caller goes
+//! on, and the next view re-reads the marked tasks' record heads and only their new events.
+//! Notifications that may have been lost mark everything, and the index is rebuilt.
+//!
+//! The reviews inbox pages through it too: the reviews waiting for a decision (from the record
+//! heads, oldest request first), and the decisions the logs hold (from the same walk over new
+//! events, newest first). Every list is a [`keyset_page`] over a map ordered the way it is shown.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{Status, TaskRecord};
 use agentmesh_model::event::{Event, EventKind};
 use agentmesh_store::{Backend, StoreError, Typed};
 use serde::Deserialize;
-use tokio::sync::broadcast;
 
 /// The trigger sources a task's input can carry, one bit each, in this order.
 pub const SOURCES: [&str; 5] = ["schedule", "webhook", "api", "self-schedule", "mcp-event"];
 
 /// Bit for a source not in [`SOURCES`].
 const OTHER_SOURCE: u8 = 1 << 7;
-
-/// Decided reviews kept for the inbox, newest first.
-const DECISIONS_KEPT: usize = 500;
 
 /// One task, as the list shows it.
 #[derive(Debug, Clone)]
@@ -47,6 +48,8 @@ pub struct Row {
     pub triggers: u8,
     /// The last event seen.
     seen: u64,
+    /// When the review it waits for was requested (epoch ms), if it waits for one.
+    review_ms: Option<i64>,
 }
 
 impl Row {
@@ -83,6 +86,26 @@ pub struct Decision {
     /// When (RFC 3339).
     pub at: String,
 }
+
+/// A review waiting for a decision, as the index knows it (the rest is in the task record).
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    /// The task that waits.
+    pub task_id: Arc<str>,
+    /// The review.
+    pub review_id: String,
+    /// Who must decide it.
+    pub reviewer: String,
+    /// When it was requested, epoch ms.
+    pub requested_ms: i64,
+}
+
+/// Where [`Waiting`] reviews are, oldest request first (ties by task id): the list is walked
+/// from its greatest key, so the key reverses the order it is shown in.
+pub type WaitingKey = (Reverse<i64>, Reverse<Arc<str>>);
+
+/// Where a [`Decision`] is, newest first: `(at, task, review)`.
+pub type DecisionKey = (String, Arc<str>, String);
 
 /// The trigger filter of the list: any triggered input, one source, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,37 +160,106 @@ impl Filter<'_> {
             && self.owner.is_none_or(|o| *row.owner == *o)
             && self.trigger.is_none_or(|t| t.matches(row.triggers))
     }
+
+    /// Whether task `record` matches as far as its record tells (not the trigger filter,
+    /// which needs the log).
+    pub fn matches_record(&self, record: &TaskRecord) -> bool {
+        self.agent.is_none_or(|a| record.agent == a)
+            && self.status.is_none_or(|s| record.status() == s)
+            && self.owner.is_none_or(|o| record.user.id == o)
+    }
 }
 
-/// Where a page starts: strictly older than `Older`, or strictly newer than `Newer`, a task's
-/// `(created_ms, id)`.
+/// Where a page of a list starts. A list is shown from its greatest key down (the task list
+/// newest first): `After(k)` is the page of keys below `k` (the next page), `Before(k)` the
+/// page of keys above it (the previous page).
 #[derive(Debug, Clone)]
-pub enum From {
-    /// The newest tasks.
-    Newest,
-    /// Tasks older than this one.
-    Older(i64, String),
-    /// Tasks newer than this one (the page before).
-    Newer(i64, String),
+pub enum From<K> {
+    /// The start of the list.
+    Start,
+    /// The entries shown after key `K`.
+    After(K),
+    /// The entries shown before key `K`.
+    Before(K),
 }
 
-/// A page of the list, newest first.
-pub struct Page {
-    /// The rows.
-    pub rows: Vec<Row>,
-    /// Whether older matching tasks follow.
-    pub more_older: bool,
-    /// Whether newer matching tasks precede.
-    pub more_newer: bool,
+/// A page of a list, in the order it is shown.
+pub struct Page<T> {
+    /// The entries.
+    pub rows: Vec<T>,
+    /// Whether matching entries follow.
+    pub more_after: bool,
+    /// Whether matching entries precede.
+    pub more_before: bool,
 }
+
+/// Up to `limit` values of `map` that `keep` lets through, from `from`, greatest key first:
+/// a walk from a position (keyset paging), whatever the size of the map.
+pub fn keyset_page<K: Ord, V: Clone>(
+    map: &BTreeMap<K, V>,
+    from: &From<K>,
+    limit: usize,
+    keep: impl Fn(&V) -> bool,
+) -> Page<V> {
+    let kept = |v: &&V| keep(v);
+    match from {
+        From::Start => {
+            let mut it = map.values().rev().filter(kept);
+            let rows: Vec<V> = it.by_ref().take(limit).cloned().collect();
+            Page {
+                more_after: it.next().is_some(),
+                more_before: false,
+                rows,
+            }
+        }
+        From::After(key) => {
+            let mut it = map
+                .range((Bound::Unbounded, Bound::Excluded(key)))
+                .rev()
+                .map(|(_, v)| v)
+                .filter(kept);
+            let rows: Vec<V> = it.by_ref().take(limit).cloned().collect();
+            let more_before = map
+                .range((Bound::Included(key), Bound::Unbounded))
+                .any(|(_, v)| keep(v));
+            Page {
+                more_after: it.next().is_some(),
+                more_before,
+                rows,
+            }
+        }
+        From::Before(key) => {
+            let mut it = map
+                .range((Bound::Excluded(key), Bound::Unbounded))
+                .map(|(_, v)| v)
+                .filter(kept);
+            let mut rows: Vec<V> = it.by_ref().take(limit).cloned().collect();
+            rows.reverse();
+            let more_after = map
+                .range((Bound::Unbounded, Bound::Included(key)))
+                .any(|(_, v)| keep(v));
+            Page {
+                more_before: it.next().is_some(),
+                more_after,
+                rows,
+            }
+        }
+    }
+}
+
+/// A task's place in the list: `(created_ms, id)`.
+pub type TaskKey = (i64, Arc<str>);
 
 /// The rows, in creation order, with what the views need besides.
 #[derive(Default)]
 pub struct Rows {
-    by_order: BTreeMap<(i64, Arc<str>), Row>,
+    by_order: BTreeMap<TaskKey, Row>,
     created: HashMap<Arc<str>, i64>,
-    /// Decided reviews, newest first.
-    pub decisions: VecDeque<Decision>,
+    /// Reviews waiting for a decision.
+    waiting: BTreeMap<WaitingKey, Waiting>,
+    /// Every decision in the logs of the tasks indexed (a few hundred bytes each, dropped with
+    /// their task).
+    decisions: BTreeMap<DecisionKey, Decision>,
     /// Reviewers named by requests not decided yet: (task, review) → reviewer.
     requested: HashMap<(Arc<str>, String), String>,
     /// Agents and owners seen, with their task counts (for the filters' choices).
@@ -186,6 +278,15 @@ struct Head {
     status: Option<Status>,
     created_ms: i64,
     last_activity_ms: i64,
+    pending_review: Option<HeadReview>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct HeadReview {
+    review_id: String,
+    reviewer: String,
+    requested_ms: i64,
 }
 
 #[derive(Deserialize, Default)]
@@ -231,70 +332,57 @@ impl Rows {
     }
 
     /// Up to `limit` matching rows from `from`, newest first.
-    pub fn page(&self, filter: &Filter<'_>, from: &From, limit: usize) -> Page {
-        let matching = |r: &&Row| filter.matches(r);
-        match from {
-            From::Newest => {
-                let mut it = self.by_order.values().rev().filter(matching);
-                let rows: Vec<Row> = it.by_ref().take(limit).cloned().collect();
-                Page {
-                    more_older: it.next().is_some(),
-                    more_newer: false,
-                    rows,
-                }
-            }
-            From::Older(ms, id) => {
-                let key = (*ms, Arc::from(id.as_str()));
-                let mut it = self
-                    .by_order
-                    .range(..key.clone())
-                    .rev()
-                    .map(|(_, r)| r)
-                    .filter(matching);
-                let rows: Vec<Row> = it.by_ref().take(limit).cloned().collect();
-                let more_newer = self
-                    .by_order
-                    .range((Bound::Included(key), Bound::Unbounded))
-                    .map(|(_, r)| r)
-                    .any(|r| filter.matches(r));
-                Page {
-                    more_older: it.next().is_some(),
-                    more_newer,
-                    rows,
-                }
-            }
-            From::Newer(ms, id) => {
-                let key = (*ms, Arc::from(id.as_str()));
-                let mut it = self
-                    .by_order
-                    .range((Bound::Excluded(key.clone()), Bound::Unbounded))
-                    .map(|(_, r)| r)
-                    .filter(matching);
-                let mut rows: Vec<Row> = it.by_ref().take(limit).cloned().collect();
-                rows.reverse();
-                let more_older = self
-                    .by_order
-                    .range(..=key)
-                    .map(|(_, r)| r)
-                    .any(|r| filter.matches(r));
-                Page {
-                    more_newer: it.next().is_some(),
-                    more_older,
-                    rows,
-                }
-            }
-        }
+    pub fn page(&self, filter: &Filter<'_>, from: &From<TaskKey>, limit: usize) -> Page<Row> {
+        keyset_page(&self.by_order, from, limit, |r| filter.matches(r))
+    }
+
+    /// Up to `limit` waiting reviews that `keep` lets through, from `from`, oldest first.
+    pub fn waiting(
+        &self,
+        from: &From<WaitingKey>,
+        limit: usize,
+        keep: impl Fn(&Waiting) -> bool,
+    ) -> Page<Waiting> {
+        keyset_page(&self.waiting, from, limit, keep)
+    }
+
+    /// Up to `limit` decisions that `keep` lets through, from `from`, newest first.
+    pub fn decisions(
+        &self,
+        from: &From<DecisionKey>,
+        limit: usize,
+        keep: impl Fn(&Decision) -> bool,
+    ) -> Page<Decision> {
+        keyset_page(&self.decisions, from, limit, keep)
     }
 
     fn remove(&mut self, id: &str) -> Option<Row> {
         let ms = self.created.remove(id)?;
         let row = self.by_order.remove(&(ms, Arc::from(id)))?;
+        if let Some(requested) = row.review_ms {
+            self.waiting
+                .remove(&(Reverse(requested), Reverse(Arc::clone(&row.id))));
+        }
         count(&mut self.agents, &row.agent, false);
         count(&mut self.owners, &row.owner, false);
         Some(row)
     }
 
-    fn insert(&mut self, row: Row) {
+    fn insert(&mut self, row: Row, review: Option<HeadReview>) {
+        let mut row = row;
+        row.review_ms = None;
+        if let Some(r) = review.filter(|_| row.status == Status::Waiting) {
+            row.review_ms = Some(r.requested_ms);
+            self.waiting.insert(
+                (Reverse(r.requested_ms), Reverse(Arc::clone(&row.id))),
+                Waiting {
+                    task_id: Arc::clone(&row.id),
+                    review_id: r.review_id,
+                    reviewer: r.reviewer,
+                    requested_ms: r.requested_ms,
+                },
+            );
+        }
         count(&mut self.agents, &row.agent, true);
         count(&mut self.owners, &row.owner, true);
         self.created.insert(Arc::clone(&row.id), row.created_ms);
@@ -337,16 +425,22 @@ impl Rows {
                     let reviewer = self
                         .requested
                         .remove(&(Arc::clone(&row.id), review_id.clone()));
-                    self.decisions.push_front(Decision {
-                        task_id: Arc::clone(&row.id),
-                        owner: Arc::clone(&row.owner),
-                        review_id: review_id.clone(),
-                        reviewer,
-                        approve: *approve,
-                        decided_by: decided_by.clone(),
-                        at: event.timestamp.clone(),
-                    });
-                    self.decisions.truncate(DECISIONS_KEPT);
+                    self.decisions.insert(
+                        (
+                            event.timestamp.clone(),
+                            Arc::clone(&row.id),
+                            review_id.clone(),
+                        ),
+                        Decision {
+                            task_id: Arc::clone(&row.id),
+                            owner: Arc::clone(&row.owner),
+                            review_id: review_id.clone(),
+                            reviewer,
+                            approve: *approve,
+                            decided_by: decided_by.clone(),
+                            at: event.timestamp.clone(),
+                        },
+                    );
                 }
                 _ => {}
             }
@@ -356,7 +450,10 @@ impl Rows {
     /// Reads task `id` again: its head, and its events after the last seen.
     fn refresh(&mut self, store: &dyn Backend, id: &str) -> Result<(), StoreError> {
         let Some(head) = store.task::<Head>(id)? else {
-            self.remove(id);
+            if self.remove(id).is_some() {
+                self.decisions.retain(|_, d| *d.task_id != *id);
+                self.requested.retain(|(task, _), _| **task != *id);
+            }
             return Ok(());
         };
         let old = self.remove(id);
@@ -374,10 +471,11 @@ impl Rows {
             last_ms: head.last_activity_ms,
             triggers,
             seen,
+            review_ms: None,
         };
         let (events, _) = store.events_between(id, seen.saturating_add(1), u64::MAX)?;
         self.note_events(&mut row, &events);
-        self.insert(row);
+        self.insert(row, head.pending_review);
         Ok(())
     }
 
@@ -392,11 +490,6 @@ impl Rows {
                 other => other?,
             }
         }
-        // Decisions were noted task by task: newest first across tasks.
-        let mut decisions: Vec<Decision> = rows.decisions.drain(..).collect();
-        decisions.sort_by(|a, b| b.at.cmp(&a.at));
-        decisions.truncate(DECISIONS_KEPT);
-        rows.decisions = decisions.into();
         Ok(rows)
     }
 }
@@ -448,23 +541,6 @@ impl TaskIndex {
             .all = true;
     }
 
-    /// Follows `appended` (task ids whose log grew) until it closes or the index is dropped.
-    /// Needs a Tokio runtime.
-    pub fn follow(index: &Arc<TaskIndex>, mut appended: broadcast::Receiver<Arc<str>>) {
-        let weak = Arc::downgrade(index);
-        tokio::spawn(async move {
-            loop {
-                let next = appended.recv().await;
-                let Some(index) = weak.upgrade() else { return };
-                match next {
-                    Ok(id) => index.touch(id),
-                    Err(broadcast::error::RecvError::Lagged(_)) => index.touch_all(),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-    }
-
     /// The rows, brought up to date with `store` first. Blocks on the store: call off the
     /// async workers.
     pub fn current(&self, store: &dyn Backend) -> Result<RwLockReadGuard<'_, Rows>, StoreError> {
@@ -510,6 +586,7 @@ mod tests {
             last_ms: 0,
             triggers,
             seen: 0,
+            review_ms: None,
         }
     }
 
@@ -522,12 +599,12 @@ mod tests {
             } else {
                 0
             };
-            rows.insert(row(i, agent, Status::Idle, triggers));
+            rows.insert(row(i, agent, Status::Idle, triggers), None);
         }
         rows
     }
 
-    fn ids(page: &Page) -> Vec<&str> {
+    fn ids(page: &Page<Row>) -> Vec<&str> {
         page.rows.iter().map(|r| &*r.id).collect()
     }
 
@@ -535,17 +612,25 @@ mod tests {
     fn pages_walk_newest_first_from_a_cursor_both_ways() {
         let rows = rows(10);
         let all = Filter::default();
-        let first = rows.page(&all, &From::Newest, 4);
+        let first = rows.page(&all, &From::Start, 4);
         assert_eq!(ids(&first), ["t_0009", "t_0008", "t_0007", "t_0006"]);
-        assert!(first.more_older && !first.more_newer);
+        assert!(first.more_after && !first.more_before);
         let last = &first.rows[3];
-        let second = rows.page(&all, &From::Older(last.created_ms, last.id.to_string()), 4);
+        let second = rows.page(
+            &all,
+            &From::After((last.created_ms, Arc::clone(&last.id))),
+            4,
+        );
         assert_eq!(ids(&second), ["t_0005", "t_0004", "t_0003", "t_0002"]);
-        assert!(second.more_older && second.more_newer);
+        assert!(second.more_after && second.more_before);
         let top = &second.rows[0];
-        let back = rows.page(&all, &From::Newer(top.created_ms, top.id.to_string()), 4);
+        let back = rows.page(
+            &all,
+            &From::Before((top.created_ms, Arc::clone(&top.id))),
+            4,
+        );
         assert_eq!(ids(&back), ids(&first));
-        assert!(!back.more_newer && back.more_older);
+        assert!(!back.more_before && back.more_after);
     }
 
     #[test]
@@ -602,7 +687,7 @@ mod tests {
         rows.note_events(&mut row, &events);
         assert_eq!(row.trigger_names(), ["schedule", "webhook"]);
         assert_eq!(row.seen, 4);
-        let decided = &rows.decisions[0];
+        let decided = rows.decisions(&From::Start, 1, |_| true).rows.remove(0);
         assert_eq!(decided.reviewer.as_deref(), Some("user:ops"));
         assert_eq!(decided.decided_by, "user:admin");
         assert!(!decided.approve);
@@ -622,7 +707,7 @@ mod tests {
             ..Filter::default()
         };
         assert_eq!(
-            ids(&rows.page(&odd, &From::Newest, 3)),
+            ids(&rows.page(&odd, &From::Start, 3)),
             ["t_0009", "t_0007", "t_0005"]
         );
         let scheduled = Filter {
@@ -630,14 +715,14 @@ mod tests {
             ..Filter::default()
         };
         assert_eq!(
-            ids(&rows.page(&scheduled, &From::Newest, 10)),
+            ids(&rows.page(&scheduled, &From::Start, 10)),
             ["t_0009", "t_0006", "t_0003", "t_0000"]
         );
         let typed = Filter {
             trigger: TriggerFilter::parse("none"),
             ..Filter::default()
         };
-        assert_eq!(rows.page(&typed, &From::Newest, 10).rows.len(), 6);
+        assert_eq!(rows.page(&typed, &From::Start, 10).rows.len(), 6);
         assert_eq!(TriggerFilter::parse("bogus"), None);
         assert_eq!(rows.agents.get("a/odd"), Some(&5));
     }

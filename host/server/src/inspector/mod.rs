@@ -5,8 +5,9 @@
 //!   cookie and a per-session CSRF token that every state-changing form carries;
 //! - `tasks`: the task list (filters, keyset paging over [`index`], live updates) and a task's
 //!   page (its timeline from `timeline`, paged, live over SSE; subscriptions, allow lists,
-//!   queue, limits used; send input, interrupt, delete);
-//! - `reviews`: the reviews the caller may decide, one click each, and recent decisions;
+//!   queue, MCP sessions, limits used; send input, interrupt, delete);
+//! - `reviews`: the reviews the caller may decide, one click each, and the decisions, both
+//!   paged;
 //! - `triggers`: triggers, schedules and wakeups with their status; revoking a schedule;
 //! - `plugins`: the components in force, the compiled cache, the last reload, agents and tools;
 //! - `layout`: the page shell and small pieces of markup; `assets/`: the stylesheet and the

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::Status;
+use agentmesh_engine::{McpSessionState, Status};
 use agentmesh_store::Backend;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -52,7 +52,7 @@ pub struct ListQuery {
 }
 
 /// A non-empty query value.
-fn given(v: Option<&String>) -> Option<&str> {
+pub(super) fn given(v: Option<&String>) -> Option<&str> {
     v.map(String::as_str).filter(|s| !s.is_empty())
 }
 
@@ -64,7 +64,7 @@ fn parse_status(s: &str) -> UiResult<Status> {
     })
 }
 
-fn parse_key(s: &str) -> UiResult<(i64, String)> {
+pub(super) fn parse_key(s: &str) -> UiResult<(i64, String)> {
     s.split_once(':')
         .and_then(|(ms, id)| Some((ms.parse().ok()?, id.to_owned())))
         .ok_or_else(|| UiError::bad_request(format!("`{s}` is not a position of the list")))
@@ -121,13 +121,13 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
     let from = match (given(q.older.as_ref()), given(q.newer.as_ref())) {
         (Some(k), _) => {
             let (ms, id) = parse_key(k)?;
-            From::Older(ms, id)
+            From::After((ms, Arc::from(id)))
         }
         (None, Some(k)) => {
             let (ms, id) = parse_key(k)?;
-            From::Newer(ms, id)
+            From::Before((ms, Arc::from(id)))
         }
-        (None, None) => From::Newest,
+        (None, None) => From::Start,
     };
     let filter = Filter {
         agent: given(q.agent.as_ref()),
@@ -170,7 +170,7 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
     };
     let agents: Vec<&str> = rows.agents.keys().map(|a| &**a).collect();
     let owners: Vec<&str> = rows.owners.keys().map(|a| &**a).collect();
-    let live = matches!(from, From::Newest);
+    let live = matches!(from, From::Start);
     let body = html! {
         form.filters method="get" action="/ui/" {
             (select("status", "Status", &["idle", "running", "waiting", "terminated"], &str::to_owned, q.status.as_deref()))
@@ -196,8 +196,8 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
         }
         @if page.rows.is_empty() { (empty("No task matches.")) }
         nav.paging aria-label="Pages" {
-            @if page.more_newer { @if let Some(first) = page.rows.first() { a rel="prev" href=(link("newer", first)) { "← Newer" } } }
-            @if page.more_older { @if let Some(last) = page.rows.last() { a rel="next" href=(link("older", last)) { "Older →" } } }
+            @if page.more_before { @if let Some(first) = page.rows.first() { a rel="prev" href=(link("newer", first)) { "← Newer" } } }
+            @if page.more_after { @if let Some(last) = page.rows.last() { a rel="next" href=(link("older", last)) { "Older →" } } }
         }
     };
     Ok(html_page(&layout::page(
@@ -209,7 +209,7 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
 }
 
 /// `pairs` as a query string.
-fn query_string(pairs: &[(&str, &str)]) -> String {
+pub(super) fn query_string(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", super::encode(v)))
@@ -412,6 +412,11 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
     } else {
         Vec::new()
     };
+    let mcp_sessions = if sees {
+        engine.mcp_sessions(id)
+    } else {
+        Vec::new()
+    };
     let object = &seen.object;
     let subscriptions = object["subscriptions"]
         .as_array()
@@ -516,6 +521,17 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             @if !wakeups.is_empty() {
                 h2 { "Wakeups pending" }
                 (super::triggers::wakeup_table(&viewer, &wakeups))
+            }
+            h2 id="mcp-h" { "MCP sessions on this host" }
+            @if mcp_sessions.is_empty() { (empty("No MCP session.")) } @else {
+                table.small id="mcp-sessions" {
+                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Session" } th scope="col" { "State" } th scope="col" { "Server process" } } }
+                    tbody { @for s in &mcp_sessions { tr {
+                        td { (s.tool) } td { (s.session) }
+                        td { (match s.state { McpSessionState::Open => "open, idle", McpSessionState::Busy => "in a call", McpSessionState::Closed => "closed: the next call opens it" }) }
+                        td { @if let Some(pid) = s.pid { "pid " (pid) } @else { "—" } }
+                    } } }
+                }
             }
         }
         section aria-labelledby="timeline-h" {
