@@ -319,6 +319,47 @@ fn a_review_decided_through_another_host_is_still_only_the_reviewers() {
 }
 
 #[test]
+fn a_host_with_a_task_waiting_in_a_review_stops_at_once_and_another_takes_the_review() {
+    let TwoHosts { pg: _pg, a, b, .. } = two_hosts();
+    let careful = a.create_task(&json!({"agent": "dev/careful", "input": {"message": "echo hi"}}));
+    let review = a.wait_for_event(&careful, "ReviewRequestEvent")["review_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = Instant::now();
+    let mut a = a;
+    let code = a.stop_within(Duration::from_secs(10));
+    assert_eq!(
+        code,
+        Some(0),
+        "host A did not stop within {:?}",
+        started.elapsed()
+    );
+    approve_on(&b, &careful, &review, LEASE + Duration::from_secs(10));
+    assert_eq!(b.terminate(), Some(0));
+}
+
+/// Approves review `review` of task `careful` through `server` as soon as it may (within
+/// `limit`: another host may have to take the review over first), and waits for the task to
+/// go on to its answer.
+fn approve_on(server: &Server, careful: &str, review: &str, limit: Duration) {
+    let decided = wait_for(limit, || {
+        let r = server
+            .request("POST", &format!("/v1/tasks/{careful}/reviews/{review}"))
+            .json(&json!({"approve": true}))
+            .send();
+        (r.status == 200).then_some(())
+    });
+    assert!(
+        decided.is_some(),
+        "{} never took the review over",
+        server.addr
+    );
+    let t = task_once(server, careful, Duration::from_secs(30), answered(1));
+    assert_eq!(t["output"][0]["message"][0]["text"], "Echoed.", "{t}");
+}
+
+#[test]
 fn a_killed_hosts_tasks_go_on_on_another_host_soon_after_its_lease_expires() {
     let TwoHosts {
         pg,
@@ -367,16 +408,7 @@ fn a_killed_hosts_tasks_go_on_on_another_host_soon_after_its_lease_expires() {
             .then_some(())
     });
     assert!(taken.is_some(), "B did not take the review over");
-    let decided = wait_for(Duration::from_secs(15), || {
-        let r = b
-            .request("POST", &format!("/v1/tasks/{careful}/reviews/{review}"))
-            .json(&json!({"approve": true}))
-            .send();
-        (r.status == 200).then_some(())
-    });
-    assert!(decided.is_some(), "B never took the review over");
-    let t = task_once(&b, &careful, Duration::from_secs(30), answered(1));
-    assert_eq!(t["output"][0]["message"][0]["text"], "Echoed.", "{t}");
+    approve_on(&b, &careful, &review, Duration::from_secs(15));
     let events = b
         .request("GET", &format!("/v1/tasks/{careful}/events"))
         .send()
@@ -773,6 +805,9 @@ fn the_inspector_of_one_host_shows_tasks_and_events_another_host_wrote() {
     assert!(shown.is_some(), "B never listed A's task as waiting");
     browser.goto(&format!("http://{}/ui/reviews", b.addr));
     assert!(browser.text_of_page().contains(&careful));
+    let mut a = a;
+    assert_eq!(a.stop_within(Duration::from_secs(10)), Some(0));
+    assert_eq!(b.terminate(), Some(0));
 }
 
 #[test]

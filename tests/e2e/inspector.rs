@@ -7,6 +7,7 @@
 //! `AGENTMESH_SCREENSHOTS=DIR` makes `every_view_renders_in_the_browser` keep a PNG of each
 //! view in DIR (`scripts/screenshots.sh` refreshes `docs/inspector/` this way).
 
+use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::time::Duration;
 
@@ -275,6 +276,39 @@ pub(crate) fn session_cookie(server: &Server, token: &str) -> String {
         "{cookie}"
     );
     cookie.split(';').next().unwrap().to_owned()
+}
+
+#[test]
+fn open_live_streams_of_the_inspector_do_not_hold_a_stop() {
+    let (_root, mut server) = start();
+    let id = task(&server, "admin-token", "lab/plain", "hello");
+    let cookie = session_cookie(&server, "admin-token");
+    // The task list's notices and a task's rows, both open as a browser holds them.
+    let mut streams = Vec::new();
+    for path in [
+        "/ui/changes".to_owned(),
+        format!("/ui/tasks/{id}/stream?after=0"),
+    ] {
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n",
+            server.addr
+        )
+        .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{path}");
+        streams.push(stream);
+    }
+    assert_eq!(
+        server.stop_within(Duration::from_secs(10)),
+        Some(0),
+        "the server did not stop while live streams were open"
+    );
 }
 
 #[test]

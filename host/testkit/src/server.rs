@@ -259,6 +259,23 @@ impl Server {
         self.sigterm()
     }
 
+    /// Sends SIGTERM and waits up to `limit` for the exit (then kills it, and prints what it
+    /// wrote on stderr): the exit code.
+    pub fn stop_within(&mut self, limit: Duration) -> Option<i32> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let code = self.wait_exit(limit);
+        if code.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            for line in self.log.try_iter() {
+                eprintln!("server: {line}");
+            }
+        }
+        code
+    }
+
     /// Sends SIGTERM and waits up to 30 s for the exit (then kills it): the exit code.
     fn sigterm(&mut self) -> Option<i32> {
         let _ = Command::new("kill")
