@@ -15,6 +15,7 @@ mod guest_languages;
 mod hosts;
 mod inspect;
 mod inspector;
+mod kubernetes;
 mod limits;
 mod mcp_client;
 mod mcp_events;

@@ -298,8 +298,8 @@ events:
     receive:
       webhook: {}
 ";
-    // The spec's HTTP subscription and poll modes validate, with a warning that they do not
-    // run.
+    // The spec's HTTP subscription and poll modes do not validate: this host does not run
+    // them, and an event that would never arrive is not accepted.
     let poller = "kind: commonagents.info/v1beta2/tool
 namespace: lab
 name: poller
@@ -344,8 +344,8 @@ sources:
         "error: source `hooked`: event `hooked` of tool `lab/srv` is not received by MCP subscription",
         "error: source `nowhere`: no tool `lab/srvv`; did you mean `lab/srv`?",
         "error: source `both`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`",
-        "poller.yaml:13:7: warning: event `pushed`: this host does not run `receive.subscription` over HTTP yet: the event never arrives",
-        "poller.yaml:19:7: warning: event `polled`: this host does not run `receive.poll` over HTTP yet",
+        "poller.yaml:13:7: error: event `pushed`: this host does not run `receive.subscription` over HTTP: the event would never arrive",
+        "poller.yaml:19:7: error: event `polled`: this host does not run `receive.poll` over HTTP",
     ] {
         assert!(said.contains(expected), "missing `{expected}` in:\n{said}");
     }

@@ -77,6 +77,9 @@ pub enum Origin {
     McpEvent,
 }
 
+/// The trigger envelope's `source` of a schedule's tick.
+pub(crate) const SCHEDULE_SOURCE: &str = "schedule";
+
 impl Origin {
     /// The envelope of an input of this origin in `arrival`; `None` for a user's.
     fn envelope(&self, arrival: &Arrival<'_>) -> Option<TriggerEnvelope> {
@@ -85,7 +88,7 @@ impl Origin {
             Origin::User => return None,
             Origin::Webhook { auth_subject } => ("webhook", None, delivered(), auth_subject),
             Origin::Api { auth_subject } => ("api", None, delivered(), auth_subject),
-            Origin::Schedule { id } => ("schedule", Some(id), None, &None),
+            Origin::Schedule { id } => (SCHEDULE_SOURCE, Some(id), None, &None),
             Origin::Wakeup { id } => ("self-schedule", Some(id), None, &None),
             Origin::McpEvent => ("mcp-event", None, None, &None),
         };
@@ -234,11 +237,13 @@ impl Arrival<'_> {
         }
     }
 
-    /// An arrival [`once`](Arrival::once) remembered until `until` (epoch ms) rather than for
-    /// the dedupe window.
-    pub fn kept_until(mut self, until: i64) -> Self {
-        self.until = Some(until);
-        self
+    /// An arrival [`once`](Arrival::once) by `id`, remembered until `until` (epoch ms) rather
+    /// than for the dedupe window.
+    pub fn once_until(id: String, until: i64) -> Self {
+        Arrival {
+            until: Some(until),
+            ..Arrival::once(id)
+        }
     }
 
     /// When it arrived (epoch ms).

@@ -13,7 +13,8 @@
 //! - `steps`: assert / invoke / transform steps and their failure policy; `review`: a
 //!   person's decision in an expression (`review()`), the wait for it and its replay;
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
-//! - `runtime`: the `cel` and `stateless_http` backends and sub-agent delegation;
+//! - `runtime`: the `cel` and `stateless_http` backends, the dispatch to the others, and
+//!   sub-agent delegation; `outcome`: how an action ended, whichever backend ran it;
 //! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
 //!   event by them as it is logged (the published set is [`EngineOptions::secrets`]);
 //! - [`mount`]: the `file` mount backend;
@@ -21,6 +22,7 @@
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
 //! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled; and
 //!   [`probe`], `validate --probe`'s check of actions against their servers' tools;
+//! - `kubernetes`: the `kubernetes_job` backend, a Job per call through the Kubernetes API;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -50,10 +52,12 @@ mod door;
 mod hosts;
 mod inspect;
 mod journal;
+mod kubernetes;
 mod mcp;
 mod mcp_events;
 mod mcp_sse;
 pub mod mount;
+mod outcome;
 pub mod plan;
 mod providers;
 mod records;
@@ -582,7 +586,7 @@ impl Engine {
         let schedule = input
             .trigger
             .as_ref()
-            .filter(|t| t.source == "schedule")
+            .filter(|t| t.source == door::SCHEDULE_SOURCE)
             .and_then(|t| t.schedule_id.as_deref())
             .and_then(|s| plan.schedules.get(s));
         let agent = schedule.map(|s| self.agent(&s.agent));

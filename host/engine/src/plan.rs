@@ -11,6 +11,7 @@
 
 mod analysis;
 mod host_tools;
+pub mod kubernetes;
 pub mod mcp;
 mod secrets;
 pub mod triggers;
@@ -443,6 +444,8 @@ pub enum Runtime {
     },
     /// A tool of an MCP server.
     Mcp(McpPlan),
+    /// A Kubernetes Job per call.
+    Kubernetes(kubernetes::JobPlan),
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -466,7 +469,28 @@ pub struct HttpPlan {
 }
 
 impl BodyTemplate {
-    fn templates<'a>(&'a self, out: &mut Vec<&'a Template>) {
+    /// The JSON value with every template rendered in `act`.
+    pub(crate) fn render(&self, act: &Activation) -> Result<Value, String> {
+        Ok(match self {
+            BodyTemplate::Text(t) => t.render_value(act).map_err(|e| e.message)?,
+            BodyTemplate::List(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| i.render(act))
+                    .collect::<Result<_, _>>()?,
+            ),
+            BodyTemplate::Map(entries) => {
+                let mut m = Map::new();
+                for (k, v) in entries {
+                    m.insert(k.clone(), v.render(act)?);
+                }
+                Value::Object(m)
+            }
+            BodyTemplate::Literal(v) => v.clone(),
+        })
+    }
+
+    pub(crate) fn templates<'a>(&'a self, out: &mut Vec<&'a Template>) {
         match self {
             BodyTemplate::Text(t) => out.push(t),
             BodyTemplate::List(items) => items.iter().for_each(|i| i.templates(out)),
@@ -732,8 +756,8 @@ fn runtime(
         Runtime::Unsupported("openapi")
     } else if let Some(mcp) = &e.mcp {
         Runtime::Mcp(mcp::mcp_plan(mcp, action, base_dir)?)
-    } else if e.kubernetes_job.is_some() {
-        Runtime::Unsupported("kubernetes_job")
+    } else if let Some(job) = &e.kubernetes_job {
+        Runtime::Kubernetes(kubernetes::job_plan(job)?)
     } else if let Some(wasm) = e.wasm {
         let component = wasm.component.as_ref().ok_or_else(|| {
             EngineError::Config(format!(
@@ -768,10 +792,7 @@ fn http_plan(req: &HttpRequest) -> Result<HttpPlan, EngineError> {
     if let Some(b) = &body {
         b.templates(&mut all);
     }
-    let uses_context = all
-        .iter()
-        .flat_map(|t| t.expressions())
-        .any(|(_, e)| e.uses("context") || e.uses("c"));
+    let uses_context = reads_context(&all);
     Ok(HttpPlan {
         method: req.method.unwrap_or(HttpMethod::Get),
         url,
@@ -783,7 +804,15 @@ fn http_plan(req: &HttpRequest) -> Result<HttpPlan, EngineError> {
     })
 }
 
-fn body_template(v: &Value) -> Result<BodyTemplate, EngineError> {
+/// Whether any of `templates` reads `context` (the variable is only built then).
+pub(crate) fn reads_context(templates: &[&Template]) -> bool {
+    templates
+        .iter()
+        .flat_map(|t| t.expressions())
+        .any(|(_, e)| e.uses("context") || e.uses("c"))
+}
+
+pub(crate) fn body_template(v: &Value) -> Result<BodyTemplate, EngineError> {
     Ok(match v {
         Value::String(s) => BodyTemplate::Text(template(s)?),
         Value::Array(items) => {

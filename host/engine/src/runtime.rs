@@ -1,5 +1,5 @@
-//! Action backends: `cel`, `stateless_http`, the dispatch to Wasm components (`wasm.rs`) and
-//! MCP servers (`mcp.rs`), and sub-agent delegation.
+//! Action backends: `cel`, `stateless_http`, the dispatch to Wasm components (`wasm.rs`), MCP
+//! servers (`mcp.rs`) and Kubernetes Jobs (`kubernetes.rs`), and sub-agent delegation.
 
 use std::sync::Arc;
 
@@ -10,24 +10,14 @@ use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
 use crate::mount::FileMount;
-use crate::plan::{AgentPlan, BodyTemplate, HttpPlan, Runtime, ToolPlan};
+pub(crate) use crate::outcome::ActionResult;
+use crate::plan::{AgentPlan, HttpPlan, Runtime, ToolPlan};
 use crate::task::{Status, TaskRecord};
 use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask, Run};
 
 /// Largest response body a `stateless_http` call reads: it becomes part of the LLM's context
 /// and the event log, so an endpoint that streams gigabytes cannot exhaust memory.
 pub const MAX_HTTP_RESPONSE: usize = 4 * 1024 * 1024;
-
-/// How an action ended.
-pub(crate) enum ActionResult {
-    /// The result.
-    Ok(Value),
-    /// A tool-level failure: told to the LLM, the task goes on.
-    Recoverable(String),
-    /// A component's `fatal`, invalid configuration or a failure of the host itself: the task
-    /// terminates. A remote endpoint's failure is never fatal (CONTRACT §5).
-    Fatal(String),
-}
 
 /// The agent's mount for this task.
 pub(crate) fn mount_of(
@@ -101,22 +91,16 @@ pub(crate) async fn run_action(
             }
         }
         Runtime::Http(http) => {
-            let mut act = Activation::new();
-            act.set("parameters", input.clone())
-                .set("settings", Value::Object(tool.settings.clone()))
-                .set("session", json!({}))
-                .bind("runtime", engine.runtime_variable())
-                .set(
-                    "agent",
-                    json!({"name": agent.name, "namespace": agent.namespace}),
-                );
-            if http.uses_context {
-                act.set_aliased("context", "c", record.context(agent));
-            }
+            let mut act = request_scope(engine, agent, record, tool, input, http.uses_context);
+            act.set("session", json!({}));
             if let Some(mount) = mount_of(engine, agent, record) {
                 act.set("mount", mount.variable());
             }
             http_call(engine, http, &act).await
+        }
+        Runtime::Kubernetes(job) => {
+            let act = request_scope(engine, agent, record, tool, input, job.uses_context);
+            crate::kubernetes::run(engine, job, &act, &record.id).await
         }
         Runtime::Wasm { path, runtime } => {
             let plugins = match engine.plugins() {
@@ -165,6 +149,30 @@ pub(crate) async fn run_action(
     }
 }
 
+/// The variables of a request template: the call's `parameters`, the tool's `settings`,
+/// `runtime`, `agent`, and `context` when a template reads it.
+fn request_scope(
+    engine: &Engine,
+    agent: &AgentPlan,
+    record: &TaskRecord,
+    tool: &ToolPlan,
+    input: &Value,
+    uses_context: bool,
+) -> Activation {
+    let mut act = Activation::new();
+    act.set("parameters", input.clone())
+        .set("settings", Value::Object(tool.settings.clone()))
+        .bind("runtime", engine.runtime_variable())
+        .set(
+            "agent",
+            json!({"name": agent.name, "namespace": agent.namespace}),
+        );
+    if uses_context {
+        act.set_aliased("context", "c", record.context(agent));
+    }
+    act
+}
+
 async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> ActionResult {
     let url = match http.url.render(act) {
         Ok(u) => u,
@@ -208,7 +216,7 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
         }
     }
     if let Some(body) = &http.body {
-        match render_body(body, act) {
+        match body.render(act) {
             Ok(b) => {
                 req = req
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -259,26 +267,6 @@ fn snippet(v: &Value) -> String {
         other => other.to_string(),
     };
     text.chars().take(500).collect()
-}
-
-fn render_body(body: &BodyTemplate, act: &Activation) -> Result<Value, String> {
-    Ok(match body {
-        BodyTemplate::Text(t) => t.render_value(act).map_err(|e| e.message)?,
-        BodyTemplate::List(items) => Value::Array(
-            items
-                .iter()
-                .map(|i| render_body(i, act))
-                .collect::<Result<_, _>>()?,
-        ),
-        BodyTemplate::Map(entries) => {
-            let mut m = Map::new();
-            for (k, v) in entries {
-                m.insert(k.clone(), render_body(v, act)?);
-            }
-            Value::Object(m)
-        }
-        BodyTemplate::Literal(v) => v.clone(),
-    })
 }
 
 /// A small JSONPath: `$`, `.name`, `['name']`, `[index]`.

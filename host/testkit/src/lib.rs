@@ -10,6 +10,8 @@
 //!   generators use).
 //! - [`engine`]: an engine in-process over a config dir (for the crates that drive one).
 //! - [`fixtures`]: config dirs in temp dirs, and the manifests several tests and benches write.
+//! - [`kubernetes`]: a stand-in for the Kubernetes API server (the Job, pod and log endpoints
+//!   the `kubernetes_job` runtime uses), whose Jobs end as the test says.
 //! - [`postgres`]: a real PostgreSQL server in a temp dir on a free loopback port, for the
 //!   store's PostgreSQL backend and hosts sharing a database.
 //! - [`serve`] (`remote`): a small HTTP/1.1 server on loopback standing in for a remote service (a REST
@@ -37,6 +39,7 @@ pub mod browser;
 pub mod client;
 pub mod engine;
 pub mod fixtures;
+pub mod kubernetes;
 pub mod postgres;
 mod remote;
 pub mod server;

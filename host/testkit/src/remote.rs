@@ -87,11 +87,9 @@ pub fn serve(
     (port, received)
 }
 
-/// Reads one request from `stream` and writes the answer.
-fn exchange(
-    stream: TcpStream,
-    answer: &impl Fn(&Request) -> (&'static str, String),
-) -> std::io::Result<Request> {
+/// Reads one request (its head, and a body by `content-length`) from `stream`, which it
+/// makes blocking with a read timeout: the request, and the stream to answer on.
+pub(crate) fn read_request(stream: TcpStream) -> std::io::Result<(Request, TcpStream)> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(stream);
@@ -108,9 +106,18 @@ fn exchange(
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     };
+    Ok((request, reader.into_inner()))
+}
+
+/// Reads one request from `stream` and writes the answer.
+fn exchange(
+    stream: TcpStream,
+    answer: &impl Fn(&Request) -> (&'static str, String),
+) -> std::io::Result<Request> {
+    let (request, mut stream) = read_request(stream)?;
     let (status, json) = answer(&request);
     write!(
-        reader.into_inner(),
+        stream,
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
         json.len()
     )?;

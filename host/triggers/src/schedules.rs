@@ -457,7 +457,7 @@ impl Triggers {
             let until = now.saturating_add(TICK_CLAIM_KEPT_MS);
             queueing.spawn(async move {
                 let (id, task) = (schedule_of(&input), input.task.clone());
-                let arrival = Arrival::once(claim).kept_until(until);
+                let arrival = Arrival::once_until(claim, until);
                 let queued = arrival.accept(&engine, vec![input], Run::Background).await;
                 (id, task, queued)
             });

@@ -75,6 +75,19 @@ pub const HTTP: Scope = scope(
     ],
     false,
 );
+/// A `kubernetes_job`'s `namespace` and the string leaves of its `spec`.
+pub const KUBERNETES_JOB: Scope = scope(
+    "a `kubernetes_job` template",
+    &["parameters", "settings", "runtime", "agent", "context"],
+    false,
+);
+/// A `kubernetes_job`'s `api_server` and `token`: the operator's settings only, so that no
+/// value the LLM chooses can send the Job, or the token, elsewhere.
+pub const KUBERNETES_API: Scope = scope(
+    "a `kubernetes_job` `api_server` or `token`",
+    &["settings"],
+    false,
+);
 /// `receive.subscription.subscribe`.
 pub const SUBSCRIBE: Scope = scope(
     "a subscription request",

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{Checker, ComponentWorld, I, K, Seg, key_pos, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
-use crate::model::tool::HttpRequest;
+use crate::model::tool::{HttpRequest, KubernetesJob};
 
 const BACKENDS: &str = "cel, stateless_http, stateful_session, openapi, mcp, kubernetes_job, wasm";
 
@@ -103,6 +103,9 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 }
             }
         }
+        if let Some(job) = &execute.kubernetes_job {
+            kubernetes_job(c, src, &exec("kubernetes_job"), job, &action.name);
+        }
         if let Some(wasm) = &execute.wasm {
             let mut p = exec("wasm").to_vec();
             p.push(K("component"));
@@ -175,8 +178,8 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 }
             }
         }
-        // Accepted as the spec writes them, but not run: say so rather than let the event
-        // silently never arrive.
+        // Written in the spec, but not run by this host: an error, so that no event is
+        // accepted that would never arrive.
         let http_subscription = event
             .receive
             .subscription
@@ -188,11 +191,11 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         ] {
             // An event with several receive types has its error already.
             if unrun && kinds.len() == 1 {
-                c.warning(
+                c.error(
                     src,
                     key_pos(&src.node, &[K("events"), I(i), K("receive"), K(mode)]),
                     format!(
-                        "event `{}`: this host does not run `receive.{mode}` over HTTP yet: the event never arrives (webhooks and an MCP tool's `resources` do)",
+                        "event `{}`: this host does not run `receive.{mode}` over HTTP: the event would never arrive (it runs `receive.webhook`, and `receive.subscription.resources` of an MCP tool)",
                         event.name
                     ),
                 );
@@ -207,6 +210,33 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
     }
     super::mcp::check(c, src, tool);
     settings_configured(c, src, tool);
+}
+
+/// A `kubernetes_job` block: its templates, and a `spec` that is a Job's spec.
+fn kubernetes_job(c: &mut Checker, src: &Source, path: &[Seg], job: &KubernetesJob, action: &str) {
+    let sub = |key: &'static str| {
+        let mut p = path.to_vec();
+        p.push(K(key));
+        p
+    };
+    c.template(src, &sub("namespace"), &scopes::KUBERNETES_JOB);
+    c.templates_in(src, &sub("spec"), &scopes::KUBERNETES_JOB);
+    for key in ["api_server", "token"] {
+        c.template(src, &sub(key), &scopes::KUBERNETES_API);
+    }
+    let containers = job
+        .spec
+        .pointer("/template/spec/containers")
+        .and_then(|c| c.as_array());
+    if containers.is_none_or(|c| c.is_empty()) {
+        c.error(
+            src,
+            pos_at(&src.node, &sub("spec")),
+            format!(
+                "action `{action}`: `kubernetes_job.spec` is a Job's `spec`: it needs `template.spec.containers` with at least one container"
+            ),
+        );
+    }
 }
 
 /// Templates of one HTTP request.

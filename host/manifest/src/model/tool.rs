@@ -378,14 +378,38 @@ pub enum McpTransport {
     Http,
 }
 
-/// `kubernetes_job`.
+/// `kubernetes_job`: each call creates a Job, waits for it, returns its pod's log and exit
+/// code, and deletes it.
+/// ```yaml
+/// execute:
+///   kubernetes_job:
+///     namespace: ci
+///     api_server: "{settings.k8s_api}"     # absent: the cluster the host runs in
+///     token: "{settings.k8s_token}"
+///     timeout: 10m
+///     spec:                                # the Job's `spec`; string leaves are templates
+///       template:
+///         spec:
+///           containers:
+///             - {name: test, image: "alpine:3", command: [sh, -c, "echo {parameters.suite}"]}
+/// ```
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesJob {
-    /// The Kubernetes namespace.
+    /// The Kubernetes namespace (a template).
     pub namespace: String,
-    /// A Job spec; string leaves are templates.
+    /// The Job's `spec` (with its pod `template`); string leaves are templates.
     pub spec: Value,
+    /// The API server's URL, a template over `settings` (absent: the in-cluster API, from
+    /// the service account the host runs as).
+    pub api_server: Option<String>,
+    /// The bearer token, a template over `settings` (absent: the service account's token).
+    pub token: Option<String>,
+    /// How long a call waits for the Job to end before deleting it (default 10m).
+    pub timeout: Option<Duration>,
+    /// The most of the pod's log a result holds (default 1MiB).
+    pub max_output: Option<ByteSize>,
 }
 
 /// A Wasm component of the `tool-plugin` world and its sandbox. In an action's `execute`
