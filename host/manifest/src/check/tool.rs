@@ -87,22 +87,6 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 );
             }
         }
-        if let Some(session) = &execute.stateful_session {
-            let parts = [
-                ("create", &session.create),
-                ("initialize", &session.initialize),
-                ("execute", &session.execute),
-                ("destroy", &session.destroy),
-                ("teardown", &session.teardown),
-            ];
-            for (name, req) in parts {
-                if let Some(req) = req {
-                    let mut p = exec("stateful_session").to_vec();
-                    p.push(K(name));
-                    http(c, src, &p, req, &scopes::HTTP);
-                }
-            }
-        }
         if let Some(wasm) = &execute.wasm {
             let mut p = exec("wasm").to_vec();
             p.push(K("component"));
@@ -206,11 +190,12 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         }
     }
     super::mcp::check(c, src, tool);
+    super::session::check(c, src, tool);
     settings_configured(c, src, tool);
 }
 
 /// Templates of one HTTP request.
-fn http(
+pub(super) fn http(
     c: &mut Checker,
     src: &Source,
     path: &[Seg],
