@@ -40,7 +40,7 @@ fn walk(e: &IdedExpr, root: &str, visit: &mut impl FnMut(u64, Option<String>)) {
     let is_root = |x: &IdedExpr| matches!(&x.expr, Expr::Ident(n) if n == root);
     match &e.expr {
         Expr::Ident(_) if is_root(e) => visit(e.id, None),
-        Expr::Select(s) if is_root(&*s.operand) => visit(s.operand.id, Some(s.field.clone())),
+        Expr::Select(s) if is_root(&s.operand) => visit(s.operand.id, Some(s.field.clone())),
         Expr::Call(c)
             if c.func_name == operators::INDEX && c.args.len() == 2 && is_root(&c.args[0]) =>
         {
