@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod api;
+mod auth;
 mod blocks;
 mod capacity;
 mod cli;
@@ -26,6 +27,7 @@ mod postgres;
 mod reload;
 mod run;
 mod secrets;
+mod sessions;
 mod triggers;
 mod util;
 mod wasm;

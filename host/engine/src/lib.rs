@@ -15,6 +15,8 @@
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends, the dispatch to the others, and
 //!   sub-agent delegation; `outcome`: how an action ended, whichever backend ran it;
+//! - `session`: the `stateful_session` backend, each task's remote sessions; `auth`: the
+//!   header values of auth providers (`{auth.<provider>()}`), OAuth tokens cached;
 //! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
 //!   event by them as it is logged (the published set is [`EngineOptions::secrets`]);
 //! - [`mount`]: the `file` mount backend;
@@ -45,6 +47,7 @@
 //! only limits, `lock_task` and unrecoverable errors terminate a task.
 
 mod admission;
+mod auth;
 mod call;
 mod condense;
 mod direct;
@@ -64,6 +67,7 @@ mod records;
 mod review;
 mod runtime;
 mod secrets;
+mod session;
 mod steps;
 pub mod subscription;
 pub mod task;
@@ -230,6 +234,10 @@ struct Inner {
     plugins: OnceLock<std::result::Result<Arc<wasm::Plugins>, String>>,
     /// Each task's sessions with MCP servers.
     mcp: mcp::McpSessions,
+    /// Each task's remote sessions of `stateful_session` tools.
+    sessions: session::Sessions,
+    /// The tokens of auth providers.
+    auth: auth::AuthTokens,
     /// The host tools another crate runs (see [`watch`]).
     host_tools: RwLock<Option<Arc<dyn HostTools>>>,
     /// The locks of delivery ids, for arrivals (see [`door`]).
@@ -285,6 +293,8 @@ impl Engine {
                 http: agentmesh_llm::http_client().build().unwrap_or_default(),
                 plugins: OnceLock::new(),
                 mcp: mcp::McpSessions::new(),
+                sessions: session::Sessions::default(),
+                auth: auth::AuthTokens::default(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
@@ -325,6 +335,7 @@ impl Engine {
             p.close_all().await;
         }
         self.inner.mcp.close_all().await;
+        self.inner.sessions.close_all(self).await;
         if self.inner.store.shared() {
             // Idle tasks are given up; busy ones pass to another host at once.
             if let Err(e) = self.inner.store.end_host() {
@@ -931,13 +942,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Tears down every tool session of task `id` — its Wasm components' and its MCP
-    /// servers' (it ended).
+    /// Tears down every tool session of task `id` — its Wasm components', its MCP servers'
+    /// and its remote sessions (it ended).
     pub(crate) async fn close_task_sessions(&self, id: &str) {
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_task(id).await;
         }
         self.inner.mcp.close_task(id).await;
+        self.inner.sessions.close_task(self, id).await;
     }
 
     /// How long a `review()` in task `id`'s running turn waits: the configured timeout, or

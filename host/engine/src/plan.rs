@@ -4,16 +4,20 @@
 //! engine: it imports none of the modules that run it.
 //!
 //! - `analysis`: what a compiled list of steps reads (`Reads`, the context it needs);
+//! - `auth`: the host config's auth providers ([`AuthPlan`]);
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
 //! - `mcp`: an `mcp` action compiled ([`McpPlan`]);
 //! - `secrets`: the plan's secrets, collected when it is built;
+//! - `session`: a `stateful_session` action compiled ([`SessionPlan`]);
 //! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
 
 mod analysis;
+pub mod auth;
 mod host_tools;
 pub mod kubernetes;
 pub mod mcp;
 mod secrets;
+pub mod session;
 pub mod triggers;
 
 use std::collections::{BTreeSet, HashMap};
@@ -38,8 +42,10 @@ use serde_json::{Map, Value, json};
 use crate::EngineError;
 
 pub(crate) use analysis::{Reads, needs_of};
+pub use auth::AuthPlan;
 pub use host_tools::HostTool;
 pub use mcp::{McpPlan, McpServer};
+pub use session::SessionPlan;
 pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
 /// Everything the engine runs, compiled.
@@ -61,6 +67,8 @@ pub struct Plan {
     pub schedules: HashMap<String, Arc<SchedulePlan>>,
     /// The host config's trigger sources by name, secrets resolved.
     pub sources: HashMap<String, Arc<SourcePlan>>,
+    /// The host config's auth providers by name, credentials resolved.
+    pub auth: HashMap<String, Arc<AuthPlan>>,
     /// The values never shown (CONTRACT §1), collected from the host config, the environment
     /// and the tools' settings when the plan is built.
     pub secrets: Arc<agentmesh_secrets::Secrets>,
@@ -446,6 +454,8 @@ pub enum Runtime {
     Mcp(McpPlan),
     /// A Kubernetes Job per call.
     Kubernetes(kubernetes::JobPlan),
+    /// A remote session per task.
+    Session(Arc<SessionPlan>),
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -466,6 +476,8 @@ pub struct HttpPlan {
     pub timeout: Duration,
     /// Whether any template reads `context` (it is only built then).
     pub uses_context: bool,
+    /// The auth providers its templates name (`{auth.<provider>()}`), by name.
+    pub auth: Vec<(String, Arc<AuthPlan>)>,
 }
 
 impl BodyTemplate {
@@ -531,12 +543,13 @@ impl Plan {
         if let Some(root) = host.mount.as_mut().and_then(|m| m.root.as_mut()) {
             *root = base_dir.join(&*root).display().to_string();
         }
+        let auth = auth::auth_plans(&host, env)?;
         let mut tools = HashMap::new();
         for t in &config.tools {
-            let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
+            let plan = tool_plan(&t.value, &t.source.base_dir, &host, &auth, env)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
-        let secrets = Arc::new(secrets::collect(&host, &tools, env)?);
+        let secrets = Arc::new(secrets::collect(&host, &tools, &auth, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
             let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
@@ -565,6 +578,7 @@ impl Plan {
             triggers,
             schedules,
             sources,
+            auth,
             host,
             base_dir,
             secrets,
@@ -636,6 +650,7 @@ fn tool_plan(
     tool: &Tool,
     base_dir: &std::path::Path,
     host: &HostConfig,
+    auth: &HashMap<String, Arc<AuthPlan>>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ToolPlan, EngineError> {
     let mut settings = Map::new();
@@ -663,7 +678,7 @@ fn tool_plan(
                 parameters.insert(k.clone(), p.clone());
             }
         }
-        let runtime = runtime(tool.execute_of(action), &action.name, base_dir)?;
+        let runtime = runtime(tool.execute_of(action), &action.name, base_dir, auth)?;
         actions.push(ActionPlan {
             name: action.name.clone(),
             description: action.description.clone(),
@@ -742,6 +757,7 @@ fn runtime(
     execute: Option<Execute>,
     action: &str,
     base_dir: &std::path::Path,
+    auth: &HashMap<String, Arc<AuthPlan>>,
 ) -> Result<Runtime, EngineError> {
     let Some(e) = execute else {
         return Ok(Runtime::Unsupported("none"));
@@ -749,9 +765,9 @@ fn runtime(
     Ok(if let Some(cel) = &e.cel {
         Runtime::Cel(compile(&cel.expression)?)
     } else if let Some(http) = &e.stateless_http {
-        Runtime::Http(http_plan(http)?)
-    } else if e.stateful_session.is_some() {
-        Runtime::Unsupported("stateful_session")
+        Runtime::Http(http_plan(http, auth)?)
+    } else if let Some(session) = &e.stateful_session {
+        Runtime::Session(Arc::new(session::session_plan(session, action, auth)?))
     } else if e.openapi.is_some() {
         Runtime::Unsupported("openapi")
     } else if let Some(mcp) = &e.mcp {
@@ -773,12 +789,16 @@ fn runtime(
     })
 }
 
-/// A `stateless_http` request (already completed from the tool's shared block), compiled.
-fn http_plan(req: &HttpRequest) -> Result<HttpPlan, EngineError> {
+/// An HTTP request (already completed from the tool's shared block), compiled; `auth`: the
+/// providers its `{auth.<provider>()}` may name.
+fn http_plan(
+    req: &HttpRequest,
+    auth: &HashMap<String, Arc<AuthPlan>>,
+) -> Result<HttpPlan, EngineError> {
     let url = req
         .url
         .as_deref()
-        .ok_or_else(|| EngineError::Config("stateless_http without a url".into()))?;
+        .ok_or_else(|| EngineError::Config("an HTTP request without a url".into()))?;
     let headers = req
         .headers
         .iter()
@@ -793,7 +813,28 @@ fn http_plan(req: &HttpRequest) -> Result<HttpPlan, EngineError> {
         b.templates(&mut all);
     }
     let uses_context = reads_context(&all);
+    let mut providers: Vec<(String, Arc<AuthPlan>)> = Vec::new();
+    for member in all
+        .iter()
+        .flat_map(|t| t.expressions())
+        .flat_map(|(_, e)| e.members("auth"))
+    {
+        let name = member.name.ok_or_else(|| {
+            EngineError::Config(format!(
+                "`{url}`: `auth` is read by provider name (`auth.<provider>()`)",
+                url = url.source()
+            ))
+        })?;
+        if providers.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let plan = auth
+            .get(&name)
+            .ok_or_else(|| EngineError::Config(format!("unknown auth provider `{name}`")))?;
+        providers.push((name, Arc::clone(plan)));
+    }
     Ok(HttpPlan {
+        auth: providers,
         method: req.method.unwrap_or(HttpMethod::Get),
         url,
         uses_context,

@@ -1,5 +1,6 @@
-//! Action backends: `cel`, `stateless_http`, the dispatch to Wasm components (`wasm.rs`), MCP
-//! servers (`mcp.rs`) and Kubernetes Jobs (`kubernetes.rs`), and sub-agent delegation.
+//! Action backends: `cel`, `stateless_http` (and the HTTP requests `stateful_session` makes,
+//! `session.rs`), the dispatch to Wasm components (`wasm.rs`), MCP servers (`mcp.rs`) and
+//! Kubernetes Jobs (`kubernetes.rs`), and sub-agent delegation.
 
 use std::sync::Arc;
 
@@ -91,15 +92,17 @@ pub(crate) async fn run_action(
             }
         }
         Runtime::Http(http) => {
-            let mut act = request_scope(engine, agent, record, tool, input, http.uses_context);
-            act.set("session", json!({}));
-            if let Some(mount) = mount_of(engine, agent, record) {
-                act.set("mount", mount.variable());
-            }
+            let act = request_activation(engine, agent, record, tool, input, http.uses_context);
             http_call(engine, http, &act).await
         }
+        Runtime::Session(session) => {
+            let act =
+                request_activation(engine, agent, record, tool, input, session.uses_context());
+            let sessions = &engine.inner.sessions;
+            sessions.call(engine, &record.id, tool, session, act).await
+        }
         Runtime::Kubernetes(job) => {
-            let act = request_scope(engine, agent, record, tool, input, job.uses_context);
+            let act = request_activation(engine, agent, record, tool, input, job.uses_context);
             crate::kubernetes::run(engine, job, &act, &record.id).await
         }
         Runtime::Wasm { path, runtime } => {
@@ -149,9 +152,10 @@ pub(crate) async fn run_action(
     }
 }
 
-/// The variables of a request template: the call's `parameters`, the tool's `settings`,
-/// `runtime`, `agent`, and `context` when a template reads it.
-fn request_scope(
+/// The variables of a request's templates (`session` and `auth` are the request's own):
+/// `parameters` (the call's input), `settings`, `runtime`, `agent`, `mount` with a mount,
+/// and `context` when a template reads it.
+fn request_activation(
     engine: &Engine,
     agent: &AgentPlan,
     record: &TaskRecord,
@@ -170,23 +174,95 @@ fn request_scope(
     if uses_context {
         act.set_aliased("context", "c", record.context(agent));
     }
+    if let Some(mount) = mount_of(engine, agent, record) {
+        act.set("mount", mount.variable());
+    }
     act
 }
 
+/// A `stateless_http` call: the request, then its answer as the result.
 async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> ActionResult {
+    match http_send(engine, http, act).await {
+        Ok(answer) => http_result(http, answer),
+        Err(failed) => failed,
+    }
+}
+
+/// What a request was answered: its status and body (JSON, or the text as a string).
+pub(crate) struct HttpAnswer {
+    pub status: reqwest::StatusCode,
+    pub body: Value,
+}
+
+/// The result of a call answered `answer`: the body, or the part `response_path` selects; a
+/// failing status is an observation.
+pub(crate) fn http_result(http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
+    let HttpAnswer { status, body } = answer;
+    if !status.is_success() {
+        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+    }
+    match &http.response_path {
+        Some(path) => match select(&body, path) {
+            Some(v) => ActionResult::Ok(v.clone()),
+            None => ActionResult::Recoverable(format!("`{path}` selects nothing in the response")),
+        },
+        None => ActionResult::Ok(body),
+    }
+}
+
+/// Makes request `http` with the variables of `act` and the header values of the auth
+/// providers it names: its answer, whatever the status, or why there is none (an
+/// observation, or a fault of the configuration). Nothing it gives back holds a token.
+pub(crate) async fn http_send(
+    engine: &Engine,
+    http: &HttpPlan,
+    act: &Activation,
+) -> Result<HttpAnswer, ActionResult> {
+    if http.auth.is_empty() {
+        return send(engine, http, act).await;
+    }
+    let auth = &engine.inner.auth;
+    let headers = auth
+        .headers(&engine.inner.http, &http.auth)
+        .await
+        .map_err(ActionResult::Recoverable)?;
+    let mut act = act.clone();
+    act.set("auth", Value::Object(headers.values));
+    let tokens = agentmesh_secrets::Secrets::new(&headers.tokens).unwrap_or_default();
+    let mut sent = send(engine, http, &act).await;
+    if let Ok(answer) = &sent
+        && answer.status == reqwest::StatusCode::UNAUTHORIZED
+    {
+        for ((name, _), token) in http.auth.iter().zip(&headers.tokens) {
+            auth.forget(name, token).await;
+        }
+    }
+    match &mut sent {
+        Ok(answer) => tokens.scrub_json(&mut answer.body),
+        Err(ActionResult::Recoverable(why) | ActionResult::Fatal(why)) => tokens.scrub_string(why),
+        Err(ActionResult::Ok(_)) => {}
+    }
+    sent
+}
+
+async fn send(
+    engine: &Engine,
+    http: &HttpPlan,
+    act: &Activation,
+) -> Result<HttpAnswer, ActionResult> {
     let url = match http.url.render(act) {
         Ok(u) => u,
-        Err(e) => return ActionResult::Recoverable(format!("url: {e}")),
+        Err(e) => return Err(ActionResult::Recoverable(format!("url: {e}"))),
     };
     // A request the values made invalid (a URL that does not parse, a line break in a
     // header) is the LLM's to fix; one the manifest's literal text makes invalid is the
     // configuration's.
-    let invalid = |template: &Template, what: String| {
-        if template.is_literal() {
+    let invalid = |template: &Template, what: String| -> Result<HttpAnswer, ActionResult> {
+        Err(if template.is_literal() {
             ActionResult::Fatal(what)
         } else {
             ActionResult::Recoverable(what)
-        }
+        })
     };
     if let Err(e) = reqwest::Url::parse(&url) {
         return invalid(&http.url, format!("`{url}` is not a valid URL: {e}"));
@@ -212,7 +288,7 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
                 );
             }
             Ok(v) => req = req.header(name.as_str(), v),
-            Err(e) => return ActionResult::Recoverable(format!("header `{name}`: {e}")),
+            Err(e) => return Err(ActionResult::Recoverable(format!("header `{name}`: {e}"))),
         }
     }
     if let Some(body) = &http.body {
@@ -222,7 +298,7 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(b.to_string());
             }
-            Err(e) => return ActionResult::Recoverable(format!("body: {e}")),
+            Err(e) => return Err(ActionResult::Recoverable(format!("body: {e}"))),
         }
     }
     // Whatever the endpoint does (unreachable, slow, a failing status, a body that cannot be
@@ -230,38 +306,39 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
     let response = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_builder() => {
-            return ActionResult::Recoverable(format!("invalid request to `{url}`: {e}"));
+            return Err(ActionResult::Recoverable(format!(
+                "invalid request to `{url}`: {e}"
+            )));
         }
-        Err(e) if e.is_timeout() => return ActionResult::Recoverable(format!("`{url}` timed out")),
-        Err(e) => return ActionResult::Recoverable(format!("`{url}` is unreachable: {e}")),
+        Err(e) if e.is_timeout() => {
+            return Err(ActionResult::Recoverable(format!("`{url}` timed out")));
+        }
+        Err(e) => {
+            return Err(ActionResult::Recoverable(format!(
+                "`{url}` is unreachable: {e}"
+            )));
+        }
     };
     let status = response.status();
     let bytes = match agentmesh_llm::read_capped(response, MAX_HTTP_RESPONSE).await {
         Ok(b) => b,
         Err(Capped::Read(e)) => {
-            return ActionResult::Recoverable(format!("reading the response: {e}"));
+            return Err(ActionResult::Recoverable(format!(
+                "reading the response: {e}"
+            )));
         }
         Err(Capped::TooLarge) => {
-            return ActionResult::Recoverable(format!(
+            return Err(ActionResult::Recoverable(format!(
                 "the response is larger than {MAX_HTTP_RESPONSE} bytes"
-            ));
+            )));
         }
     };
     let body: Value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    if !status.is_success() {
-        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
-    }
-    match &http.response_path {
-        Some(path) => match select(&body, path) {
-            Some(v) => ActionResult::Ok(v.clone()),
-            None => ActionResult::Recoverable(format!("`{path}` selects nothing in the response")),
-        },
-        None => ActionResult::Ok(body),
-    }
+    Ok(HttpAnswer { status, body })
 }
 
-fn snippet(v: &Value) -> String {
+pub(crate) fn snippet(v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),

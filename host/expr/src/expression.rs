@@ -1,5 +1,6 @@
-//! Compiling one CEL expression: guards against hostile input, the `has(event)` rewrite,
-//! positions of errors and of the root names an expression references.
+//! Compiling one CEL expression: guards against hostile input, the `has(event)` and
+//! `auth.<provider>()` rewrites, positions of errors and of the root names an expression
+//! references.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -75,7 +76,7 @@ impl Expression {
     /// Compiles `source` with the host's environment.
     pub fn compile(source: &str) -> Result<Expression, CompileError> {
         guard(source)?;
-        let rewritten = rewrite_has_event(source);
+        let rewritten = rewrite_member_calls(&rewrite_has_event(source));
         let parsed = catch_unwind(AssertUnwindSafe(|| ENV.compile(&rewritten)));
         let program = match parsed {
             Ok(Ok(program)) => program,
@@ -282,6 +283,57 @@ fn rewrite_has_event(source: &str) -> String {
             }
         }
         i += 1;
+    }
+    out.into_iter().collect()
+}
+
+/// The roots whose member calls without arguments are read as fields: `auth.github()` is
+/// `auth.github`, the header value of provider `github`. Both forms are in the spec.
+const MEMBER_CALL_ROOTS: &[&str] = &["auth"];
+
+/// `auth.x()` → `auth.x  ` (same length: positions stay where they were), outside strings
+/// and comments, where `auth` is a root (not preceded by `.` or part of a longer name).
+fn rewrite_member_calls(source: &str) -> String {
+    let code: Vec<Option<char>> = Lexed::new(source).map(|(_, c)| c).collect();
+    let mut out: Vec<char> = source.chars().collect();
+    let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let skip_ws = |mut j: usize| {
+        while j < code.len() && code[j].is_some_and(char::is_whitespace) {
+            j += 1;
+        }
+        j
+    };
+    for root in MEMBER_CALL_ROOTS {
+        let n = root.chars().count();
+        let word: Vec<Option<char>> = root.chars().map(Some).collect();
+        let mut i = 0;
+        while i + n <= code.len() {
+            let starts = code[i..i + n] == word[..]
+                && (i == 0 || !(is_ident(code[i - 1]) || code[i - 1] == Some('.')))
+                && !is_ident(code.get(i + n).copied().flatten());
+            i += 1;
+            if !starts {
+                continue;
+            }
+            let mut j = skip_ws(i - 1 + n);
+            if code.get(j) != Some(&Some('.')) {
+                continue;
+            }
+            j = skip_ws(j + 1);
+            let name_len = code[j..].iter().take_while(|c| is_ident(**c)).count();
+            if name_len == 0 {
+                continue;
+            }
+            let open = skip_ws(j + name_len);
+            if code.get(open) != Some(&Some('(')) {
+                continue;
+            }
+            let close = skip_ws(open + 1);
+            if code.get(close) == Some(&Some(')')) {
+                out[open] = ' ';
+                out[close] = ' ';
+            }
+        }
     }
     out.into_iter().collect()
 }

@@ -19,10 +19,11 @@
 //! the bound JSON in place and convert only what they touch.
 //!
 //! Modules: `expression` (compiling, roots, calls, the depth guard), `template` (`{…}`
-//! templates), [`env`] (the host's CEL environment and extensions), `eval` (activations and
-//! evaluation), `json` (JSON in place as CEL values), `needs` (which fields of the context
-//! an expression reads, so only those are built), `scope` (the roots each place may use),
-//! [`budget`] (the evaluation budget).
+//! templates), `members` (`auth.<provider>()` read as a field; which members of a root an
+//! expression reads), [`env`] (the host's CEL environment and extensions), `eval`
+//! (activations and evaluation), `json` (JSON in place as CEL values), `needs` (which fields
+//! of the context an expression reads, so only those are built), `scope` (the roots each
+//! place may use), [`budget`] (the evaluation budget).
 //!
 //! Hostile expressions are bounded twice: at compile time by length, bracket nesting and tree
 //! depth ([`MAX_DEPTH`]: evaluation recurses per level), and while they run by a budget of
@@ -44,6 +45,7 @@ mod env;
 mod eval;
 mod expression;
 mod json;
+mod members;
 mod needs;
 mod scope;
 mod template;
@@ -53,6 +55,7 @@ pub use eval::{Activation, Bound, EvalError};
 pub use expression::{
     CompileError, Expression, MAX_DEPTH, MAX_EXPRESSION_LEN, MAX_NESTING, RootRef,
 };
+pub use members::Member;
 pub use needs::Needs;
 pub use scope::{Scope, ScopeError};
 pub use template::{Segment, Template};

@@ -13,15 +13,17 @@ use super::ToolPlan;
 use crate::EngineError;
 
 /// The secrets of a configuration: every value the host config reads from `{env: …}` (at any
-/// depth, so API and source tokens too), model API keys and source secrets given literally,
+/// depth, so API and source tokens too), model API keys, source secrets and auth-provider
+/// credentials given literally,
 /// every tool setting whose schema says `format: password` (configured or default), and the
 /// signing key of every tool event.
 pub(crate) fn collect(
     host: &HostConfig,
     tools: &HashMap<String, Arc<ToolPlan>>,
+    auth: &HashMap<String, Arc<super::AuthPlan>>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Secrets, EngineError> {
-    let mut values = Vec::new();
+    let mut values = super::auth::secret_values(auth);
     if let Ok(config) = serde_json::to_value(host) {
         env_values(&config, env, &mut values);
     }

@@ -62,6 +62,7 @@ pub(crate) fn check(c: &mut Checker) {
             vars.push((vec![K("models"), K(name), K("api_key"), K("env")], env));
         }
     }
+    super::auth::providers(c, src, host, &mut vars);
     for (path, var) in vars {
         if c.env_var(var).is_none() {
             c.error(

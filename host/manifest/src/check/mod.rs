@@ -2,9 +2,11 @@
 //! expressions, exactly-one rules, durations compared, files that must exist.
 
 mod agent;
+mod auth;
 mod host;
 mod mcp;
 pub mod scopes;
+mod session;
 mod steps;
 mod tool;
 mod triggers;
@@ -307,6 +309,7 @@ impl Checker<'_> {
                 for e in scope.check_template(&t) {
                     self.error(source, node.pos_at(e.offset), e.message);
                 }
+                self.auth_providers(source, node, &t, scope);
                 Some(t)
             }
             Err(e) => {
@@ -339,6 +342,7 @@ impl Checker<'_> {
                 for e in scope.check_template(&t) {
                     self.error(source, leaf.pos_at(e.offset), e.message);
                 }
+                self.auth_providers(source, leaf, &t, scope);
             }
         }
     }

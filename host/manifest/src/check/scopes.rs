@@ -60,9 +60,37 @@ pub const FILTER: Scope = scope("an event filter", &["event", "parameters"], fal
 pub const MCP: Scope = scope("an `mcp` url, env value or header", &["settings"], false);
 /// A webhook `secret`.
 pub const SECRET: Scope = scope("a webhook `secret`", &["settings"], false);
-/// Request templates of `stateless_http` and `stateful_session`.
+/// Request templates of `stateless_http`.
 pub const HTTP: Scope = scope(
-    "a request template",
+    "a `stateless_http` request",
+    &[
+        "parameters",
+        "settings",
+        "runtime",
+        "agent",
+        "mount",
+        "auth",
+        "context",
+    ],
+    false,
+);
+/// A `stateful_session`'s `create` (`initialize`) request: the session does not exist yet.
+pub const SESSION_CREATE: Scope = scope(
+    "a session's `create` request",
+    &[
+        "parameters",
+        "settings",
+        "runtime",
+        "agent",
+        "mount",
+        "auth",
+        "context",
+    ],
+    false,
+);
+/// A `stateful_session`'s `execute` and `destroy` (`teardown`) requests.
+pub const SESSION_REQUEST: Scope = scope(
+    "a session request",
     &[
         "parameters",
         "settings",

@@ -87,22 +87,6 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
                 );
             }
         }
-        if let Some(session) = &execute.stateful_session {
-            let parts = [
-                ("create", &session.create),
-                ("initialize", &session.initialize),
-                ("execute", &session.execute),
-                ("destroy", &session.destroy),
-                ("teardown", &session.teardown),
-            ];
-            for (name, req) in parts {
-                if let Some(req) = req {
-                    let mut p = exec("stateful_session").to_vec();
-                    p.push(K(name));
-                    http(c, src, &p, req, &scopes::HTTP);
-                }
-            }
-        }
         if let Some(job) = &execute.kubernetes_job {
             kubernetes_job(c, src, &exec("kubernetes_job"), job, &action.name);
         }
@@ -209,6 +193,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         }
     }
     super::mcp::check(c, src, tool);
+    super::session::check(c, src, tool);
     settings_configured(c, src, tool);
 }
 
@@ -240,7 +225,7 @@ fn kubernetes_job(c: &mut Checker, src: &Source, path: &[Seg], job: &KubernetesJ
 }
 
 /// Templates of one HTTP request.
-fn http(
+pub(super) fn http(
     c: &mut Checker,
     src: &Source,
     path: &[Seg],

@@ -38,6 +38,9 @@ pub struct HostConfig {
     /// LLM provider endpoints by provider name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub models: IndexMap<String, ModelProvider>,
+    /// Auth providers for `{auth.<name>()}` in request templates, by name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub auth: IndexMap<String, AuthProvider>,
     /// The workspace mount.
     pub mount: Option<MountConfig>,
     /// Where the host keeps its state: sled in `data_dir` when absent.
@@ -158,6 +161,48 @@ pub struct ModelProvider {
     pub timeout: Option<Duration>,
     /// Retries on 429 and 5xx (default 3).
     pub max_retries: Option<u32>,
+}
+
+/// An auth provider: what `{auth.<name>()}` in a request template yields, the value of an
+/// `Authorization` header (`Bearer <token>`).
+///
+/// ```yaml
+/// auth:
+///   github: {type: bearer, token: {env: GITHUB_TOKEN}}
+///   crm: {type: oauth2_client_credentials, token_url: https://id.example.com/token,
+///         client_id: {env: CRM_ID}, client_secret: {env: CRM_SECRET}, scopes: [read]}
+/// ```
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuthProvider {
+    /// `bearer` (a fixed token) or `oauth2_client_credentials` (a token fetched, cached until
+    /// it expires, fetched again).
+    #[serde(rename = "type")]
+    pub kind: AuthKind,
+    /// The token, for `bearer`.
+    pub token: Option<EnvValue>,
+    /// The token endpoint, for `oauth2_client_credentials`.
+    pub token_url: Option<String>,
+    /// The client id, for `oauth2_client_credentials`.
+    pub client_id: Option<EnvValue>,
+    /// The client secret, for `oauth2_client_credentials`.
+    pub client_secret: Option<EnvValue>,
+    /// The scopes asked for, for `oauth2_client_credentials` (none: the endpoint's default).
+    pub scopes: Option<Vec<String>>,
+    /// How long a token request may take (default 10s), for `oauth2_client_credentials`.
+    pub timeout: Option<Duration>,
+}
+
+/// The type of an auth provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    /// A fixed bearer token.
+    Bearer,
+    /// The OAuth 2.0 client-credentials grant (RFC 6749 §4.4).
+    #[serde(rename = "oauth2_client_credentials")]
+    OAuth2ClientCredentials,
 }
 
 /// The workspace mount.
