@@ -6,12 +6,14 @@
 //! - `analysis`: what a compiled list of steps reads (`Reads`, the context it needs);
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
 //! - `mcp`: an `mcp` action compiled ([`McpPlan`]);
+//! - `openapi`: an `openapi` action compiled, its document loaded ([`OpenApiPlan`]);
 //! - `secrets`: the plan's secrets, collected when it is built;
 //! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
 
 mod analysis;
 mod host_tools;
 pub mod mcp;
+pub mod openapi;
 mod secrets;
 pub mod triggers;
 
@@ -39,6 +41,7 @@ use crate::EngineError;
 pub(crate) use analysis::{Reads, needs_of};
 pub use host_tools::HostTool;
 pub use mcp::{McpPlan, McpServer};
+pub use openapi::OpenApiPlan;
 pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
 /// Everything the engine runs, compiled.
@@ -344,6 +347,8 @@ impl ActionPlan {
                 continue;
             }
             match &prop.default {
+                // A `null` default: optional, and left out when absent.
+                Some(Value::Null) => {}
                 Some(d) => {
                     params.insert(name.clone(), d.clone());
                 }
@@ -443,6 +448,8 @@ pub enum Runtime {
     },
     /// A tool of an MCP server.
     Mcp(McpPlan),
+    /// An operation of an OpenAPI document.
+    OpenApi(OpenApiPlan),
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -508,8 +515,9 @@ impl Plan {
             *root = base_dir.join(&*root).display().to_string();
         }
         let mut tools = HashMap::new();
+        let mut documents = openapi::Documents::default();
         for t in &config.tools {
-            let plan = tool_plan(&t.value, &t.source.base_dir, &host, env)?;
+            let plan = tool_plan(&t.value, &t.source, &host, env, &mut documents)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
         let secrets = Arc::new(secrets::collect(&host, &tools, env)?);
@@ -610,10 +618,12 @@ pub fn resolve_env(
 
 fn tool_plan(
     tool: &Tool,
-    base_dir: &std::path::Path,
+    source: &agentmesh_manifest::Source,
     host: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
+    documents: &mut openapi::Documents,
 ) -> Result<ToolPlan, EngineError> {
+    let base_dir = source.base_dir.as_path();
     let mut settings = Map::new();
     if let Some(schema) = &tool.settings {
         for (k, p) in &schema.properties {
@@ -632,14 +642,31 @@ fn tool_plan(
         }
     }
     let mut actions = Vec::new();
-    for action in &tool.actions {
+    for (index, action) in tool.actions.iter().enumerate() {
+        let execute = tool.execute_of(action);
+        let runtime = match execute.as_ref().and_then(|e| e.openapi.as_ref()) {
+            Some(block) => {
+                let at = openapi::At {
+                    source,
+                    index,
+                    action: &action.name,
+                };
+                Runtime::OpenApi(openapi::openapi_plan(block, &at, documents)?)
+            }
+            None => runtime(execute, &action.name, base_dir)?,
+        };
         let mut parameters = IndexMap::new();
         for schema in tool.parameters.iter().chain(action.parameters.iter()) {
             for (k, p) in &schema.properties {
                 parameters.insert(k.clone(), p.clone());
             }
         }
-        let runtime = runtime(tool.execute_of(action), &action.name, base_dir)?;
+        // An `openapi` action without parameters of its own takes the operation's.
+        if let (Runtime::OpenApi(op), None) = (&runtime, &action.parameters) {
+            for (k, p) in &op.derived {
+                parameters.entry(k.clone()).or_insert_with(|| p.clone());
+            }
+        }
         actions.push(ActionPlan {
             name: action.name.clone(),
             description: action.description.clone(),
@@ -728,8 +755,6 @@ fn runtime(
         Runtime::Http(http_plan(http)?)
     } else if e.stateful_session.is_some() {
         Runtime::Unsupported("stateful_session")
-    } else if e.openapi.is_some() {
-        Runtime::Unsupported("openapi")
     } else if let Some(mcp) = &e.mcp {
         Runtime::Mcp(mcp::mcp_plan(mcp, action, base_dir)?)
     } else if e.kubernetes_job.is_some() {

@@ -1,5 +1,7 @@
-//! Action backends: `cel`, `stateless_http`, the dispatch to Wasm components (`wasm.rs`) and
-//! MCP servers (`mcp.rs`), and sub-agent delegation.
+//! Action backends: `cel`, `stateless_http`, `openapi` (`runtime/openapi.rs`), the dispatch
+//! to Wasm components (`wasm.rs`) and MCP servers (`mcp.rs`), and sub-agent delegation.
+
+mod openapi;
 
 use std::sync::Arc;
 
@@ -158,6 +160,11 @@ pub(crate) async fn run_action(
                 .call(&record.id, tool, mcp, max_sessions, input)
                 .await
         }
+        Runtime::OpenApi(op) => {
+            let mut act = Activation::new();
+            act.set("settings", Value::Object(tool.settings.clone()));
+            openapi::call(engine, op, &act, input).await
+        }
         Runtime::Unsupported(kind) => ActionResult::Recoverable(format!(
             "action `{}` uses the `{kind}` runtime, which this host does not run yet",
             plan.name
@@ -217,8 +224,20 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
             Err(e) => return ActionResult::Recoverable(format!("body: {e}")),
         }
     }
-    // Whatever the endpoint does (unreachable, slow, a failing status, a body that cannot be
-    // read) is an observation the LLM can act on; the task goes on.
+    let response_path = http.response_path.as_deref();
+    send(req, &url, response_path, false).await
+}
+
+/// Sends `req` (to `url`, as errors show it) and reads the answer: whatever the endpoint does
+/// (unreachable, slow, a failing status, a body that cannot be read, or with `json` one that
+/// is not JSON) is an observation the LLM can act on; the task goes on. `response_path`
+/// selects the result from the body.
+async fn send(
+    req: reqwest::RequestBuilder,
+    url: &str,
+    response_path: Option<&str>,
+    json: bool,
+) -> ActionResult {
     let response = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_builder() => {
@@ -239,12 +258,26 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
             ));
         }
     };
-    let body: Value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let parsed = serde_json::from_slice(&bytes);
+    let text = || Value::String(String::from_utf8_lossy(&bytes).into_owned());
     if !status.is_success() {
+        let body = parsed.unwrap_or_else(|_| text());
         return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
     }
-    match &http.response_path {
+    let body: Value = match parsed {
+        Ok(v) => v,
+        // An empty answer (`204 No Content`) is no result, not a malformed one.
+        Err(_) if json && bytes.is_empty() => Value::Null,
+        Err(e) if json => {
+            return ActionResult::Recoverable(format!(
+                "`{url}` answered HTTP {} with a body that is not the JSON its API describes                  ({e}): {}",
+                status.as_u16(),
+                snippet(&text())
+            ));
+        }
+        Err(_) => text(),
+    };
+    match response_path {
         Some(path) => match select(&body, path) {
             Some(v) => ActionResult::Ok(v.clone()),
             None => ActionResult::Recoverable(format!("`{path}` selects nothing in the response")),

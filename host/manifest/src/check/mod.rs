@@ -4,6 +4,7 @@
 mod agent;
 mod host;
 mod mcp;
+mod openapi;
 pub mod scopes;
 mod steps;
 mod tool;
