@@ -774,6 +774,7 @@ fn credentials(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly.
 mod tests {
     use serde_json::json;
 
