@@ -23,6 +23,7 @@ mod mcp_events;
 mod mcp_server;
 mod mount;
 mod new;
+mod openapi;
 mod postgres;
 mod reload;
 mod run;

@@ -130,6 +130,10 @@ pub enum EngineError {
     /// The configuration cannot run.
     #[error("configuration: {0}")]
     Config(String),
+    /// The configuration cannot run, for a reason at this place of a manifest (an `openapi`
+    /// document that does not load, an operation it does not have).
+    #[error("{0}")]
+    Manifest(agentmesh_manifest::Diagnostic),
     /// The caller's input is invalid.
     #[error("invalid input: {0}")]
     Input(String),

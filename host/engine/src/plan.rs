@@ -7,6 +7,7 @@
 //! - `auth`: the host config's auth providers ([`AuthPlan`]);
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
 //! - `mcp`: an `mcp` action compiled ([`McpPlan`]);
+//! - `openapi`: an `openapi` action compiled, its document loaded ([`OpenApiPlan`]);
 //! - `secrets`: the plan's secrets, collected when it is built;
 //! - `session`: a `stateful_session` action compiled ([`SessionPlan`]);
 //! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
@@ -16,6 +17,7 @@ pub mod auth;
 mod host_tools;
 pub mod kubernetes;
 pub mod mcp;
+pub mod openapi;
 mod secrets;
 pub mod session;
 pub mod triggers;
@@ -45,6 +47,7 @@ pub(crate) use analysis::{Reads, needs_of};
 pub use auth::AuthPlan;
 pub use host_tools::HostTool;
 pub use mcp::{McpPlan, McpServer};
+pub use openapi::OpenApiPlan;
 pub use session::SessionPlan;
 pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
@@ -353,6 +356,8 @@ impl ActionPlan {
                 continue;
             }
             match &prop.default {
+                // A `null` default: optional, and left out when absent.
+                Some(Value::Null) => {}
                 Some(d) => {
                     params.insert(name.clone(), d.clone());
                 }
@@ -456,6 +461,8 @@ pub enum Runtime {
     Kubernetes(kubernetes::JobPlan),
     /// A remote session per task.
     Session(Arc<SessionPlan>),
+    /// An operation of an OpenAPI document.
+    OpenApi(OpenApiPlan),
     /// A backend this host does not run yet.
     Unsupported(&'static str),
 }
@@ -545,8 +552,9 @@ impl Plan {
         }
         let auth = auth::auth_plans(&host, env)?;
         let mut tools = HashMap::new();
+        let mut documents = openapi::Documents::default();
         for t in &config.tools {
-            let plan = tool_plan(&t.value, &t.source.base_dir, &host, &auth, env)?;
+            let plan = tool_plan(&t.value, &t.source, &host, &auth, env, &mut documents)?;
             tools.insert(plan.id(), Arc::new(plan));
         }
         let secrets = Arc::new(secrets::collect(&host, &tools, &auth, env)?);
@@ -648,11 +656,13 @@ pub fn resolve_env(
 
 fn tool_plan(
     tool: &Tool,
-    base_dir: &std::path::Path,
+    source: &agentmesh_manifest::Source,
     host: &HostConfig,
     auth: &HashMap<String, Arc<AuthPlan>>,
     env: &dyn Fn(&str) -> Option<String>,
+    documents: &mut openapi::Documents,
 ) -> Result<ToolPlan, EngineError> {
+    let base_dir = source.base_dir.as_path();
     let mut settings = Map::new();
     if let Some(schema) = &tool.settings {
         for (k, p) in &schema.properties {
@@ -671,14 +681,31 @@ fn tool_plan(
         }
     }
     let mut actions = Vec::new();
-    for action in &tool.actions {
+    for (index, action) in tool.actions.iter().enumerate() {
+        let execute = tool.execute_of(action);
+        let runtime = match execute.as_ref().and_then(|e| e.openapi.as_ref()) {
+            Some(block) => {
+                let at = openapi::At {
+                    source,
+                    index,
+                    action: &action.name,
+                };
+                Runtime::OpenApi(openapi::openapi_plan(block, &at, documents)?)
+            }
+            None => runtime(execute, &action.name, base_dir, auth)?,
+        };
         let mut parameters = IndexMap::new();
         for schema in tool.parameters.iter().chain(action.parameters.iter()) {
             for (k, p) in &schema.properties {
                 parameters.insert(k.clone(), p.clone());
             }
         }
-        let runtime = runtime(tool.execute_of(action), &action.name, base_dir, auth)?;
+        // An `openapi` action without parameters of its own takes the operation's.
+        if let (Runtime::OpenApi(op), None) = (&runtime, &action.parameters) {
+            for (k, p) in &op.derived {
+                parameters.entry(k.clone()).or_insert_with(|| p.clone());
+            }
+        }
         actions.push(ActionPlan {
             name: action.name.clone(),
             description: action.description.clone(),
@@ -768,8 +795,6 @@ fn runtime(
         Runtime::Http(http_plan(http, auth)?)
     } else if let Some(session) = &e.stateful_session {
         Runtime::Session(Arc::new(session::session_plan(session, action, auth)?))
-    } else if e.openapi.is_some() {
-        Runtime::Unsupported("openapi")
     } else if let Some(mcp) = &e.mcp {
         Runtime::Mcp(mcp::mcp_plan(mcp, action, base_dir)?)
     } else if let Some(job) = &e.kubernetes_job {

@@ -1,6 +1,9 @@
 //! Action backends: `cel`, `stateless_http` (and the HTTP requests `stateful_session` makes,
-//! `session.rs`), the dispatch to Wasm components (`wasm.rs`), MCP servers (`mcp.rs`) and
-//! Kubernetes Jobs (`kubernetes.rs`), and sub-agent delegation.
+//! `session.rs`), `openapi` (`runtime/openapi.rs`), the dispatch to Wasm components
+//! (`wasm.rs`), MCP servers (`mcp.rs`) and Kubernetes Jobs (`kubernetes.rs`), and sub-agent
+//! delegation.
+
+mod openapi;
 
 use std::sync::Arc;
 
@@ -144,6 +147,11 @@ pub(crate) async fn run_action(
                 .mcp
                 .call(&record.id, tool, mcp, max_sessions, input)
                 .await
+        }
+        Runtime::OpenApi(op) => {
+            let mut act = Activation::new();
+            act.set("settings", Value::Object(tool.settings.clone()));
+            openapi::call(engine, op, &act, input).await
         }
         Runtime::Unsupported(kind) => ActionResult::Recoverable(format!(
             "action `{}` uses the `{kind}` runtime, which this host does not run yet",
@@ -301,8 +309,19 @@ async fn send(
             Err(e) => return Err(ActionResult::Recoverable(format!("body: {e}"))),
         }
     }
-    // Whatever the endpoint does (unreachable, slow, a failing status, a body that cannot be
-    // read) is an observation the LLM can act on; the task goes on.
+    let (status, bytes) = exchange(req, &url).await?;
+    let body: Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok(HttpAnswer { status, body })
+}
+
+/// Sends `req` (to `url`, as errors show it) and reads the answer's status and body: whatever
+/// the endpoint does (unreachable, slow, a body that cannot be read or is too large) is an
+/// observation the LLM can act on; the task goes on.
+async fn exchange(
+    req: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<(reqwest::StatusCode, Vec<u8>), ActionResult> {
     let response = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_builder() => {
@@ -333,9 +352,37 @@ async fn send(
             )));
         }
     };
-    let body: Value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(HttpAnswer { status, body })
+    Ok((status, bytes.to_vec()))
+}
+
+/// Sends an operation's request `req` (to `url`, as errors show it): its answer is the result;
+/// a failing status, or with `json` a body that is not JSON, is an observation.
+pub(crate) async fn send_operation(
+    req: reqwest::RequestBuilder,
+    url: &str,
+    json: bool,
+) -> ActionResult {
+    let (status, bytes) = match exchange(req, url).await {
+        Ok(answer) => answer,
+        Err(failed) => return failed,
+    };
+    let parsed = serde_json::from_slice(&bytes);
+    let text = || Value::String(String::from_utf8_lossy(&bytes).into_owned());
+    if !status.is_success() {
+        let body = parsed.unwrap_or_else(|_| text());
+        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+    }
+    match parsed {
+        Ok(v) => ActionResult::Ok(v),
+        // An empty answer (`204 No Content`) is no result, not a malformed one.
+        Err(_) if json && bytes.is_empty() => ActionResult::Ok(Value::Null),
+        Err(e) if json => ActionResult::Recoverable(format!(
+            "`{url}` answered HTTP {} with a body that is not the JSON its API describes ({e}): {}",
+            status.as_u16(),
+            snippet(&text())
+        )),
+        Err(_) => ActionResult::Ok(text()),
+    }
 }
 
 pub(crate) fn snippet(v: &Value) -> String {

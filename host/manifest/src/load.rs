@@ -140,8 +140,9 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<D
     (config, diags)
 }
 
-/// Documents without `kind` are model scripts when a `scripted/<path>` model names their file;
-/// otherwise they are manifests missing their `kind`.
+/// Documents without `kind` are model scripts when a `scripted/<path>` model names their file,
+/// OpenAPI documents when a tool's `openapi.url` names it (the engine reads those); otherwise
+/// they are manifests missing their `kind`.
 fn load_scripts(config: &mut Config, diags: &mut Vec<Diagnostic>) {
     let base = config.base_dir();
     let named = config
@@ -162,11 +163,32 @@ fn load_scripts(config: &mut Config, diags: &mut Vec<Diagnostic>) {
             scripts.push((path.to_owned(), key));
         }
     }
+    // The OpenAPI documents `openapi.url`s name: read by the engine, not manifests.
+    let documents: Vec<PathBuf> = config
+        .tools
+        .iter()
+        .flat_map(|t| {
+            let actions = t.value.actions.iter();
+            let blocks = actions.filter_map(|a| a.execute.as_ref()?.openapi.as_ref());
+            blocks
+                .chain(t.value.openapi.as_ref())
+                .filter_map(|b| b.url.as_deref())
+                .filter(|u| !u.starts_with("http://") && !u.starts_with("https://"))
+                .map(|u| {
+                    let full = t.source.base_dir.join(u);
+                    full.canonicalize().unwrap_or(full)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
     for source in std::mem::take(&mut config.unkinded) {
         let key = source
             .file
             .canonicalize()
             .unwrap_or_else(|_| source.file.clone());
+        if documents.contains(&key) {
+            continue;
+        }
         // Every name of the file (`script.yaml`, `./script.yaml`, …) is a model that uses it.
         let names: Vec<&String> = scripts
             .iter()

@@ -100,6 +100,11 @@ impl From<EngineError> for ApiError {
             EngineError::Config(m) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "configuration", m)
             }
+            EngineError::Manifest(d) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "configuration",
+                d.to_string(),
+            ),
             EngineError::Internal(m) => ApiError::internal(m),
             EngineError::Store(e) if e.is_io() => ApiError::store_unavailable(e),
             EngineError::Store(e) => ApiError::internal(e),

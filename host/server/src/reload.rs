@@ -203,19 +203,21 @@ async fn reload(state: &AppState) -> Result<(), String> {
     let dir = state.config_dir.clone();
     let cache = state.engine().component_cache().map(Path::to_path_buf);
     let outcome = async {
-        let report = tokio::task::spawn_blocking(move || {
+        // Off the runtime: building the plan may fetch `openapi` documents.
+        let plan = tokio::task::spawn_blocking(move || {
             let mut report = agentmesh_manifest::validate(&dir);
             check_components(&mut report, cache.as_deref(), false);
-            report
+            if report.has_errors() {
+                let lines: Vec<String> =
+                    report.diagnostics.iter().map(ToString::to_string).collect();
+                return Err(lines.join("\n"));
+            }
+            let env = |n: &str| std::env::var(n).ok();
+            Plan::build(&report.config, &env).map_err(|e| e.to_string())
         })
         .await
-        .map_err(|e| format!("validation did not finish: {e}"))?;
-        if report.has_errors() {
-            let lines: Vec<String> = report.diagnostics.iter().map(ToString::to_string).collect();
-            return Err(lines.join("\n"));
-        }
+        .map_err(|e| format!("validation did not finish: {e}"))??;
         let env = |n: &str| std::env::var(n).ok();
-        let plan = Plan::build(&report.config, &env).map_err(|e| e.to_string())?;
         let auth = Auth::new(tokens_of(&plan.host, &env).map_err(|e| e.to_string())?);
         if auth.is_open() && !state.bound.ip().is_loopback() {
             return Err(format!(

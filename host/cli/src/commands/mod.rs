@@ -201,6 +201,10 @@ pub fn compile(report: &mut agentmesh_manifest::Report) -> Option<Plan> {
     let env = |n: &str| std::env::var(n).ok();
     match Plan::build(&report.config, &env) {
         Ok(plan) => Some(plan),
+        Err(agentmesh_engine::EngineError::Manifest(d)) => {
+            report.add_diagnostics([d]);
+            None
+        }
         Err(e) => {
             report.diagnostics.push(Diagnostic::error(
                 report.config.base_dir(),

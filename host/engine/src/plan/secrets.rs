@@ -14,9 +14,9 @@ use crate::EngineError;
 
 /// The secrets of a configuration: every value the host config reads from `{env: …}` (at any
 /// depth, so API and source tokens too), model API keys, source secrets and auth-provider
-/// credentials given literally,
-/// every tool setting whose schema says `format: password` (configured or default), and the
-/// signing key of every tool event.
+/// credentials given literally, every tool setting whose schema says `format: password`
+/// (configured or default), the signing key of every tool event and the credential of every
+/// `openapi` security scheme.
 pub(crate) fn collect(
     host: &HostConfig,
     tools: &HashMap<String, Arc<ToolPlan>>,
@@ -49,6 +49,23 @@ pub(crate) fn collect(
             crate::plan::Secret::Key(key) => Some(key.clone()),
             crate::plan::Secret::None | crate::plan::Secret::Unavailable(_) => None,
         }));
+        // An `openapi` credential is a secret whatever the setting it comes from says.
+        let settings = tool.settings_activation();
+        for action in &tool.actions {
+            if let crate::plan::Runtime::OpenApi(op) = &action.runtime {
+                for credential in &op.security {
+                    let Ok(value) = credential.template.render(&settings) else {
+                        continue;
+                    };
+                    if let crate::plan::openapi::CredentialKind::Basic = credential.kind
+                        && let Some((_, password)) = value.split_once(':')
+                    {
+                        values.push(password.to_owned());
+                    }
+                    values.push(value);
+                }
+            }
+        }
         let Some(schema) = &tool.manifest.settings else {
             continue;
         };

@@ -5,6 +5,7 @@ mod agent;
 mod auth;
 mod host;
 mod mcp;
+mod openapi;
 pub mod scopes;
 mod session;
 mod steps;

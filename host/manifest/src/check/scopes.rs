@@ -58,6 +58,12 @@ pub const EVENT_MESSAGE: Scope = scope("an event `message`", &["event"], false);
 pub const FILTER: Scope = scope("an event filter", &["event", "parameters"], false);
 /// An `mcp` block's `url`, `env` values and `headers`.
 pub const MCP: Scope = scope("an `mcp` url, env value or header", &["settings"], false);
+/// An `openapi` block's `base_url` and `security` credentials.
+pub const OPENAPI: Scope = scope(
+    "an `openapi` base_url or security credential",
+    &["settings"],
+    false,
+);
 /// A webhook `secret`.
 pub const SECRET: Scope = scope("a webhook `secret`", &["settings"], false);
 /// Request templates of `stateless_http`.

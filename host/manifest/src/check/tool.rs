@@ -194,6 +194,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
     }
     super::mcp::check(c, src, tool);
     super::session::check(c, src, tool);
+    super::openapi::check(c, src, tool);
     settings_configured(c, src, tool);
 }
 

@@ -195,7 +195,11 @@ impl Inherit for OpenApi {
     fn inherit(&self, shared: &Self) -> Self {
         OpenApi {
             url: or(&self.url, &shared.url),
+            operation: or(&self.operation, &shared.operation),
             operation_id: or(&self.operation_id, &shared.operation_id),
+            base_url: or(&self.base_url, &shared.base_url),
+            security: merge(&self.security, &shared.security, |a, b| a == b),
+            timeout: self.timeout.or(shared.timeout),
         }
     }
 }
@@ -315,15 +319,43 @@ pub struct StatefulSession {
     pub teardown: Option<HttpRequest>,
 }
 
-/// `openapi`.
+/// `openapi`: an operation of an OpenAPI 3.0/3.1 document. In an action's `execute` every
+/// field is optional: what it leaves out comes from the tool's top-level `openapi:` block.
+/// ```yaml
+/// openapi:
+///   url: petstore.yaml            # or https://…; a path is relative to the manifest
+///   base_url: "{settings.base}"   # instead of the document's first server
+///   security: {api_key: "{settings.token}"}
+/// actions:
+///   - {name: list_pets, description: List pets., execute: {openapi: {operation: listPets}}}
+/// ```
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenApi {
-    /// Where the OpenAPI 3 document is.
+    /// Where the OpenAPI 3 document is: an `http(s)` URL or a path relative to the manifest.
+    /// Not a template (tool.md: interpolation does not apply to it).
     pub url: Option<String>,
-    /// The operation this action calls.
+    /// The `operationId` of the operation this action calls.
+    pub operation: Option<String>,
+    /// The same as `operation` (the name this host first read); setting both is an error.
     pub operation_id: Option<String>,
+    /// The base URL requests go to instead of the document's first `servers` entry; a
+    /// template over `settings`.
+    pub base_url: Option<String>,
+    /// Security scheme name (of the document's `components.securitySchemes`) → the
+    /// credential, a template over `settings`: an API key, a bearer token, or `user:password`
+    /// for `http` basic.
+    pub security: Option<IndexMap<String, String>>,
+    /// Per-request timeout (default 30s).
+    pub timeout: Option<Duration>,
+}
+
+impl OpenApi {
+    /// The operation named, by `operation` or its older name `operation_id`.
+    pub fn operation(&self) -> Option<&str> {
+        self.operation.as_deref().or(self.operation_id.as_deref())
+    }
 }
 
 /// `mcp`: the tools of an MCP server. In an action's `execute` every field is optional: what
