@@ -2,9 +2,10 @@
 //! (`auth.<provider>()`, read as the field `auth.<provider>`, see `expression`), which
 //! `session` keys it reads.
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
 
 use crate::Expression;
+use crate::needs::for_each_child;
 
 /// One use of a root in an expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,38 +55,7 @@ fn walk(e: &IdedExpr, root: &str, visit: &mut impl FnMut(u64, Option<String>)) {
                 }
             }
         }
-        Expr::Select(s) => walk(&s.operand, root, visit),
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                walk(t, root, visit);
-            }
-            c.args.iter().for_each(|a| walk(a, root, visit));
-        }
-        Expr::Comprehension(c) => {
-            for part in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                walk(part, root, visit);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, root, visit)),
-        Expr::Map(m) => m.entries.iter().for_each(|en| entry(&en.expr, root, visit)),
-        Expr::Struct(s) => s.entries.iter().for_each(|en| entry(&en.expr, root, visit)),
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
-}
-
-fn entry(e: &EntryExpr, root: &str, visit: &mut impl FnMut(u64, Option<String>)) {
-    match e {
-        EntryExpr::StructField(f) => walk(&f.value, root, visit),
-        EntryExpr::MapEntry(me) => {
-            walk(&me.key, root, visit);
-            walk(&me.value, root, visit);
-        }
+        _ => for_each_child(e, |child| walk(child, root, visit)),
     }
 }
 

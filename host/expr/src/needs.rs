@@ -113,15 +113,18 @@ fn walk(e: &IdedExpr, names: &[&str], needs: &mut Needs) {
         needs.insert(&p);
         return;
     }
+    for_each_child(e, |child| walk(child, names, needs));
+}
+
+/// Calls `f` on each direct subexpression of `e`: what a walk of the tree descends into.
+pub(crate) fn for_each_child<'a>(e: &'a IdedExpr, mut f: impl FnMut(&'a IdedExpr)) {
     match &e.expr {
-        Expr::Select(s) => walk(&s.operand, names, needs),
+        Expr::Select(s) => f(&s.operand),
         Expr::Call(c) => {
             if let Some(t) = &c.target {
-                walk(t, names, needs);
+                f(t);
             }
-            for a in &c.args {
-                walk(a, names, needs);
-            }
+            c.args.iter().for_each(&mut f);
         }
         Expr::Comprehension(c) => {
             for part in [
@@ -131,30 +134,29 @@ fn walk(e: &IdedExpr, names: &[&str], needs: &mut Needs) {
                 &c.loop_step,
                 &c.result,
             ] {
-                walk(part, names, needs);
+                f(part);
             }
         }
-        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, names, needs)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                if let EntryExpr::MapEntry(me) = &entry.expr {
-                    walk(&me.key, names, needs);
-                    walk(&me.value, names, needs);
-                }
-            }
+        Expr::List(l) => l.elements.iter().for_each(&mut f),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .for_each(|en| entry_children(&en.expr, &mut f)),
+        Expr::Struct(s) => s
+            .entries
+            .iter()
+            .for_each(|en| entry_children(&en.expr, &mut f)),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn entry_children<'a>(e: &'a EntryExpr, f: &mut impl FnMut(&'a IdedExpr)) {
+    match e {
+        EntryExpr::StructField(field) => f(&field.value),
+        EntryExpr::MapEntry(me) => {
+            f(&me.key);
+            f(&me.value);
         }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                match &entry.expr {
-                    EntryExpr::StructField(f) => walk(&f.value, names, needs),
-                    EntryExpr::MapEntry(me) => {
-                        walk(&me.key, names, needs);
-                        walk(&me.value, names, needs);
-                    }
-                }
-            }
-        }
-        _ => {}
     }
 }
 
