@@ -24,6 +24,7 @@ mod mcp_server;
 mod mount;
 mod new;
 mod openapi;
+mod poll;
 mod postgres;
 mod reload;
 mod run;

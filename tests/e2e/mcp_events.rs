@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::AGENTMESH;
 use crate::mcp_client::{python, servers};
-use crate::util::agentmesh;
+use crate::util::{agentmesh, triggered_messages};
 
 /// The tool `lab/files`: the watcher over `files` as its shared `mcp` server; its event
 /// `changed` subscribes to `a.txt` and `b.txt` (URIs rendered from the `dir` setting), and
@@ -139,24 +139,7 @@ fn setup() -> Setup {
 
 /// The user messages of task `id` that an MCP event brought: their text.
 fn mcp_messages(server: &Server, id: &str) -> Vec<String> {
-    let log = server
-        .request("GET", &format!("/v1/tasks/{id}/events"))
-        .send()
-        .json();
-    log["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| {
-            e["kind"] == "MessageEvent" && e["metadata"]["trigger"]["source"] == "mcp-event"
-        })
-        .map(|e| {
-            e["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
+    triggered_messages(server, id, "mcp-event")
 }
 
 #[test]
@@ -298,8 +281,8 @@ events:
     receive:
       webhook: {}
 ";
-    // The spec's HTTP subscription and poll modes do not validate: this host does not run
-    // them, and an event that would never arrive is not accepted.
+    // The spec's HTTP subscription mode does not validate: this host does not run it, and an
+    // event that would never arrive is not accepted.
     let poller = "kind: commonagents.info/v1beta2/tool
 namespace: lab
 name: poller
@@ -345,7 +328,6 @@ sources:
         "error: source `nowhere`: no tool `lab/srvv`; did you mean `lab/srv`?",
         "error: source `both`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`",
         "poller.yaml:13:7: error: event `pushed`: this host does not run `receive.subscription` over HTTP: the event would never arrive",
-        "poller.yaml:19:7: error: event `polled`: this host does not run `receive.poll` over HTTP",
     ] {
         assert!(said.contains(expected), "missing `{expected}` in:\n{said}");
     }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use agentmesh_testkit::server::Server;
 use serde_json::Value;
 
 use crate::AGENTMESH;
@@ -125,4 +126,25 @@ pub fn completion(text: &str) -> String {
         "usage": {"prompt_tokens": 10, "completion_tokens": 5}
     })
     .to_string()
+}
+
+/// The text of each message in task `id`'s log that an arrival from trigger source `source`
+/// (`webhook`, `mcp-event`, …) brought, in order.
+pub fn triggered_messages(server: &Server, id: &str, source: &str) -> Vec<String> {
+    let log = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .json();
+    log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "MessageEvent" && e["metadata"]["trigger"]["source"] == source)
+        .map(|e| {
+            e["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
 }

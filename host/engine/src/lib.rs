@@ -25,6 +25,8 @@
 //! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled; and
 //!   [`probe`], `validate --probe`'s check of actions against their servers' tools;
 //! - `kubernetes`: the `kubernetes_job` backend, a Job per call through the Kubernetes API;
+//! - `poll`: one poll of a `receive.poll` event's endpoint ([`PollKey`]: for one set of
+//!   parameter values), its new items, and what each key keeps between polls;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -62,6 +64,7 @@ mod mcp_sse;
 pub mod mount;
 mod outcome;
 pub mod plan;
+mod poll;
 mod providers;
 mod records;
 mod review;
@@ -101,6 +104,7 @@ pub use mcp::{About, Finding, McpSessionState, McpSessionView, Probe, probe};
 pub use mcp_events::ResourceUpdate;
 pub use plan::HostTool;
 pub use plan::Plan;
+pub use poll::{PollError, PollKey, Polled, PolledItem};
 pub use records::stored_tasks;
 pub use task::{Decider, PendingReview, Reason, Status, TaskRecord, UserRef, WaitingReview};
 pub use threads::{mark_turn_thread, turn_runtime};

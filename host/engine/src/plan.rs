@@ -8,6 +8,7 @@
 //! - `host_tools`: the host tools every agent has ([`HostTool`]);
 //! - `mcp`: an `mcp` action compiled ([`McpPlan`]);
 //! - `openapi`: an `openapi` action compiled, its document loaded ([`OpenApiPlan`]);
+//! - `poll`: a `receive.poll` event compiled ([`PollPlan`]);
 //! - `secrets`: the plan's secrets, collected when it is built;
 //! - `session`: a `stateful_session` action compiled ([`SessionPlan`]);
 //! - `triggers`: trigger sources, triggers and schedules compiled, and the default bounds.
@@ -18,6 +19,7 @@ mod host_tools;
 pub mod kubernetes;
 pub mod mcp;
 pub mod openapi;
+pub mod poll;
 mod secrets;
 pub mod session;
 pub mod triggers;
@@ -48,6 +50,7 @@ pub use auth::AuthPlan;
 pub use host_tools::HostTool;
 pub use mcp::{McpPlan, McpServer};
 pub use openapi::OpenApiPlan;
+pub use poll::PollPlan;
 pub use session::SessionPlan;
 pub use triggers::{SchedulePlan, SourcePlan, TriggerPlan};
 
@@ -267,7 +270,7 @@ pub struct ToolPlan {
     pub actions: Vec<ActionPlan>,
     /// The manifest.
     pub manifest: Tool,
-    /// Its events received by webhook or by MCP subscription, compiled.
+    /// Its events received by webhook, by MCP subscription or by polling, compiled.
     pub events: Vec<EventPlan>,
     /// The server its MCP events subscribe to (its shared `mcp` block), when it has some.
     pub mcp_events: Option<Arc<mcp::McpPlan>>,
@@ -290,7 +293,7 @@ impl ToolPlan {
     }
 }
 
-/// A tool event received by webhook or by MCP subscription, compiled.
+/// A tool event received by webhook, by MCP subscription or by polling, compiled.
 pub struct EventPlan {
     /// The event's name.
     pub name: String,
@@ -300,7 +303,7 @@ pub struct EventPlan {
     pub timeout: Option<Duration>,
     /// The longest timeout an agent may ask for.
     pub max_timeout: Option<Duration>,
-    /// `receive.webhook.filter`, over `event` and `parameters` (allow-list sets); an event
+    /// The receive type's `filter`, over `event` and `parameters` (allow-list sets); an event
     /// without one passes every event (`true`).
     pub filter: Arc<Expression>,
     /// `receive.webhook.secret`, rendered with `settings`.
@@ -318,6 +321,8 @@ pub enum Via {
     /// As `notifications/resources/updated` for one of these resources (URI templates over
     /// `settings`) of the tool's MCP server (`receive.subscription.resources`).
     McpResources(Vec<Template>),
+    /// As the new items of an endpoint the host polls (`receive.poll`).
+    Poll(Arc<PollPlan>),
 }
 
 /// The key a tool event's deliveries are signed with.
@@ -723,14 +728,19 @@ fn tool_plan(
             .subscription
             .as_ref()
             .filter(|s| !s.resources.is_empty());
-        let (filter, secret, filter_component, via) = match (&tool.mcp, by_mcp) {
-            (Some(shared), Some(sub)) => {
+        let (filter, secret, filter_component, via) = match (&tool.mcp, by_mcp, &event.receive.poll)
+        {
+            (Some(shared), Some(sub), _) => {
                 if mcp_events.is_none() {
                     mcp_events = Some(Arc::new(mcp::mcp_plan(shared, &event.name, base_dir)?));
                 }
                 let resources = sub.resources.iter().map(|r| template(r));
                 let via = Via::McpResources(resources.collect::<Result<_, _>>()?);
                 (sub.filter.as_deref(), Secret::None, None, via)
+            }
+            (_, _, Some(poll)) => {
+                let via = Via::Poll(Arc::new(poll::poll_plan(poll, &event.name, auth)?));
+                (poll.filter.as_deref(), Secret::None, None, via)
             }
             _ => {
                 let Some(webhook) = &event.receive.webhook else {

@@ -11,15 +11,16 @@ use serde_json::{Value, json};
 use crate::Event;
 use crate::routes::SharedRoutes;
 
-/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks subscribed to them;
-/// nothing, and the delivery id left unremembered, when no task takes one. A task whose
-/// admission fails does not take the event (logged).
+/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks subscribed to them
+/// (of those, the ones `keep` keeps); nothing, and the delivery id left unremembered, when
+/// no task takes one. A task whose admission fails does not take the event (logged).
 pub(crate) async fn tool_events(
     engine: &Engine,
     routes: &SharedRoutes,
     (tool, events): (&ToolPlan, &[&EventPlan]),
     (payload, origin): (&Value, &Origin),
     arrival: &Arrival<'_>,
+    keep: impl Fn(&str) -> bool,
 ) -> Admitted<()> {
     let tool_id = tool.id();
     let fired_at = arrival.fired_at();
@@ -30,7 +31,7 @@ pub(crate) async fn tool_events(
         let tasks = routes
             .read()
             .route(&tool_id, &event.name, &routed, fired_at);
-        for task in tasks {
+        for task in tasks.into_iter().filter(|t| keep(t)) {
             let admitted = engine
                 .admit_event(tool, event, &task, &event_json)
                 .await

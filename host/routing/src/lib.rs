@@ -10,6 +10,9 @@
 //! - `admit`: what a delivery brings, decided at the door: its events routed, then admitted
 //!   by each matched task ([`Engine::admit_event`](agentmesh_engine::Engine::admit_event):
 //!   filter component, middleware, message);
+//! - `poll`: the pollers of `receive.poll` events, one per event and distinct set of sealed
+//!   parameter values ([`EventRouter::run_pollers`]), each new item routed as a webhook's
+//!   events are;
 //! - `routes`: every active subscription of every task, kept in step with the task records
 //!   (an engine [`Watcher`](agentmesh_engine::Watcher)), with their deadlines;
 //! - [`index`]: the [`SubscriptionIndex`], which finds the subscriptions an event can match
@@ -54,6 +57,7 @@ mod allow_list;
 mod analysis;
 pub mod filter;
 pub mod index;
+mod poll;
 mod routes;
 mod webhooks;
 
@@ -63,4 +67,5 @@ pub use allow_list::{AllowLists, allow_value};
 pub use analysis::Pin;
 pub use filter::{Event, Filter, MAX_COMBINATIONS};
 pub use index::SubscriptionIndex;
+pub use poll::LONGEST_PAUSE;
 pub use webhooks::{EventRouter, WebhookOutcome};

@@ -3,12 +3,13 @@
 //! records by the engine ([`Watcher`]: rebuilt from them at start and on reload, updated as
 //! each is saved). Filters are the plan's compiled expressions, analysed once per plan.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use std::sync::RwLock;
 
-use agentmesh_engine::plan::{EventPlan, Plan};
+use agentmesh_engine::PollKey;
+use agentmesh_engine::plan::{EventPlan, Plan, PollPlan, Via};
 use agentmesh_engine::{TaskRecord, Watcher};
 
 use crate::{AllowLists, Event, Filter, SubscriptionIndex};
@@ -20,6 +21,8 @@ type SubId = (Arc<str>, Arc<str>, Arc<str>);
 struct TaskRoutes {
     /// Tool → its allow lists.
     allow_lists: BTreeMap<String, AllowLists>,
+    /// Tool → the parameters its bindings sealed.
+    sealed: BTreeMap<String, BTreeSet<String>>,
     /// (tool, event) → when the subscription expires (epoch ms; `None`: never).
     deadlines: HashMap<(Arc<str>, Arc<str>), Option<i64>>,
 }
@@ -104,6 +107,7 @@ impl Routes {
             task,
             TaskRoutes {
                 allow_lists: record.allow_lists.clone(),
+                sealed: record.sealed.clone(),
                 deadlines,
             },
         );
@@ -163,6 +167,40 @@ impl Routes {
             .collect()
     }
 
+    /// The pollers the live subscriptions at `now_ms` want: one per poll event and distinct
+    /// set of values the subscribed tasks' bindings sealed for the parameters its request
+    /// reads. A task without a sealed value for one of them wants none (`validate` requires
+    /// the bindings).
+    pub(crate) fn pollers(&self, plan: &Plan, now_ms: i64) -> HashMap<PollKey, Arc<PollPlan>> {
+        let mut out = HashMap::new();
+        for task in self.tasks.values() {
+            for ((tool, event), deadline) in &task.deadlines {
+                if deadline.is_some_and(|at| at <= now_ms) {
+                    continue;
+                }
+                let Some(poll) = poll_of(plan, tool, event) else {
+                    continue;
+                };
+                if let Some(key) = task.poll_key(tool, event, poll) {
+                    out.insert(key, Arc::clone(poll));
+                }
+            }
+        }
+        out
+    }
+
+    /// The tasks whose subscription is polled by `key` (its event, their sealed values).
+    pub(crate) fn polled_by(&self, plan: &Plan, key: &PollKey) -> HashSet<String> {
+        let Some(poll) = poll_of(plan, &key.tool, &key.event) else {
+            return HashSet::new();
+        };
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.poll_key(&key.tool, &key.event, poll).as_ref() == Some(key))
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
     /// Tasks with a subscription expired at `now_ms`.
     pub(crate) fn expired(&self, now_ms: i64) -> Vec<String> {
         self.tasks
@@ -174,5 +212,46 @@ impl Routes {
             })
             .map(|(id, _)| id.to_string())
             .collect()
+    }
+}
+
+impl TaskRoutes {
+    /// The poller of `event` of `tool` (polled by `poll`) this task wants: the values its
+    /// bindings sealed for the parameters the request reads; `None` when it does not
+    /// subscribe to the event or one of them is not sealed.
+    fn poll_key(&self, tool: &str, event: &str, poll: &PollPlan) -> Option<PollKey> {
+        let subscribed = self
+            .deadlines
+            .keys()
+            .any(|(t, e)| &**t == tool && &**e == event);
+        if !subscribed {
+            return None;
+        }
+        let sealed = self.sealed.get(tool);
+        let lists = self.allow_lists.get(tool);
+        let values = poll.parameters.iter().map(|name| {
+            let value = lists?.get(name)?.first()?;
+            let only = lists?.get(name)?.len() == 1;
+            (sealed?.contains(name) && only).then(|| (name.clone(), value.clone()))
+        });
+        Some(PollKey {
+            tool: tool.to_owned(),
+            event: event.to_owned(),
+            values: values.collect::<Option<_>>()?,
+        })
+    }
+}
+
+/// The poll plan of `event` of `tool`, when it is received by polling.
+fn poll_of<'p>(plan: &'p Plan, tool: &str, event: &str) -> Option<&'p Arc<PollPlan>> {
+    let event = plan
+        .tools
+        .get(tool)?
+        .events
+        .iter()
+        .find(|e| e.name == event)?;
+    match &event.via {
+        Via::Poll(poll) => Some(poll),
+        _ => None,
     }
 }

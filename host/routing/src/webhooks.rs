@@ -20,7 +20,7 @@ use crate::routes::SharedRoutes;
 use crate::{Headers, Inbound, delivery_id, signature};
 
 /// The origin of a webhook's tool events (a tool webhook names no `auth_subject`).
-const WEBHOOK: Origin = Origin::Webhook { auth_subject: None };
+pub(crate) const WEBHOOK: Origin = Origin::Webhook { auth_subject: None };
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +37,8 @@ pub enum WebhookOutcome {
 /// task records, and the pipeline from a delivery to the door.
 #[derive(Clone)]
 pub struct EventRouter {
-    engine: Engine,
-    routes: Arc<SharedRoutes>,
+    pub(crate) engine: Engine,
+    pub(crate) routes: Arc<SharedRoutes>,
 }
 
 impl EventRouter {
@@ -81,6 +81,7 @@ impl EventRouter {
                     (tool, &events),
                     (&payload, &WEBHOOK),
                     arrival,
+                    |_| true,
                 )
                 .await,
             )
@@ -103,16 +104,35 @@ impl EventRouter {
         &self,
         update: &ResourceUpdate,
     ) -> Result<Vec<String>, EngineError> {
+        let pick = |e: &EventPlan| {
+            matches!(e.via, Via::McpResources(_)) && update.events.contains(&e.name)
+        };
+        let payload = json!({"uri": update.uri});
+        // No delivery id: an update is never a repeat of another.
+        self.deliver_events(
+            (&update.tool, pick),
+            (&payload, &Origin::McpEvent),
+            &Headers::default(),
+            |_| true,
+        )
+        .await
+    }
+
+    /// Routes `payload` as the events of tool `tool_id` that `pick` keeps (from `origin`) to
+    /// the subscribed tasks that `keep` keeps, through the door with `headers` (a delivery id
+    /// among them makes it idempotent). Returns the tasks it was queued on (on disk).
+    pub(crate) async fn deliver_events(
+        &self,
+        (tool_id, pick): (&str, impl Fn(&EventPlan) -> bool),
+        (payload, origin): (&Value, &Origin),
+        headers: &Headers,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, EngineError> {
         let plan = self.engine.plan();
-        let Some(tool) = plan.tools.get(&update.tool) else {
+        let Some(tool) = plan.tools.get(tool_id) else {
             return Ok(Vec::new());
         };
-        let events: Vec<&EventPlan> = tool
-            .events
-            .iter()
-            .filter(|e| matches!(e.via, Via::McpResources(_)) && update.events.contains(&e.name))
-            .collect();
-        let payload = json!({"uri": update.uri});
+        let events: Vec<&EventPlan> = tool.events.iter().filter(|e| pick(e)).collect();
         let routes = &*self.routes;
         let admit = async |arrival: &Arrival<'_>| {
             Ok::<_, EngineError>(
@@ -120,14 +140,14 @@ impl EventRouter {
                     &self.engine,
                     routes,
                     (tool, &events),
-                    (&payload, &Origin::McpEvent),
+                    (payload, origin),
                     arrival,
+                    keep,
                 )
                 .await,
             )
         };
-        // No delivery id: an update is never a repeat of another.
-        match self.engine.arrive(&Headers::default(), admit).await? {
+        match self.engine.arrive(headers, admit).await? {
             Through::Queued { tasks, .. } => Ok(tasks),
             Through::Duplicate | Through::Nothing(()) => Ok(Vec::new()),
         }

@@ -44,4 +44,4 @@ pub mod postgres;
 mod remote;
 pub mod server;
 
-pub use remote::{Request, read_head, serve};
+pub use remote::{Request, read_head, serve, serve_for};

@@ -61,6 +61,16 @@ pub fn serve(
     requests: usize,
     answer: impl Fn(&Request) -> (&'static str, String) + Send + 'static,
 ) -> (u16, mpsc::Receiver<Request>) {
+    serve_for(requests, SERVE_FOR, answer)
+}
+
+/// [`serve`] for up to `limit` rather than 20 s (for a test that restarts the host between
+/// requests); it also stops at the first request after the channel's receiver is dropped.
+pub fn serve_for(
+    requests: usize,
+    limit: Duration,
+    answer: impl Fn(&Request) -> (&'static str, String) + Send + 'static,
+) -> (u16, mpsc::Receiver<Request>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener
         .set_nonblocking(true)
@@ -68,7 +78,7 @@ pub fn serve(
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let (sent, received) = mpsc::channel();
     std::thread::spawn(move || {
-        let deadline = Instant::now() + SERVE_FOR;
+        let deadline = Instant::now() + limit;
         let mut served = 0;
         while served < requests && Instant::now() < deadline {
             match listener.accept() {

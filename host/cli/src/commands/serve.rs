@@ -120,6 +120,10 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
             RELOAD_POLL,
         ));
         let mcp_events = tokio::spawn(route_mcp_updates(router.clone(), triggers.clone()));
+        let pollers = {
+            let router = router.clone();
+            tokio::spawn(async move { router.run_pollers().await })
+        };
         let sweeper = tokio::spawn(sweep(router));
         let hosting = {
             let engine = engine.clone();
@@ -133,6 +137,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
         hosting.abort();
         scheduler.abort();
         mcp_events.abort();
+        pollers.abort();
         engine.shutdown().await;
         engine.store().flush()?;
         eprintln!("agentmesh: stopped");

@@ -192,6 +192,26 @@ fn check_bindings_tool(
             }
         }
     }
+    // A poll's request is made for the values the task's bindings seal: each parameter it
+    // reads needs one.
+    for event in tool.events.iter().filter(|e| active(&e.name)) {
+        let Some(poll) = &event.receive.poll else {
+            continue;
+        };
+        for name in poll.parameters_read() {
+            if bindings.is_some_and(|b| b.contains_key(&name)) {
+                continue;
+            }
+            c.error(
+                src,
+                key_pos(&src.node, &[K("capabilities"), K(key)]),
+                format!(
+                    "tool `{}/{}`: the poll request of event `{}` reads `parameters.{name}`, so the capability needs `bindings: {{{name}: …}}` (a poll is made for the values bindings seal; or leave the event out with `include`)",
+                    tool.namespace, tool.name, event.name
+                ),
+            );
+        }
+    }
     for name in required {
         if bindings.is_some_and(|b| b.contains_key(name)) {
             continue;

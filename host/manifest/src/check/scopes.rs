@@ -147,8 +147,14 @@ pub const POLL_REQUEST: Scope = scope(
     &["parameters", "settings", "auth", "runtime", "poll"],
     false,
 );
-/// `receive.poll.detect`.
-pub const POLL_DETECT: Scope = scope("`detect`", &["response", "poll", "parameters"], false);
+/// `receive.poll.detect` and `receive.poll.cursor`.
+pub const POLL_DETECT: Scope = scope(
+    "`detect` and `cursor`",
+    &["response", "poll", "parameters"],
+    false,
+);
+/// `receive.poll.id`.
+pub const POLL_ITEM: Scope = scope("`id`", &["item"], false);
 /// Trigger `source.before` steps.
 pub const TRIGGER_BEFORE: Scope = scope("a trigger `source.before` step", &["event", "now"], false);
 /// Trigger `message`.

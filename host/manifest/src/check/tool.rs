@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{Checker, ComponentWorld, I, K, Seg, key_pos, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
-use crate::model::tool::{HttpRequest, KubernetesJob};
+use crate::model::tool::{HttpRequest, KubernetesJob, MIN_POLL_INTERVAL, Poll};
 
 const BACKENDS: &str = "cel, stateless_http, stateful_session, openapi, mcp, kubernetes_job, wasm";
 
@@ -169,33 +169,85 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             .subscription
             .as_ref()
             .is_some_and(|s| tool.mcp.is_none() && s.resources.is_empty());
-        for (mode, unrun) in [
-            ("subscription", http_subscription),
-            ("poll", event.receive.poll.is_some()),
-        ] {
-            // An event with several receive types has its error already.
-            if unrun && kinds.len() == 1 {
+        // An event with several receive types has its error already.
+        if http_subscription && kinds.len() == 1 {
+            c.error(
+                src,
+                key_pos(&src.node, &[K("events"), I(i), K("receive"), K("subscription")]),
+                format!(
+                    "event `{}`: this host does not run `receive.subscription` over HTTP: the event would never arrive (it runs `receive.webhook`, `receive.poll`, and `receive.subscription.resources` of an MCP tool)",
+                    event.name
+                ),
+            );
+        }
+        if let Some(poll) = &event.receive.poll {
+            c.expr(src, &recv("poll", "filter"), &scopes::FILTER, "");
+            c.expr(src, &recv("poll", "detect"), &scopes::POLL_DETECT, "");
+            c.expr(src, &recv("poll", "cursor"), &scopes::POLL_DETECT, "");
+            c.expr(src, &recv("poll", "id"), &scopes::POLL_ITEM, "");
+            c.template(src, &recv("poll", "url"), &scopes::POLL_REQUEST);
+            c.templates_in(src, &recv("poll", "headers"), &scopes::POLL_REQUEST);
+            poll_parameters(c, src, tool, &event.name, poll, &recv("poll", "url"));
+            if let Some(interval) = poll.interval
+                && interval.0 < MIN_POLL_INTERVAL
+            {
                 c.error(
                     src,
-                    key_pos(&src.node, &[K("events"), I(i), K("receive"), K(mode)]),
+                    pos_at(&src.node, &recv("poll", "interval")),
                     format!(
-                        "event `{}`: this host does not run `receive.{mode}` over HTTP: the event would never arrive (it runs `receive.webhook`, and `receive.subscription.resources` of an MCP tool)",
+                        "event `{}`: `interval` is {interval}; this host polls at most once a second",
                         event.name
                     ),
                 );
             }
-        }
-        if event.receive.poll.is_some() {
-            c.expr(src, &recv("poll", "filter"), &scopes::FILTER, "");
-            c.expr(src, &recv("poll", "detect"), &scopes::POLL_DETECT, "");
-            c.template(src, &recv("poll", "url"), &scopes::POLL_REQUEST);
-            c.templates_in(src, &recv("poll", "headers"), &scopes::POLL_REQUEST);
         }
     }
     super::mcp::check(c, src, tool);
     super::session::check(c, src, tool);
     super::openapi::check(c, src, tool);
     settings_configured(c, src, tool);
+}
+
+/// A poll request reads parameters by name, and only those the tool declares (their values
+/// are the ones the task's bindings seal).
+fn poll_parameters(
+    c: &mut Checker,
+    src: &Source,
+    tool: &Tool,
+    event: &str,
+    poll: &Poll,
+    at: &[Seg],
+) {
+    let whole = poll
+        .templates()
+        .filter_map(|t| agentmesh_expr::Template::parse(t).ok())
+        .any(|t| {
+            t.expressions()
+                .any(|(_, e)| e.members("parameters").iter().any(|m| m.name.is_none()))
+        });
+    if whole {
+        c.error(
+            src,
+            pos_at(&src.node, at),
+            format!("event `{event}`: a poll request reads `parameters` by name (`{{parameters.<name>}}`)"),
+        );
+    }
+    let declared = |name: &str| {
+        tool.parameters
+            .iter()
+            .chain(tool.actions.iter().filter_map(|a| a.parameters.as_ref()))
+            .chain(tool.events.iter().filter_map(|e| e.parameters.as_ref()))
+            .any(|schema| schema.properties.contains_key(name))
+    };
+    for name in poll.parameters_read() {
+        if !declared(&name) {
+            c.error(
+                src,
+                pos_at(&src.node, at),
+                format!("event `{event}`: the poll request reads `parameters.{name}`, which the tool does not declare"),
+            );
+        }
+    }
 }
 
 /// A `kubernetes_job` block: its templates, and a `spec` that is a Job's spec.

@@ -549,6 +549,12 @@ pub struct Subscription {
     pub resources: Vec<String>,
 }
 
+/// The shortest `receive.poll.interval` this host accepts.
+pub const MIN_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `receive.poll.interval` when the manifest gives none.
+pub const DEFAULT_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `receive.poll`.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -562,10 +568,47 @@ pub struct Poll {
     pub url: String,
     /// Header templates.
     pub headers: Option<IndexMap<String, String>>,
-    /// CEL over `response` and `poll` returning the list of new items.
+    /// CEL over `response` (the answer's JSON body) and `poll` returning the list of items;
+    /// each item not seen before is one event.
     pub detect: String,
-    /// How often to poll (this host's extension; default 60s).
+    /// How often to poll (this host's extension; default 60s, at least 1s).
     pub interval: Option<Duration>,
+    /// CEL over `item` giving the id an item is known by, so that it is delivered once (this
+    /// host's extension; default: `item.id` when the item has one, else the whole item).
+    pub id: Option<String>,
+    /// CEL over `response` and `poll` giving the value the next request sees as
+    /// `{poll.cursor}` (a `since`, a page token, the last id), kept in the store (this host's
+    /// extension; without it `poll.cursor` stays `null`).
+    pub cursor: Option<String>,
+    /// The request's timeout (default 30s).
+    pub timeout: Option<Duration>,
+}
+
+impl Poll {
+    /// The templates of its request: the URL, then each header's value.
+    pub fn templates(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.url.as_str())
+            .chain(self.headers.iter().flatten().map(|(_, v)| v.as_str()))
+    }
+
+    /// The parameters its request reads (`{parameters.<name>}`), each once, in order; a
+    /// template that does not parse reads none (the checker reports it).
+    pub fn parameters_read(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let templates = self
+            .templates()
+            .filter_map(|t| agentmesh_expr::Template::parse(t).ok());
+        for template in templates {
+            for (_, e) in template.expressions() {
+                for name in e.members("parameters").into_iter().filter_map(|m| m.name) {
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names
+    }
 }
 
 #[cfg(test)]
