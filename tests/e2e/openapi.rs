@@ -12,7 +12,7 @@ use agentmesh_testkit::Request;
 use agentmesh_testkit::fixtures::{config_dir, scripted_agent};
 use serde_json::{Value, json};
 
-use crate::util::{agentmesh, completion, events, observations, run_json};
+use crate::util::{agentmesh, completion, events, events_text, observations, run_json};
 
 /// The OAI petstore example as OpenAPI 3.1.
 const PETSTORE: &str = include_str!("../fixtures/openapi/petstore.yaml");
@@ -293,13 +293,7 @@ actions:
         delete.header("authorization"),
         Some("Basic b3BzOm5vdGVzLXB3LWM0YTFlOTBiM2Q=")
     );
-    let (code, log, err) = agentmesh(&[
-        "events",
-        "--data",
-        data.to_str().unwrap(),
-        task["id"].as_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(0), "{err}");
+    let log = events_text(&data, &task);
     for secret in [KEY, TOKEN, PASSWORD] {
         assert!(
             !log.contains(secret),
@@ -515,4 +509,76 @@ components:
             && out.contains("`operation_id` is another name of `operation`"),
         "{out}"
     );
+}
+
+#[test]
+fn an_auth_provider_fills_a_bearer_scheme_and_its_token_is_never_shown() {
+    let (port, received) = agentmesh_testkit::serve(1, |r| {
+        let sent = json!({"line": r.request_line, "auth": r.header("authorization")});
+        ("200 OK", sent.to_string())
+    });
+    let host = format!(
+        "kind: agentmesh/v1/host
+auth:
+  notes: {{type: bearer, token: {TOKEN}}}
+"
+    );
+    let tool = |provider: &str| {
+        format!(
+            "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: notes
+description: Notes.
+openapi:
+  url: notes.yaml
+  base_url: \"http://127.0.0.1:{port}/api\"
+actions:
+  - name: delete
+    description: Delete with the provider's token.
+    execute: {{openapi: {{operation: deleteNote, security: {{token: \"{{auth.{provider}()}}\"}}}}}}
+"
+        )
+    };
+    let script = "responses:
+  - tool_calls: [{name: notes, arguments: {id: 3}}]
+  - text: done
+";
+    let files = |provider: &str| {
+        config_dir(&[
+            ("host.yaml", host.as_str()),
+            ("notes.yaml", NOTES),
+            ("tool.yaml", &tool(provider)),
+            (
+                "agent.yaml",
+                &scripted_agent("t/a", "capabilities: {notes: \"*\"}\n"),
+            ),
+            ("script.yaml", script),
+        ])
+    };
+    // A provider the host config does not have is refused where it is named.
+    let wrong = files("note");
+    let (code, out, err) = agentmesh(&["validate", wrong.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("tool.yaml:11:68: error: unknown auth provider `note`"),
+        "{said}"
+    );
+
+    let dir = files("notes");
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
+    let delete = next(&received);
+    assert_eq!(delete.request_line, "DELETE /api/notes/3 HTTP/1.1");
+    // The provider's header value is the whole `Authorization` (not `Bearer Bearer …`).
+    assert_eq!(
+        delete.header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+    let log = events_text(&data, &task);
+    assert!(
+        !log.contains(TOKEN),
+        "the event log shows the token:\n{log}"
+    );
+    assert!(log.contains("Bearer ***"), "{log}");
 }

@@ -89,6 +89,14 @@ pub fn run_json(dir: &Path, agent: &str, message: &str, data: &Path, extra: &[&s
 
 /// `agentmesh events --data DATA TASK`: the events, parsed.
 pub fn events(data: &Path, task: &Value) -> Vec<Value> {
+    events_text(data, task)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `agentmesh events --data DATA TASK`: what it prints (a JSON event per line).
+pub fn events_text(data: &Path, task: &Value) -> String {
     let (code, out, err) = agentmesh(&[
         "events",
         "--data",
@@ -96,9 +104,7 @@ pub fn events(data: &Path, task: &Value) -> Vec<Value> {
         task["id"].as_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    out.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    out
 }
 
 /// The first event of `kind`.

@@ -695,7 +695,7 @@ fn tool_plan(
                     index,
                     action: &action.name,
                 };
-                Runtime::OpenApi(openapi::openapi_plan(block, &at, documents)?)
+                Runtime::OpenApi(openapi::openapi_plan(block, &at, documents, auth)?)
             }
             None => runtime(execute, &action.name, base_dir, auth)?,
         };
@@ -848,16 +848,34 @@ fn http_plan(
         b.templates(&mut all);
     }
     let uses_context = reads_context(&all);
+    Ok(HttpPlan {
+        auth: providers_of(&all, auth, url.source())?,
+        method: req.method.unwrap_or(HttpMethod::Get),
+        url,
+        uses_context,
+        headers,
+        body,
+        response_path: req.response_path.clone(),
+        timeout: req.timeout.map_or(Duration::from_secs(30), |d| d.0),
+    })
+}
+
+/// The auth providers `templates` (of a request to `url`, as errors show it) name
+/// (`{auth.<provider>()}`), each once, in order.
+pub(crate) fn providers_of(
+    templates: &[&Template],
+    auth: &HashMap<String, Arc<AuthPlan>>,
+    url: &str,
+) -> Result<Vec<(String, Arc<AuthPlan>)>, EngineError> {
     let mut providers: Vec<(String, Arc<AuthPlan>)> = Vec::new();
-    for member in all
+    for member in templates
         .iter()
         .flat_map(|t| t.expressions())
         .flat_map(|(_, e)| e.members("auth"))
     {
         let name = member.name.ok_or_else(|| {
             EngineError::Config(format!(
-                "`{url}`: `auth` is read by provider name (`auth.<provider>()`)",
-                url = url.source()
+                "`{url}`: `auth` is read by provider name (`auth.<provider>()`)"
             ))
         })?;
         if providers.iter().any(|(n, _)| *n == name) {
@@ -868,16 +886,7 @@ fn http_plan(
             .ok_or_else(|| EngineError::Config(format!("unknown auth provider `{name}`")))?;
         providers.push((name, Arc::clone(plan)));
     }
-    Ok(HttpPlan {
-        auth: providers,
-        method: req.method.unwrap_or(HttpMethod::Get),
-        url,
-        uses_context,
-        headers,
-        body,
-        response_path: req.response_path.clone(),
-        timeout: req.timeout.map_or(Duration::from_secs(30), |d| d.0),
-    })
+    Ok(providers)
 }
 
 /// Whether any of `templates` reads `context` (the variable is only built then).

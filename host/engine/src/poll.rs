@@ -137,7 +137,7 @@ impl Engine {
             .set("poll", poll.clone())
             .bind("runtime", self.runtime_variable());
         let failed = PollError::Failed;
-        let HttpAnswer { status, body } =
+        let HttpAnswer { status, body, .. } =
             http_send(self, &plan.request, &act)
                 .await
                 .map_err(|e| match e {

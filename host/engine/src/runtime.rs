@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::mount::FileMount;
 pub(crate) use crate::outcome::ActionResult;
-use crate::plan::{AgentPlan, HttpPlan, Runtime, ToolPlan};
+use crate::plan::{AgentPlan, AuthPlan, HttpPlan, Runtime, ToolPlan};
 use crate::task::{Status, TaskRecord};
 use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask, Run};
 
@@ -200,12 +200,32 @@ async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> Action
 pub(crate) struct HttpAnswer {
     pub status: reqwest::StatusCode,
     pub body: Value,
+    /// Whether the body was JSON.
+    pub json: bool,
+}
+
+impl HttpAnswer {
+    /// The answer of `status` with body `bytes`.
+    fn new(status: reqwest::StatusCode, bytes: &[u8]) -> HttpAnswer {
+        match serde_json::from_slice(bytes) {
+            Ok(body) => HttpAnswer {
+                status,
+                body,
+                json: true,
+            },
+            Err(_) => HttpAnswer {
+                status,
+                body: Value::String(String::from_utf8_lossy(bytes).into_owned()),
+                json: false,
+            },
+        }
+    }
 }
 
 /// The result of a call answered `answer`: the body, or the part `response_path` selects; a
 /// failing status is an observation.
 pub(crate) fn http_result(http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
-    let HttpAnswer { status, body } = answer;
+    let HttpAnswer { status, body, .. } = answer;
     if !status.is_success() {
         return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
     }
@@ -226,22 +246,37 @@ pub(crate) async fn http_send(
     http: &HttpPlan,
     act: &Activation,
 ) -> Result<HttpAnswer, ActionResult> {
-    if http.auth.is_empty() {
-        return send(engine, http, act).await;
+    authorized(engine, &http.auth, act, async |act| {
+        send(engine, http, act).await
+    })
+    .await
+}
+
+/// `send`'s answer to a request made with `act` and, as `auth`, the header values of
+/// `providers` (none: `act` as it is). Nothing it gives back holds a token; a 401 drops the
+/// tokens it was made with from the cache.
+pub(crate) async fn authorized(
+    engine: &Engine,
+    providers: &[(String, Arc<AuthPlan>)],
+    act: &Activation,
+    send: impl AsyncFnOnce(&Activation) -> Result<HttpAnswer, ActionResult>,
+) -> Result<HttpAnswer, ActionResult> {
+    if providers.is_empty() {
+        return send(act).await;
     }
     let auth = &engine.inner.auth;
     let headers = auth
-        .headers(&engine.inner.http, &http.auth)
+        .headers(&engine.inner.http, providers)
         .await
         .map_err(ActionResult::Recoverable)?;
     let mut act = act.clone();
     act.set("auth", Value::Object(headers.values));
     let tokens = agentmesh_secrets::Secrets::new(&headers.tokens).unwrap_or_default();
-    let mut sent = send(engine, http, &act).await;
+    let mut sent = send(&act).await;
     if let Ok(answer) = &sent
         && answer.status == reqwest::StatusCode::UNAUTHORIZED
     {
-        for ((name, _), token) in http.auth.iter().zip(&headers.tokens) {
+        for ((name, _), token) in providers.iter().zip(&headers.tokens) {
             auth.forget(name, token).await;
         }
     }
@@ -310,9 +345,7 @@ async fn send(
         }
     }
     let (status, bytes) = exchange(req, &url).await?;
-    let body: Value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(HttpAnswer { status, body })
+    Ok(HttpAnswer::new(status, &bytes))
 }
 
 /// Sends `req` (to `url`, as errors show it) and reads the answer's status and body: whatever
@@ -355,34 +388,38 @@ async fn exchange(
     Ok((status, bytes.to_vec()))
 }
 
-/// Sends an operation's request `req` (to `url`, as errors show it): its answer is the result;
-/// a failing status, or with `json` a body that is not JSON, is an observation.
+/// Sends an operation's request `req` (to `url`, as errors show it): its answer.
 pub(crate) async fn send_operation(
     req: reqwest::RequestBuilder,
     url: &str,
-    json: bool,
-) -> ActionResult {
-    let (status, bytes) = match exchange(req, url).await {
-        Ok(answer) => answer,
-        Err(failed) => return failed,
-    };
-    let parsed = serde_json::from_slice(&bytes);
-    let text = || Value::String(String::from_utf8_lossy(&bytes).into_owned());
+) -> Result<HttpAnswer, ActionResult> {
+    let (status, bytes) = exchange(req, url).await?;
+    Ok(HttpAnswer::new(status, &bytes))
+}
+
+/// The result of an operation answered `answer`: its body; a failing status, or with `json`
+/// a body that is not JSON, is an observation.
+pub(crate) fn operation_result(answer: HttpAnswer, json: bool) -> ActionResult {
+    let HttpAnswer {
+        status,
+        body,
+        json: parsed,
+    } = answer;
     if !status.is_success() {
-        let body = parsed.unwrap_or_else(|_| text());
         return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
     }
-    match parsed {
-        Ok(v) => ActionResult::Ok(v),
-        // An empty answer (`204 No Content`) is no result, not a malformed one.
-        Err(_) if json && bytes.is_empty() => ActionResult::Ok(Value::Null),
-        Err(e) if json => ActionResult::Recoverable(format!(
-            "`{url}` answered HTTP {} with a body that is not the JSON its API describes ({e}): {}",
-            status.as_u16(),
-            snippet(&text())
-        )),
-        Err(_) => ActionResult::Ok(text()),
+    if parsed || !json {
+        return ActionResult::Ok(body);
     }
+    // An empty answer (`204 No Content`) is no result, not a malformed one.
+    if body.as_str().is_some_and(str::is_empty) {
+        return ActionResult::Ok(Value::Null);
+    }
+    ActionResult::Recoverable(format!(
+        "the operation answered HTTP {} with a body that is not the JSON its API describes: {}",
+        status.as_u16(),
+        snippet(&body)
+    ))
 }
 
 pub(crate) fn snippet(v: &Value) -> String {

@@ -23,6 +23,7 @@ use agentmesh_manifest::{Diagnostic, Severity};
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
+use super::auth::AuthPlan;
 use super::template;
 use crate::EngineError;
 
@@ -59,6 +60,8 @@ pub struct OpenApiPlan {
     pub body: Option<Body>,
     /// The credentials sent with each request.
     pub security: Vec<Credential>,
+    /// The auth providers its credentials (or `base_url`) name (`{auth.<provider>()}`).
+    pub auth: Vec<(String, Arc<AuthPlan>)>,
     /// Per-request timeout.
     pub timeout: Duration,
     /// Whether the operation's responses are JSON: a body that does not parse is then a
@@ -96,7 +99,8 @@ pub struct Credential {
     pub scheme: String,
     /// Where the credential goes.
     pub kind: CredentialKind,
-    /// The credential (a template over `settings`), rendered by `runtime::openapi::credential`.
+    /// The credential (a template over `settings` and `auth`), rendered by
+    /// `runtime::openapi::credential`.
     pub template: Template,
 }
 
@@ -276,6 +280,7 @@ pub(super) fn openapi_plan(
     block: &OpenApi,
     at: &At,
     docs: &mut Documents,
+    auth: &HashMap<String, Arc<AuthPlan>>,
 ) -> Result<OpenApiPlan, EngineError> {
     let url = block
         .url
@@ -371,7 +376,11 @@ pub(super) fn openapi_plan(
     let requirements = op.get("security").or_else(|| doc.json.get("security"));
     let security = credentials(&doc.json, requirements, block)
         .map_err(|e| at.error("security", format!("operation `{operation}`: {e}")))?;
+    let mut templates = vec![&base_url];
+    templates.extend(security.iter().map(|c| &c.template));
+    let auth = super::providers_of(&templates, auth, operation)?;
     Ok(OpenApiPlan {
+        auth,
         operation: operation.to_owned(),
         method,
         base_url,

@@ -1,6 +1,7 @@
 //! Runs an `openapi` action: the call's values placed where the operation's document says
 //! (path, query, header, cookie, JSON body), the credentials of its security schemes added,
-//! and the request sent and read as `stateless_http`'s is ([`super::send_operation`]).
+//! and the request sent and read as `stateless_http`'s is ([`super::send_operation`]), with
+//! the header values of the auth providers its credentials name (`{auth.<provider>()}`).
 
 use agentmesh_expr::{Activation, Template};
 use serde_json::{Map, Value};
@@ -10,18 +11,38 @@ use crate::Engine;
 use crate::plan::openapi::{Body, CredentialKind, OpenApiPlan, Place};
 
 /// Calls the operation of `op` with the action's `input` (defaults filled in, optional
-/// parameters absent when not given); `act` holds `settings`.
+/// parameters absent when not given); `act` holds `settings`, and the header values of the
+/// auth providers its credentials name are added as `auth`.
 pub(super) async fn call(
     engine: &Engine,
     op: &OpenApiPlan,
     act: &Activation,
     input: &Value,
 ) -> ActionResult {
+    let sent = super::authorized(engine, &op.auth, act, async |act| {
+        let (req, shown) = request(engine, op, act, input)?;
+        super::send_operation(req, &shown).await
+    })
+    .await;
+    match sent {
+        Ok(answer) => super::operation_result(answer, op.json_response),
+        Err(failed) => failed,
+    }
+}
+
+/// The request of `op` for `input` with the variables of `act`, and its URL as errors show
+/// it; `Err` when the values make no request.
+fn request(
+    engine: &Engine,
+    op: &OpenApiPlan,
+    act: &Activation,
+    input: &Value,
+) -> Result<(reqwest::RequestBuilder, String), ActionResult> {
     let empty = Map::new();
     let input = input.as_object().unwrap_or(&empty);
     let base = match op.base_url.render(act) {
         Ok(b) => b,
-        Err(e) => return ActionResult::Recoverable(format!("base_url: {e}")),
+        Err(e) => return Err(ActionResult::Recoverable(format!("base_url: {e}"))),
     };
     let mut path = op.path.clone();
     let mut query: Vec<(String, String)> = Vec::new();
@@ -30,7 +51,9 @@ pub(super) async fn call(
     for (name, place) in &op.params {
         let Some(value) = input.get(name).filter(|v| !v.is_null()) else {
             if *place == Place::Path {
-                return ActionResult::Recoverable(format!("missing path parameter `{name}`"));
+                return Err(ActionResult::Recoverable(format!(
+                    "missing path parameter `{name}`"
+                )));
             }
             continue;
         };
@@ -54,16 +77,21 @@ pub(super) async fn call(
         let value = match credential(&c.template, act) {
             Ok(v) => v,
             Err(e) => {
-                return ActionResult::Recoverable(format!(
+                return Err(ActionResult::Recoverable(format!(
                     "the credential of security scheme `{}` cannot be rendered: {e}",
                     c.scheme
-                ));
+                )));
             }
         };
         match &c.kind {
             CredentialKind::Header(name) => headers.push((name.clone(), value)),
             CredentialKind::Query(name) => query.push((name.clone(), value)),
             CredentialKind::Cookie(name) => cookies.push(format!("{name}={value}")),
+            // An auth provider's header value (`{auth.x()}`) says its scheme already (a token
+            // has no space).
+            CredentialKind::Bearer if says_scheme(&value, "Bearer") => {
+                authorization = Some(value);
+            }
             CredentialKind::Bearer => authorization = Some(format!("Bearer {value}")),
             CredentialKind::Basic => {
                 use base64::Engine as _;
@@ -75,21 +103,25 @@ pub(super) async fn call(
     let shown = format!("{}{path}", base.trim_end_matches('/'));
     let mut url = match reqwest::Url::parse(&shown) {
         Ok(u) => u,
-        Err(e) => return ActionResult::Recoverable(format!("`{shown}` is not a valid URL: {e}")),
+        Err(e) => {
+            return Err(ActionResult::Recoverable(format!(
+                "`{shown}` is not a valid URL: {e}"
+            )));
+        }
     };
     if !query.is_empty() {
         url.query_pairs_mut().extend_pairs(&query);
     }
     let method = match reqwest::Method::from_bytes(op.method.as_bytes()) {
         Ok(m) => m,
-        Err(e) => return ActionResult::Fatal(format!("method `{}`: {e}", op.method)),
+        Err(e) => return Err(ActionResult::Fatal(format!("method `{}`: {e}", op.method))),
     };
     let mut req = engine.inner.http.request(method, url).timeout(op.timeout);
     for (name, value) in headers {
         if reqwest::header::HeaderValue::from_str(&value).is_err() {
-            return ActionResult::Recoverable(format!(
+            return Err(ActionResult::Recoverable(format!(
                 "header `{name}`: the value is not a valid header value"
-            ));
+            )));
         }
         req = req.header(name, value);
     }
@@ -120,7 +152,7 @@ pub(super) async fn call(
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
     }
-    super::send_operation(req, &shown, op.json_response).await
+    Ok((req, shown))
 }
 
 /// The credential of a security scheme, rendered from its template: the one place a
@@ -132,6 +164,14 @@ fn credential(template: &Template, act: &Activation) -> Result<String, String> {
         Ok(v) => Ok(v),
         Err(e) => Err(e.message),
     }
+}
+
+/// Whether `value` is an `Authorization` value of `scheme` (`Bearer …`), as an auth
+/// provider's header value is.
+fn says_scheme(value: &str, scheme: &str) -> bool {
+    value
+        .split_once(' ')
+        .is_some_and(|(word, _)| word.eq_ignore_ascii_case(scheme))
 }
 
 /// A value as the text of a path segment, query parameter or header: a string as it is,

@@ -61,7 +61,7 @@ pub const MCP: Scope = scope("an `mcp` url, env value or header", &["settings"],
 /// An `openapi` block's `base_url` and `security` credentials.
 pub const OPENAPI: Scope = scope(
     "an `openapi` base_url or security credential",
-    &["settings"],
+    &["settings", "auth"],
     false,
 );
 /// A webhook `secret`.
