@@ -582,3 +582,48 @@ actions:
     );
     assert!(log.contains("Bearer ***"), "{log}");
 }
+
+#[test]
+fn a_binding_may_name_a_parameter_the_operation_declares() {
+    let (port, received) = agentmesh_testkit::serve(1, |_| ("200 OK", "{}".to_owned()));
+    let agent = |name: &str| {
+        scripted_agent(
+            "t/a",
+            &format!("capabilities:\n  pets:\n    bindings:\n      {name}: \"'42'\"\n"),
+        )
+    };
+    let script = "responses:
+  - tool_calls: [{name: pets_show, arguments: {}}]
+  - text: done
+";
+    let files = |name: &str| {
+        config_dir(&[
+            ("petstore.yaml", PETSTORE),
+            (
+                "tool.yaml",
+                &petstore_tool(&format!("http://127.0.0.1:{port}")),
+            ),
+            ("agent.yaml", &agent(name)),
+            ("script.yaml", script),
+        ])
+    };
+    // A name neither the manifest nor the document declares is refused where it is bound.
+    let wrong = files("pet_id");
+    let (code, out, err) = agentmesh(&["validate", wrong.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains(
+            "agent.yaml:10:15: error: binding `pet_id` is not a parameter of tool `t/pets`; did you mean `petId`?"
+        ),
+        "{said}"
+    );
+
+    // `petId` is the path parameter of `showPetById`: bound, it is filled in (and sealed).
+    let dir = files("petId");
+    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let data = dir.path().join("data");
+    run_json(dir.path(), "t/a", "go", &data, &[]);
+    assert_eq!(next(&received).request_line, "GET /pets/42 HTTP/1.1");
+}

@@ -565,7 +565,7 @@ impl Plan {
         let secrets = Arc::new(secrets::collect(&host, &tools, &auth, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
-            let plan = agent_plan(&a.value, &a.source.base_dir, &host, config, &tools)?;
+            let plan = agent_plan(&a.value, &a.source, &host, config, &tools)?;
             agents.insert(plan.id(), Arc::new(plan));
         }
         let mut sources = HashMap::new();
@@ -914,7 +914,7 @@ pub(crate) fn body_template(v: &Value) -> Result<BodyTemplate, EngineError> {
 
 fn agent_plan(
     agent: &agentmesh_manifest::model::Agent,
-    base_dir: &std::path::Path,
+    source: &agentmesh_manifest::Source,
     host: &HostConfig,
     config: &Config,
     tools: &HashMap<String, Arc<ToolPlan>>,
@@ -934,7 +934,7 @@ fn agent_plan(
     })?;
     let scope = StepScope {
         agent,
-        base_dir,
+        base_dir: &source.base_dir,
         tools,
         resolution: &resolution,
     };
@@ -950,6 +950,8 @@ fn agent_plan(
                 let tool = tools.get(&id).ok_or_else(|| {
                     EngineError::Config(format!("capability `{}`: no tool `{id}`", resolved.key))
                 })?;
+                let bindings = cap.and_then(|c| c.bindings.as_ref());
+                bound_parameters(source, resolved.key, bindings, tool)?;
                 Target::Tool(Arc::clone(tool))
             }
             resolve::Target::Agent(_) => Target::Agent(resolved.target.id()),
@@ -1158,6 +1160,53 @@ fn step_list(
         .map(|s| step(s, default_on_fail, scope))
         .collect::<Result<_, _>>()?;
     Ok(Steps::new(list))
+}
+
+/// Each binding of capability `key` (of the agent in `source`) names a parameter of `tool`:
+/// one it declares, or one an `openapi` action takes from its operation (which the manifest
+/// checks cannot see).
+fn bound_parameters(
+    source: &agentmesh_manifest::Source,
+    key: &str,
+    bindings: Option<&IndexMap<String, String>>,
+    tool: &ToolPlan,
+) -> Result<(), EngineError> {
+    let manifest = &tool.manifest;
+    let declared = manifest
+        .parameters
+        .iter()
+        .chain(manifest.events.iter().filter_map(|e| e.parameters.as_ref()))
+        .flat_map(|schema| schema.properties.keys())
+        .chain(tool.actions.iter().flat_map(|a| a.parameters.keys()));
+    let declared: BTreeSet<&String> = declared.collect();
+    let Some(unknown) = bindings
+        .into_iter()
+        .flat_map(|b| b.keys())
+        .find(|name| !declared.contains(name))
+    else {
+        return Ok(());
+    };
+    let pos = source
+        .node
+        .get("capabilities")
+        .and_then(|c| c.get(key))
+        .and_then(|c| c.get("bindings"))
+        .and_then(|b| b.get(unknown))
+        .map(|n| n.pos)
+        .unwrap_or_default();
+    let names: Vec<&str> = declared.iter().map(|n| n.as_str()).collect();
+    let hint = agentmesh_manifest::suggest::did_you_mean(unknown, names.iter().copied())
+        .map(|s| format!("; did you mean `{s}`?"))
+        .unwrap_or_else(|| format!(" (it has: {})", names.join(", ")));
+    Err(EngineError::Manifest(agentmesh_manifest::Diagnostic {
+        file: source.file.clone(),
+        pos,
+        severity: agentmesh_manifest::Severity::Error,
+        message: format!(
+            "binding `{unknown}` is not a parameter of tool `{}`{hint}",
+            tool.id()
+        ),
+    }))
 }
 
 /// Compiles a map of parameter bindings, in order.

@@ -164,7 +164,14 @@ fn check_bindings_tool(
 ) {
     let declared = tool_parameters(tool);
     let target = format!("tool `{}/{}`", tool.namespace, tool.name);
-    check_bound_names(c, src, key, bindings, &declared, &target, |name| {
+    // An `openapi` action that declares no parameters takes its operation's, which only the
+    // document says: the plan checks the bindings of such a tool once it is loaded.
+    let derives = tool
+        .actions
+        .iter()
+        .any(|a| a.parameters.is_none() && tool.execute_of(a).is_some_and(|e| e.openapi.is_some()));
+    let checked = if derives { None } else { bindings };
+    check_bound_names(c, src, key, checked, &declared, &target, |name| {
         did_you_mean(name, declared.iter().copied())
             .map(|s| format!("; did you mean `{s}`?"))
             .unwrap_or_else(|| match declared.is_empty() {
