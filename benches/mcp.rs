@@ -23,6 +23,8 @@
 // A bench is a program that reports; failing to set up is a crash worth seeing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/agent_run.rs"]
+mod agent_run;
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -30,6 +32,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_run::CONSTANT_TOOL;
 use agentmesh_testkit::fixtures::{self, scripted_agent};
 use common::{AGENTMESH, QUIET, load_average, machine, percentile};
 use serde_json::{Value, json};
@@ -192,95 +195,26 @@ fn sdk_client(dir: &Path, data: &Path) -> Result<f64, String> {
         .ok_or_else(|| format!("no p50 in {figures}"))
 }
 
-/// A config dir for an agent run of `STEPS` calls of `function`, whose tool `tool` (a
-/// manifest) is its one capability, `client/b` on a script calling it once a step.
-fn client_config(dir: &Path, tool: &str, capability: &str, function: &str) {
-    let agent = scripted_agent(
-        "client/b",
-        &format!(
-            "limits: {{max_turns: {}, max_tool_calls: {}}}\ncapabilities:\n  {capability}: \"*\"\n",
-            STEPS + 10,
-            STEPS + 10
-        ),
-    );
-    let mut script = String::from("responses:\n");
-    for _ in 0..STEPS {
-        script.push_str(&format!(
-            "  - tool_calls: [{{name: {function}, arguments: {{}}}}]\n"
-        ));
-    }
-    script.push_str("  - text: done\n");
-    fixtures::write(
-        dir,
-        &[
-            ("tool.yaml", tool),
-            ("agent.yaml", &agent),
-            ("script.yaml", &script),
-        ],
-    );
-}
-
 /// Runs `client/b` of `dir` to its end; the mean time of a step, from the first call to the
 /// last answer, every answer checked to be a result.
 fn step_time(dir: &Path, data: &Path) -> Duration {
-    let run = Command::new(AGENTMESH)
-        .args([
-            "run",
-            dir.to_str().unwrap(),
-            "--agent",
-            "client/b",
-            "-m",
-            "go",
-        ])
-        .args(["--data", data.to_str().unwrap(), "--json"])
-        .env(QUIET.0, QUIET.1)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let task: Value = serde_json::from_slice(&run.stdout).unwrap();
-    let id = task["id"].as_str().unwrap();
-    let log = Command::new(AGENTMESH)
-        .args(["events", "--data", data.to_str().unwrap(), id])
-        .output()
-        .unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&log.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let at =
-        |e: &Value| chrono::DateTime::parse_from_rfc3339(e["timestamp"].as_str().unwrap()).unwrap();
-    let calls: Vec<&Value> = events
+    let events = agent_run::events(AGENTMESH, dir, "client/b", data);
+    let failed = events
         .iter()
-        .filter(|e| e["kind"] == "ActionEvent")
-        .collect();
-    let answers: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "ObservationEvent")
-        .collect();
-    assert_eq!((calls.len(), answers.len()), (STEPS, STEPS));
-    if let Some(failed) = answers.iter().find(|a| a["result"].get("error").is_some()) {
+        .find(|e| e["kind"] == "ObservationEvent" && e["result"].get("error").is_some());
+    if let Some(failed) = failed {
         panic!("a call failed: {failed}");
     }
-    let span = at(answers[STEPS - 1]) - at(calls[0]);
-    span.to_std().unwrap() / STEPS as u32
+    let calls = agent_run::times(&events, "ActionEvent");
+    let answers = agent_run::times(&events, "ObservationEvent");
+    assert_eq!((calls.len(), answers.len()), (STEPS, STEPS));
+    let span = answers[STEPS - 1] - calls[0];
+    Duration::from_micros(span.unsigned_abs()) / STEPS as u32
 }
 
 /// The host as an MCP client: per-step times of `cel` and `mcp` runs (interleaved, three
 /// each) and the MCP overhead given the server's own mean time `server`.
 fn as_client(root: &Path, server_dir: &Path, server_data: &Path, server: Duration) {
-    let cel = "kind: commonagents.info/v1beta2/tool
-namespace: client
-name: constant
-description: Returns a constant.
-actions:
-  - name: ok
-    description: Returns a constant.
-    execute: {cel: {expression: \"'still alive'\"}}
-";
     let mcp = format!(
         "kind: commonagents.info/v1beta2/tool
 namespace: client
@@ -296,8 +230,15 @@ actions:
         server_data.display()
     );
     let (cel_dir, mcp_dir) = (root.join("cel"), root.join("mcp"));
-    client_config(&cel_dir, cel, "constant", "constant");
-    client_config(&mcp_dir, &mcp, "remote", "remote");
+    agent_run::config(
+        &cel_dir,
+        "client/b",
+        CONSTANT_TOOL,
+        "constant",
+        "constant",
+        STEPS,
+    );
+    agent_run::config(&mcp_dir, "client/b", &mcp, "remote", "remote", STEPS);
     let (mut cel_steps, mut mcp_steps) = (Vec::new(), Vec::new());
     for round in 0..3 {
         cel_steps.push(step_time(&cel_dir, &root.join(format!("cel-data-{round}"))));

@@ -3,9 +3,7 @@
 //! replaced in its view by a summary the LLM writes. The log keeps everything: a
 //! `CondensationSummaryEvent` and a `Condensation` naming the forgotten range are appended.
 
-use agentmesh_llm::{
-    ChatMessage, ChatRequest, SUMMARY_PREFIX, estimate_prompt_tokens, to_messages,
-};
+use agentmesh_llm::{ChatMessage, ChatRequest, SUMMARY_PREFIX, to_messages};
 use agentmesh_manifest::model::host::Condensation;
 use agentmesh_model::event::{Event, EventKind, EventSource};
 use agentmesh_store::now_ms;
@@ -37,8 +35,13 @@ fn conversational(kind: &EventKind) -> bool {
 }
 
 /// The range to forget, if `history` is past the budget: the conversation events in view
-/// except the last `keep_recent`, never separating a call from its answer.
-fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64, String)> {
+/// except the last `keep_recent`, never separating a call from its answer. `tokens`: the
+/// prompt token estimate of `history` as chat messages (read under `max_tokens` only).
+fn range_to_forget(
+    history: &[Event],
+    config: &Condensation,
+    tokens: u64,
+) -> Option<(u64, u64, String)> {
     let forgotten_to = forgotten_to(history);
     let in_view: Vec<&Event> = history
         .iter()
@@ -50,7 +53,6 @@ fn range_to_forget(history: &[Event], config: &Condensation) -> Option<(u64, u64
         .filter(|max| in_view.len() > *max as usize)
         .map(|max| format!("{} events in view exceed max_events {max}", in_view.len()));
     let tokens_over = config.max_tokens.and_then(|max| {
-        let tokens = estimate_prompt_tokens(&to_messages(history));
         (tokens > max).then(|| format!("~{tokens} prompt tokens exceed max_tokens {max}"))
     });
     let reason = events_over.or(tokens_over)?;
@@ -151,8 +153,12 @@ pub(crate) async fn maybe_condense(
     let Some(config) = &plan.host.condensation else {
         return Ok(());
     };
+    // The conversation's kept estimate: the view is not converted again at every step.
+    let tokens = config
+        .max_tokens
+        .map_or(0, |_| record.journal.prompt_estimate());
     let history = record.journal.view();
-    let Some((from, to, reason)) = range_to_forget(history, config) else {
+    let Some((from, to, reason)) = range_to_forget(history, config, tokens) else {
         return Ok(());
     };
     let transcript = transcript(history, from, to);
@@ -176,6 +182,7 @@ pub(crate) async fn maybe_condense(
             },
         ],
         tools: Vec::new().into(),
+        prompt_estimate: None,
     };
     if !provider.in_process() {
         engine.records().write_ahead(record)?;

@@ -75,10 +75,18 @@ impl Journal {
         &self.log
     }
 
-    /// The view as chat messages, after [`Records::log_view`](crate::records::Records::log_view); give them back with
+    /// The view as chat messages, with their token estimate, after [`Records::log_view`](crate::records::Records::log_view); give them back with
     /// [`Journal::restore_messages`] once the request is done.
-    pub(crate) fn messages(&mut self) -> Vec<agentmesh_llm::ChatMessage> {
+    pub(crate) fn messages(&mut self) -> (Vec<agentmesh_llm::ChatMessage>, u64) {
         self.conversation.messages(&self.log)
+    }
+
+    /// The token estimate of the view as chat messages, kept as the log grows (reading it
+    /// converts only the events logged since it was last read).
+    pub(crate) fn prompt_estimate(&mut self) -> u64 {
+        let (messages, tokens) = self.messages();
+        self.restore_messages(messages);
+        tokens
     }
 
     /// Takes back what [`Journal::messages`] returned.

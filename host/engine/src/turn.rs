@@ -294,12 +294,14 @@ async fn conversation(
                 if !provider.in_process() {
                     engine.records().write_ahead(record)?;
                 }
+                let (messages, tokens) = record.journal.messages();
                 let request = ChatRequest {
                     task_id: id.clone(),
                     call_index: record.llm_calls,
                     model,
-                    messages: record.journal.messages(),
+                    messages,
                     tools: Arc::clone(&agent.tools),
+                    prompt_estimate: Some(tokens),
                 };
                 let response = provider.complete(&request).await;
                 record.journal.restore_messages(request.messages);

@@ -22,7 +22,7 @@
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource};
 use serde_json::Value;
 
-use crate::ChatMessage;
+use crate::{ChatMessage, estimate_call_tokens, estimate_message_tokens};
 
 /// The tool message standing in for a call the log has no answer to.
 pub const INTERRUPTED_CALL: &str = "the call was interrupted before it returned";
@@ -93,7 +93,8 @@ fn build(events: &[Event]) -> Builder {
 }
 
 /// A task's conversation kept up to date with its growing log: each call converts only the
-/// events added since the last one (a turn asks twice or more, every turn again).
+/// events added since the last one (a turn asks twice or more, every turn again), and adds
+/// their messages' token estimate to the conversation's.
 ///
 /// The messages are lent to a request ([`Conversation::messages`]) and given back after it
 /// ([`Conversation::restore`]); if they are not given back, the next call converts the whole
@@ -109,8 +110,9 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    /// The conversation of `events`, a task's log in order: exactly [`to_messages`] of it.
-    pub fn messages(&mut self, events: &[Event]) -> Vec<ChatMessage> {
+    /// The conversation of `events`, a task's log in order: exactly [`to_messages`] of it, with
+    /// its [`estimate_prompt_tokens`](crate::estimate_prompt_tokens).
+    pub fn messages(&mut self, events: &[Event]) -> (Vec<ChatMessage>, u64) {
         let last = events.last().map_or(0, |e| e.seq);
         if self.stale || last < self.upto {
             self.reset();
@@ -132,16 +134,20 @@ impl Conversation {
         self.upto = last;
         if self.builder.pending.is_empty() {
             self.stale = true;
-            std::mem::take(&mut self.builder.messages)
+            (
+                std::mem::take(&mut self.builder.messages),
+                self.builder.tokens,
+            )
         } else {
             // Calls not answered yet are answered as interrupted in this request only.
             let mut copy = Builder {
                 messages: self.builder.messages.clone(),
                 open_response: None,
                 pending: self.builder.pending.clone(),
+                tokens: self.builder.tokens,
             };
             copy.close_calls();
-            copy.messages
+            (copy.messages, copy.tokens)
         }
     }
 
@@ -168,6 +174,8 @@ struct Builder {
     open_response: Option<String>,
     /// Calls of the last assistant message not answered yet, in call order.
     pending: Vec<String>,
+    /// The token estimate of `messages` (kept while they are lent out).
+    tokens: u64,
 }
 
 impl Builder {
@@ -195,6 +203,7 @@ impl Builder {
                     && let Some(ChatMessage::Assistant { tool_calls, .. }) =
                         self.messages.last_mut()
                 {
+                    self.tokens += estimate_call_tokens(tool_call);
                     tool_calls.push(tool_call.clone());
                     self.pending.push(tool_call.id.clone());
                     return;
@@ -239,6 +248,12 @@ impl Builder {
     /// Appends a user, assistant or system message, answering the open calls first.
     fn message(&mut self, message: ChatMessage) {
         self.close_calls();
+        self.push_message(message);
+    }
+
+    /// Appends `message`, counting its tokens.
+    fn push_message(&mut self, message: ChatMessage) {
+        self.tokens += estimate_message_tokens(&message);
         self.messages.push(message);
     }
 
@@ -249,7 +264,7 @@ impl Builder {
         };
         let tool_call_id = self.pending.remove(position);
         self.open_response = None;
-        self.messages.push(ChatMessage::Tool {
+        self.push_message(ChatMessage::Tool {
             tool_call_id,
             content,
         });
@@ -259,7 +274,7 @@ impl Builder {
     fn close_calls(&mut self) {
         self.open_response = None;
         for tool_call_id in std::mem::take(&mut self.pending) {
-            self.messages.push(ChatMessage::Tool {
+            self.push_message(ChatMessage::Tool {
                 tool_call_id,
                 content: INTERRUPTED_CALL.to_owned(),
             });
@@ -450,6 +465,13 @@ mod tests {
         ]
     }
 
+    /// What a kept conversation must give for `log`: its messages and their token estimate.
+    fn converted(log: &[Event]) -> (Vec<ChatMessage>, u64) {
+        let messages = to_messages(log);
+        let tokens = crate::estimate_prompt_tokens(&messages);
+        (messages, tokens)
+    }
+
     #[test]
     fn a_kept_conversation_is_the_whole_log_converted_at_every_length() {
         let log = long_log();
@@ -459,19 +481,19 @@ mod tests {
             let mut end = 0;
             while end < log.len() {
                 end = (end + step).min(log.len());
-                let messages = conversation.messages(&log[..end]);
-                assert_eq!(messages, to_messages(&log[..end]), "after {end} events");
-                conversation.restore(messages);
+                let kept = conversation.messages(&log[..end]);
+                assert_eq!(kept, converted(&log[..end]), "after {end} events");
+                conversation.restore(kept.0);
             }
         }
         // Not given back: the next call starts over, and is still right.
         let mut conversation = Conversation::default();
         let _lent = conversation.messages(&log[..9]);
-        assert_eq!(conversation.messages(&log), to_messages(&log));
+        assert_eq!(conversation.messages(&log), converted(&log));
         // A shorter log (read anew) starts over too.
-        let messages = conversation.messages(&log[..4]);
-        assert_eq!(messages, to_messages(&log[..4]));
-        conversation.restore(messages);
+        let kept = conversation.messages(&log[..4]);
+        assert_eq!(kept, converted(&log[..4]));
+        conversation.restore(kept.0);
         // A condensation is converted whole.
         let mut condensed = log.clone();
         condensed.push(event(
@@ -490,7 +512,7 @@ mod tests {
                 reason: None,
             },
         ));
-        assert_eq!(conversation.messages(&condensed), to_messages(&condensed));
+        assert_eq!(conversation.messages(&condensed), converted(&condensed));
     }
 
     #[test]

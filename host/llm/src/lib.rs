@@ -37,6 +37,7 @@
 //!     model: "scripts/hello.yaml".into(),
 //!     messages: to_messages(&log),
 //!     tools: Vec::new().into(),
+//!     prompt_estimate: None,
 //! };
 //! assert_eq!(request.messages, vec![ChatMessage::User { content: "Hi".into() }]);
 //! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -118,6 +119,19 @@ pub struct ChatRequest {
     /// The functions the LLM may call (the `SystemPromptEvent`'s `tools`), shared by every
     /// request of an agent.
     pub tools: std::sync::Arc<[ToolSchema]>,
+    /// [`estimate_prompt_tokens`] of `messages` when the caller keeps it (a [`Conversation`]
+    /// adds each message's estimate as it grows), so that a provider reporting no usage does
+    /// not read the whole conversation again at every call of a long task; `None`: it is
+    /// worked out from `messages` when needed ([`ChatRequest::prompt_estimate`]).
+    pub prompt_estimate: Option<u64>,
+}
+
+impl ChatRequest {
+    /// [`estimate_prompt_tokens`] of the messages: the kept estimate if there is one.
+    pub fn prompt_estimate(&self) -> u64 {
+        self.prompt_estimate
+            .unwrap_or_else(|| estimate_prompt_tokens(&self.messages))
+    }
 }
 
 /// The LLM's answer to a [`ChatRequest`].
@@ -183,21 +197,26 @@ pub fn estimate_tokens(text: &str) -> u64 {
 /// The [`estimate_tokens`] of a conversation: the sum over its messages' text, the tool calls'
 /// names and JSON arguments included.
 pub fn estimate_prompt_tokens(messages: &[ChatMessage]) -> u64 {
-    messages
-        .iter()
-        .map(|message| match message {
-            ChatMessage::System { content }
-            | ChatMessage::User { content }
-            | ChatMessage::Tool { content, .. } => estimate_tokens(content),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                estimate_tokens(content.as_deref().unwrap_or_default())
-                    + estimate_tool_call_tokens(tool_calls)
-            }
-        })
-        .sum()
+    messages.iter().map(estimate_message_tokens).sum()
+}
+
+/// The [`estimate_tokens`] of one message: its text, its tool calls' names and JSON arguments.
+/// A conversation's estimate is the sum over its messages, and an assistant message's the sum
+/// of its text's and each call's ([`estimate_call_tokens`]), so either can be kept as a
+/// running total while the conversation grows.
+pub(crate) fn estimate_message_tokens(message: &ChatMessage) -> u64 {
+    match message {
+        ChatMessage::System { content }
+        | ChatMessage::User { content }
+        | ChatMessage::Tool { content, .. } => estimate_tokens(content),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            estimate_tokens(content.as_deref().unwrap_or_default())
+                + estimate_tool_call_tokens(tool_calls)
+        }
+    }
 }
 
 /// The [`estimate_tokens`] of a response: its text plus each tool call's name and JSON arguments.
@@ -206,10 +225,12 @@ pub fn estimate_completion_tokens(text: &str, tool_calls: &[ToolCall]) -> u64 {
 }
 
 fn estimate_tool_call_tokens(tool_calls: &[ToolCall]) -> u64 {
-    tool_calls
-        .iter()
-        .map(|call| estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string()))
-        .sum()
+    tool_calls.iter().map(estimate_call_tokens).sum()
+}
+
+/// The [`estimate_tokens`] of one tool call: its name and its JSON arguments.
+pub(crate) fn estimate_call_tokens(call: &ToolCall) -> u64 {
+    estimate_tokens(&call.name) + estimate_tokens(&call.arguments.to_string())
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use serde_json::{Map, Value};
 
 use crate::{
     BoxFuture, ChatRequest, ChatResponse, LlmProvider, Result, Usage, estimate_completion_tokens,
-    estimate_prompt_tokens,
 };
 
 /// The text of every response past the end of the script.
@@ -66,7 +65,7 @@ impl ScriptedProvider {
                 completion_tokens: usage.completion_tokens,
             },
             None => Usage {
-                prompt_tokens: estimate_prompt_tokens(&request.messages),
+                prompt_tokens: request.prompt_estimate(),
                 completion_tokens: estimate_completion_tokens(&text, &tool_calls),
             },
         };

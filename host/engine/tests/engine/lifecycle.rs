@@ -1,8 +1,8 @@
 //! Inputs, queues, the event log and re-opening a task from the same data dir.
 
 use agentmesh_engine::{Origin, Run, Status};
-use agentmesh_llm::ChatMessage;
-use agentmesh_model::event::EventKind;
+use agentmesh_llm::{ChatMessage, estimate_prompt_tokens};
+use agentmesh_model::event::{EventKind, EventSource};
 use agentmesh_store::Typed;
 use serde_json::json;
 
@@ -70,6 +70,51 @@ async fn a_parallel_tool_call_response_becomes_one_assistant_message() {
         (actions[0].1.as_str(), actions[1].1.as_str()),
         ("Both at once.", "")
     );
+}
+
+#[tokio::test]
+async fn estimated_prompt_tokens_count_each_requests_whole_conversation() {
+    // No usage in the script: every request's prompt tokens are estimated, from the
+    // conversation the task keeps as its log grows, turn after turn.
+    let script = "responses:
+  - text: Two at once.
+    tool_calls:
+      - {name: echo_say, arguments: {text: one}}
+      - {name: echo_shout, arguments: {text: two}}
+  - tool_calls: [{name: echo_say, arguments: {text: three}}]
+  - text: done
+  - tool_calls: [{name: echo_say, arguments: {text: four is a longer argument}}]
+  - text: done again
+";
+    let h = harness(&agent(), script);
+    let first = h
+        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
+        .await;
+    let input = json!({"message": "more please", "ticket": "T-1"});
+    let queued = h
+        .engine
+        .submit(&first.id, &input, Origin::User, Run::Caller);
+    queued.await.unwrap();
+    let task = h.engine.run_until_idle(&first.id).await.unwrap();
+    let events = h.events(&task);
+    // Each request saw the log up to the first event of its response: an `ActionEvent` of a
+    // new response, or the agent's answer.
+    let mut previous = None;
+    let mut expected = 0;
+    for (i, event) in events.iter().enumerate() {
+        let starts = match &event.kind {
+            EventKind::ActionEvent {
+                llm_response_id, ..
+            } => previous.replace(llm_response_id) != Some(llm_response_id),
+            EventKind::MessageEvent { .. } => event.source == EventSource::Agent,
+            _ => false,
+        };
+        if starts {
+            expected += estimate_prompt_tokens(&agentmesh_llm::to_messages(&events[..i]));
+        }
+    }
+    assert_eq!(task.llm_calls, 5);
+    assert_eq!(task.prompt_tokens, expected);
 }
 
 #[tokio::test]

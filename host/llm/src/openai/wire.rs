@@ -11,10 +11,7 @@ use agentmesh_model::event::ToolCall;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::{
-    ChatMessage, ChatRequest, ChatResponse, Usage, estimate_completion_tokens,
-    estimate_prompt_tokens,
-};
+use crate::{ChatMessage, ChatRequest, ChatResponse, Usage, estimate_completion_tokens};
 
 /// How much of an error body that is not JSON is kept in the error.
 const MAX_ERROR_TEXT: usize = 500;
@@ -153,7 +150,7 @@ pub(super) fn parse_response(body: &[u8], request: &ChatRequest) -> Result<ChatR
     let usage = Usage {
         prompt_tokens: usage
             .prompt_tokens
-            .unwrap_or_else(|| estimate_prompt_tokens(&request.messages)),
+            .unwrap_or_else(|| request.prompt_estimate()),
         completion_tokens: usage
             .completion_tokens
             .unwrap_or_else(|| estimate_completion_tokens(&text, &tool_calls)),
@@ -279,6 +276,7 @@ mod tests {
             model: "m".into(),
             messages,
             tools: Vec::new().into(),
+            prompt_estimate: None,
         }
     }
 

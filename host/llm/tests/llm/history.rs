@@ -1,6 +1,9 @@
 //! The event log as chat messages: parallel calls, condensation, missing observations.
 
-use agentmesh_llm::{ChatMessage, Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, to_messages};
+use agentmesh_llm::{
+    ChatMessage, Conversation, INTERRUPTED_CALL, SUMMARY_PREFIX, estimate_prompt_tokens,
+    to_messages,
+};
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, ToolCall, ToolSchema};
 use serde_json::{Value, json};
 
@@ -346,8 +349,13 @@ fn a_conversation_goes_on_incrementally_after_a_condensation() {
     let events = condensed_twice();
     let mut conversation = Conversation::default();
     for end in 1..=events.len() {
-        let messages = conversation.messages(&events[..end]);
+        let (messages, tokens) = conversation.messages(&events[..end]);
         assert_eq!(messages, to_messages(&events[..end]), "after {end} events");
+        assert_eq!(
+            tokens,
+            estimate_prompt_tokens(&messages),
+            "after {end} events"
+        );
         conversation.restore(messages);
     }
 }

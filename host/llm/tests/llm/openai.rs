@@ -29,6 +29,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
         model: "gpt-4o".into(),
         messages,
         tools: Vec::new().into(),
+        prompt_estimate: None,
     }
 }
 

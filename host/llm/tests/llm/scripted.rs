@@ -35,6 +35,7 @@ fn request(task_id: &str, call_index: u64) -> ChatRequest {
             content: "Please fix the bug in the parser".into(),
         }],
         tools: Vec::new().into(),
+        prompt_estimate: None,
     }
 }
 
@@ -116,6 +117,18 @@ async fn usage_comes_from_the_script_or_is_estimated() {
     // "Please fix the bug in the parser" is 32 characters; "Done." is 5.
     assert_eq!(estimated.usage.prompt_tokens, 8);
     assert_eq!(estimated.usage.completion_tokens, 1);
+}
+
+#[tokio::test]
+async fn a_kept_prompt_estimate_is_the_estimated_usage() {
+    // The caller (the engine's kept conversation) knows the estimate of the messages: the
+    // model takes it instead of reading the whole conversation again.
+    let request = ChatRequest {
+        prompt_estimate: Some(3),
+        ..request("t_1", 1)
+    };
+    let estimated = complete(&provider(), &request).await;
+    assert_eq!(estimated.usage.prompt_tokens, 3);
 }
 
 #[tokio::test]
