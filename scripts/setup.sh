@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2
 cargo build --release -p agentmesh --bin agentmesh
+target_dir="${CARGO_TARGET_DIR:-target}"
+bash scripts/split-debuginfo.sh "$target_dir/release/agentmesh"
 if [ -f guests/Cargo.toml ]; then
   cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
     --target-dir guests/target
@@ -17,7 +19,6 @@ fi
 bash guests/python/build.sh
 bash guests/js/build.sh
 
-target_dir="${CARGO_TARGET_DIR:-target}"
 "$target_dir/release/agentmesh" validate examples/quickstart
 "$target_dir/release/agentmesh" run examples/quickstart --agent demo/assistant \
   -m "What is 6 × 7?" --data "$(mktemp -d)"

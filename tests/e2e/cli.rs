@@ -272,3 +272,52 @@ fn validate_call_and_run_share_one_compiled_cache() {
     assert!(std::path::Path::new(data).join("components").is_dir());
     assert_eq!(artifacts(), compiled);
 }
+
+/// The sections of ELF file `path` (`readelf -S`).
+fn sections(path: &std::path::Path) -> String {
+    let out = std::process::Command::new("readelf")
+        .arg("-S")
+        .arg(path)
+        .output()
+        .expect("readelf (binutils) is needed: apt-get install binutils");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_shipped_binary_keeps_its_debug_info_beside_it() {
+    // What `scripts/setup.sh` does to the release binary, done to a copy of this build's.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("agentmesh");
+    std::fs::copy(crate::AGENTMESH, &bin).unwrap();
+    let before = std::fs::metadata(&bin).unwrap().len();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/split-debuginfo.sh");
+    let split = || {
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .arg(&bin)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    split();
+    let debug = dir.path().join("agentmesh.debug");
+    let (shipped, kept) = (sections(&bin), sections(&debug));
+    assert!(!shipped.contains(".debug_line"), "{shipped}");
+    assert!(shipped.contains(".gnu_debuglink"), "{shipped}");
+    assert!(
+        shipped.contains(".symtab"),
+        "function names stay: {shipped}"
+    );
+    assert!(kept.contains(".debug_line"), "{kept}");
+    assert!(std::fs::metadata(&bin).unwrap().len() < before / 2);
+    let out = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Again: the binary is split already, and the debug file is kept as it was.
+    let kept_size = std::fs::metadata(&debug).unwrap().len();
+    assert!(split().contains("already split"));
+    assert_eq!(std::fs::metadata(&debug).unwrap().len(), kept_size);
+}
