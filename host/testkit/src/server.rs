@@ -254,6 +254,24 @@ impl Server {
         None
     }
 
+    /// Freezes the server (SIGSTOP) until [`resume`](Self::resume), as a stalled machine
+    /// would.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a [paused](Self::pause) server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Sends signal `name` (`TERM`, `STOP`, …) to the server.
+    fn signal(&self, name: &str) {
+        let _ = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status();
+    }
+
     /// Sends SIGTERM and waits for the exit; returns its exit code.
     pub fn terminate(mut self) -> Option<i32> {
         self.sigterm()
@@ -262,9 +280,7 @@ impl Server {
     /// Sends SIGTERM and waits up to `limit` for the exit (then kills it, and prints what it
     /// wrote on stderr): the exit code.
     pub fn stop_within(&mut self, limit: Duration) -> Option<i32> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("TERM");
         let code = self.wait_exit(limit);
         if code.is_none() {
             let _ = self.child.kill();
@@ -278,9 +294,7 @@ impl Server {
 
     /// Sends SIGTERM and waits up to 30 s for the exit (then kills it): the exit code.
     fn sigterm(&mut self) -> Option<i32> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("TERM");
         let code = self.wait_exit(Duration::from_secs(30));
         if code.is_none() {
             let _ = self.child.kill();

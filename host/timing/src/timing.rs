@@ -19,8 +19,11 @@
 //! # Missed ticks
 //!
 //! A tick missed while the host was down fires once at start, however many were missed:
-//! [`Timing::missed`] says whether one was (the first), and the host then fires once and arms
-//! [`Timing::next_after`] *now*, never the ticks in between.
+//! [`Timing::latest_missed`] says whether one was (the latest), and the host then fires once
+//! and arms [`Timing::next_after`] *now*, never the ticks in between. A running host that
+//! falls behind (it fires a tick after the next came due) fires the latest tick it missed
+//! next, the same way: behind by less than a period, it loses none; behind by many, it fires
+//! once for them all, as after a downtime.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -94,7 +97,34 @@ impl Timing {
     pub fn missed(&self, last_ms: i64, now_ms: i64) -> Option<i64> {
         self.next_after(last_ms).filter(|&due| due <= now_ms)
     }
+
+    /// The latest tick in `(last_ms, now_ms]`: the one a running host fires for all the
+    /// ticks after `last_ms` (the one it just fired) that came due while it ran behind, so
+    /// that falling behind by less than a period loses no tick and falling behind by many
+    /// fires once, as a downtime does. A cron expression is walked a tick at a time, at most
+    /// 2,880 of them (two days of minute ticks): beyond, the tick reached.
+    pub fn latest_missed(&self, last_ms: i64, now_ms: i64) -> Option<i64> {
+        let first = self.missed(last_ms, now_ms)?;
+        match self {
+            Timing::Interval(interval) => interval
+                .next_after(now_ms)
+                .map(|next| next - interval.every_ms),
+            Timing::Cron(_) | Timing::At { .. } => {
+                let mut latest = first;
+                for _ in 0..MAX_CAUGHT_UP {
+                    match self.missed(latest, now_ms) {
+                        Some(later) => latest = later,
+                        None => break,
+                    }
+                }
+                Some(latest)
+            }
+        }
+    }
 }
+
+/// How many ticks of a cron expression [`Timing::latest_missed`] walks over at most.
+const MAX_CAUGHT_UP: usize = 2 * 1_440;
 
 /// A five-field cron expression (minute hour day-of-month month day-of-week, as the manifest
 /// validator accepts it), parsed once, and the IANA zone it is read in.
@@ -279,6 +309,25 @@ mod tests {
     fn interval_at_the_edge_of_time_has_no_next() {
         let every = Interval::new(Duration::from_millis(10), 0).unwrap();
         assert_eq!(every.next_after(i64::MAX - 1), None);
+    }
+
+    #[test]
+    fn a_host_behind_fires_the_latest_tick_it_missed_once() {
+        let every = Timing::Interval(Interval::new(Duration::from_secs(1), 0).unwrap());
+        // Fired 10 s; the next is not due yet, or due, or two are (the later fires).
+        assert_eq!(every.latest_missed(10_000, 10_999), None);
+        assert_eq!(every.latest_missed(10_000, 11_200), Some(11_000));
+        assert_eq!(every.latest_missed(10_000, 12_050), Some(12_000));
+        let cron = Timing::Cron(Cron::new("* * * * *", Tz::UTC).unwrap());
+        let base = ms("2026-06-01T12:00:00Z");
+        assert_eq!(cron.latest_missed(base, base + 59_000), None);
+        assert_eq!(cron.latest_missed(base, base + 61_000), Some(base + 60_000));
+        assert_eq!(
+            cron.latest_missed(base, base + 3 * 60_000 + 5),
+            Some(base + 3 * 60_000)
+        );
+        let once = Timing::At { at_ms: base };
+        assert_eq!(once.latest_missed(base, base + 1), None);
     }
 
     #[test]

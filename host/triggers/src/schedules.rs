@@ -4,7 +4,10 @@
 //! Every schedule creates a new task on every tick, time-driven: a task of an earlier tick
 //! still running does not hold the next one back. Each schedule's status (with the last tick
 //! fired) is in the store, so a tick missed while the host was down fires once at start,
-//! however many were missed ([`Timing::missed`](agentmesh_timing::Timing::missed)). A tick is
+//! however many were missed (the latest of them,
+//! [`Timing::latest_missed`](agentmesh_timing::Timing::latest_missed)), and so does one a
+//! running host missed while it ran behind: behind by less than a period, it loses none. A
+//! tick is
 //! recorded as fired before its input is queued: a crash in between loses that tick rather
 //! than firing it twice. Its input is queued for a new task id, and the task's runner makes
 //! the task from the schedule (`Engine::adopt`), so that queueing is the only write a fire
@@ -111,6 +114,8 @@ struct Recorded {
     status: FireStatus,
     /// Its `ttl` has passed: this fire is its final one.
     last: bool,
+    /// The tick (epoch ms).
+    tick_ms: i64,
     /// What claims the tick among hosts sharing the store (`tick:{id}:{tick_ms}`).
     claim: String,
     /// What its fire does.
@@ -307,14 +312,14 @@ impl Triggers {
             let missed = start
                 .then(|| {
                     s.timing
-                        .missed(status.last_fired_ms.unwrap_or(status.created_ms), now)
+                        .latest_missed(status.last_fired_ms.unwrap_or(status.created_ms), now)
                 })
                 .flatten();
             if let Some(tick) = missed {
                 tracing::info!(schedule.id = %id, "a tick missed while the host was down fires now");
                 self.firing.timer.arm(TimerId::Schedule(id.clone()), tick);
             } else {
-                self.arm_schedule(s, &status, now);
+                self.arm_schedule(s, Some(&status), None, now);
             }
         }
         let mut armed = lock(&self.firing.armed);
@@ -325,11 +330,26 @@ impl Triggers {
         Ok(())
     }
 
-    /// Arms `s`'s next tick after `now`; with a `ttl`, no later than its expiry (the final
-    /// fire). Returns the deadline.
-    fn arm_schedule(&self, s: &SchedulePlan, status: &FireStatus, now: i64) -> Option<i64> {
-        let expiry = s.ttl.map(|ttl| expires_at(status.created_ms, ttl));
-        let next = match (s.timing.next_after(now), expiry) {
+    /// Arms `s`'s next tick after `now`, or, when the tick `fired` was fired so late that
+    /// the ones after it came due meanwhile, the latest of those (so a host behind by less
+    /// than a period loses no tick, and one behind by many fires once for them all); with a
+    /// `ttl`, no later than its expiry (the final fire) when its `status` could be read.
+    /// Returns the deadline.
+    fn arm_schedule(
+        &self,
+        s: &SchedulePlan,
+        status: Option<&FireStatus>,
+        fired: Option<i64>,
+        now: i64,
+    ) -> Option<i64> {
+        let expiry = s
+            .ttl
+            .zip(status)
+            .map(|(ttl, status)| expires_at(status.created_ms, ttl));
+        let due = fired
+            .and_then(|tick| s.timing.latest_missed(tick, now))
+            .or_else(|| s.timing.next_after(now));
+        let next = match (due, expiry) {
             (Some(next), Some(exp)) => Some(next.min(exp.max(now))),
             (next, _) => next,
         };
@@ -357,14 +377,29 @@ impl Triggers {
         let plan = self.engine.plan();
         let now = now_ms();
         let recorded = {
-            let plan = Arc::clone(&plan);
+            let (plan, ticks) = (Arc::clone(&plan), ticks.clone());
             self.off_workers(move |engine| engine.record_ticks(&plan, &ticks, now))
                 .await
         };
         let mut fired = match recorded {
             Ok(fired) => fired,
             Err(e) => {
+                // Lost, as in a crash; the schedules go on from their next tick.
                 tracing::warn!("recording schedule ticks failed, none fired: {e}");
+                let rearmed = self
+                    .off_workers(move |engine| {
+                        for (id, tick_ms) in &ticks {
+                            if let Some(s) = plan.schedules.get(id) {
+                                let status = engine.fire_status(SCHEDULE_STATE, id).ok();
+                                engine.arm_schedule(s, status.as_ref(), Some(*tick_ms), now_ms());
+                            }
+                        }
+                        Ok(())
+                    })
+                    .await;
+                if let Err(e) = rearmed {
+                    tracing::error!("schedule ticks not armed again: {e}");
+                }
                 return;
             }
         };
@@ -408,7 +443,7 @@ impl Triggers {
                 tracing::info!(schedule.id = %r.schedule.id(), "fired its final time: its ttl has passed");
                 lock(&self.firing.armed).remove(&r.schedule.id());
             } else {
-                self.arm_schedule(&r.schedule, &r.status, now);
+                self.arm_schedule(&r.schedule, Some(&r.status), Some(r.tick_ms), now_ms());
             }
         }
     }
@@ -522,6 +557,7 @@ impl Triggers {
                 schedule: Arc::clone(s),
                 status,
                 last,
+                tick_ms: *tick_ms,
                 claim: format!("tick:{id}:{tick_ms}"),
                 tick,
             });
