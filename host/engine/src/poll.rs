@@ -181,16 +181,18 @@ impl Engine {
                 .map_err(|e| failed(format!("`cursor`: {}", e.message)))?;
         }
         let seen: HashSet<&String> = next.seen.iter().collect();
+        let key_id = key.id();
         let mut items = Vec::new();
         let mut ids = Vec::new();
+        let mut taken = HashSet::new();
         for item in detected {
             let id = item_id(plan, &item).map_err(failed)?;
-            if seen.contains(&id) || ids.contains(&id) {
+            if seen.contains(&id) || !taken.insert(id.clone()) {
                 continue;
             }
             if !first {
                 items.push(PolledItem {
-                    delivery_id: delivery_id(key, &id),
+                    delivery_id: delivery_id(&key_id, &id),
                     id: id.clone(),
                     payload: item,
                 });
@@ -243,10 +245,11 @@ fn item_id(plan: &PollPlan, item: &Value) -> std::result::Result<String, String>
     })
 }
 
-/// The delivery id of item `id` of `key`: `poll-` and a digest of both.
-fn delivery_id(key: &PollKey, id: &str) -> String {
+/// The delivery id of item `id` of the poller known as `key` ([`PollKey::id`]): `poll-` and a
+/// digest of both.
+fn delivery_id(key: &str, id: &str) -> String {
     let mut digest = Sha256::new();
-    digest.update(key.id().as_bytes());
+    digest.update(key.as_bytes());
     digest.update([0]);
     digest.update(id.as_bytes());
     format!("poll-{}", hex::encode(&digest.finalize()[..16]))
@@ -293,14 +296,14 @@ mod tests {
 
     #[test]
     fn delivery_ids_are_the_same_for_the_same_key_and_item_only() {
-        let id = delivery_id(&key(), "7");
-        assert_eq!(id, delivery_id(&key(), "7"));
+        let id = delivery_id(&key().id(), "7");
+        assert_eq!(id, delivery_id(&key().id(), "7"));
         assert!(id.starts_with("poll-") && id.len() == 5 + 32, "{id}");
-        assert_ne!(id, delivery_id(&key(), "8"));
+        assert_ne!(id, delivery_id(&key().id(), "8"));
         let other = PollKey {
             values: vec![("repo".into(), "beta".into()), ("n".into(), "42".into())],
             ..key()
         };
-        assert_ne!(id, delivery_id(&other, "7"));
+        assert_ne!(id, delivery_id(&other.id(), "7"));
     }
 }

@@ -12,8 +12,8 @@
 //! nothing is skipped and nothing is delivered twice. A restart polls each key at once and
 //! goes on from what the store kept.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,21 +62,26 @@ impl EventRouter {
     /// items were new.
     pub async fn poll_once(&self, key: &PollKey, poll: &PollPlan) -> Result<usize, PollError> {
         let polled = self.engine.poll(poll, key).await?;
-        for item in &polled.items {
-            self.deliver_polled(key, item).await?;
+        if !polled.items.is_empty() {
+            // The tasks of the key, once for all the poll's items.
+            let polled_by = self.routes.read().polled_by(&self.engine.plan(), key);
+            for item in &polled.items {
+                self.deliver_polled(key, item, &polled_by).await?;
+            }
         }
         let new = polled.items.len();
         self.engine.polled(key, &polled)?;
         Ok(new)
     }
 
-    /// Routes `item` of `key` to the tasks of `key` its event's filter passes; returns them.
+    /// Routes `item` of `key` to the tasks of `key` (`polled_by`) its event's filter passes;
+    /// returns them.
     async fn deliver_polled(
         &self,
         key: &PollKey,
         item: &PolledItem,
+        polled_by: &HashSet<String>,
     ) -> Result<Vec<String>, EngineError> {
-        let polled_by = self.routes.read().polled_by(&self.engine.plan(), key);
         let pick = |e: &EventPlan| e.name == key.event && matches!(e.via, Via::Poll(_));
         let headers: Headers = [("x-delivery-id", item.delivery_id.as_str())]
             .into_iter()
