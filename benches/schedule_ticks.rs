@@ -16,6 +16,9 @@
 //! it durable follows at once, and the fire waits for it), and the task's turn taking the
 //! input (the user message's `timestamp`, which comes only after the input is on disk).
 //!
+//! `AGENTMESH_BINARY=PATH` measures that build of the binary instead of the one Cargo built,
+//! so that two builds can be compared in runs one after the other.
+//!
 //! Memory is the server's VmRSS with the agent alone and with the 10,000 schedules armed
 //! (right after it listens), each a fresh server on an empty store.
 
@@ -246,11 +249,14 @@ impl Report {
 }
 
 fn main() {
+    // Another build of the binary to measure, for comparisons run one after another.
+    let binary = std::env::var("AGENTMESH_BINARY").unwrap_or_else(|_| AGENTMESH.to_owned());
+    println!("binary: {binary}");
     let root = tempfile::tempdir().unwrap();
 
     let empty = root.path().join("empty");
     base_config(&empty);
-    let server = Server::start(AGENTMESH, &empty, &root.path().join("empty-data"), &[QUIET]);
+    let server = Server::start(&binary, &empty, &root.path().join("empty-data"), &[QUIET]);
     std::thread::sleep(Duration::from_secs(3));
     let rss_empty = server.rss_kib();
     drop(server);
@@ -262,7 +268,7 @@ fn main() {
     let window = (burst_at - millis(WINDOW / 2), burst_at + millis(WINDOW / 2));
     let timings = schedules(&dir, burst_at);
     let spawned = Instant::now();
-    let server = Server::start(AGENTMESH, &dir, &root.path().join("data"), &[QUIET]);
+    let server = Server::start(&binary, &dir, &root.path().join("data"), &[QUIET]);
     let start_up = spawned.elapsed();
     let rss_armed = server.rss_kib();
     let warm_up_left = window.0 - now_ms();
