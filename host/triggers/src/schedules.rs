@@ -116,10 +116,15 @@ struct Recorded {
     last: bool,
     /// The tick (epoch ms).
     tick_ms: i64,
-    /// What claims the tick among hosts sharing the store (`tick:{id}:{tick_ms}`).
-    claim: String,
     /// What its fire does.
     tick: Tick,
+}
+
+impl Recorded {
+    /// What claims the tick among hosts sharing the store (`tick:{id}:{tick_ms}`).
+    fn claim(&self) -> String {
+        format!("tick:{}:{}", self.schedule.id(), self.tick_ms)
+    }
 }
 
 /// What a tick's fire does.
@@ -407,7 +412,7 @@ impl Triggers {
         let mut inputs = Vec::new();
         for r in &mut fired {
             match std::mem::replace(&mut r.tick, Tick::Dropped) {
-                Tick::Queue(input) => inputs.push((r.claim.clone(), input)),
+                Tick::Queue(input) => inputs.push((r.claim(), input)),
                 Tick::Dropped => outcomes.push((r.schedule.id(), Outcome::Dropped)),
                 Tick::Failed(why) => outcomes.push((r.schedule.id(), Outcome::Failed(why))),
             }
@@ -558,7 +563,6 @@ impl Triggers {
                 status,
                 last,
                 tick_ms: *tick_ms,
-                claim: format!("tick:{id}:{tick_ms}"),
                 tick,
             });
         }
