@@ -306,28 +306,28 @@ impl Arrival<'_> {
                 (task, input)
             })
             .unzip();
-        let store = Arc::clone(&engine.inner.store);
+        let store = engine.store();
         let delivery = self
             .delivery_id()
             .or(self.once.as_deref())
-            .map(str::to_owned);
-        let write = move || {
-            let refs: Vec<(&str, i64, &QueuedInput)> = tasks
-                .iter()
-                .zip(&entries)
-                .map(|(task, input)| (task.as_str(), input.queued_at, input))
-                .collect();
-            let written = store.deliver_durably(delivery.as_deref().map(|id| (id, until)), &refs);
-            written.map(|outcome| (outcome, tasks))
+            .map(|id| (id, until));
+        let refs: Vec<(&str, i64, &QueuedInput)> = tasks
+            .iter()
+            .zip(&entries)
+            .map(|(task, input)| (task.as_str(), input.queued_at, input))
+            .collect();
+        // The write waits for an fsync, shared with concurrent writes (a group commit): in
+        // the background it is awaited holding no thread; the caller that runs the task on
+        // its own thread anyway waits there.
+        let outcome = match run {
+            Run::Background => {
+                let (outcome, durable) = store.deliver_deferred(delivery, &refs)?;
+                durable.await?;
+                outcome
+            }
+            Run::Caller => store.deliver_durably(delivery, &refs)?,
         };
-        // The write waits for an fsync (shared with concurrent writes: a group commit): off
-        // the async workers, unless the caller runs the task on its own thread anyway.
-        let (outcome, tasks) = match run {
-            Run::Background => tokio::task::spawn_blocking(write)
-                .await
-                .map_err(|e| EngineError::Internal(format!("queueing did not finish: {e}")))??,
-            Run::Caller => write()?,
-        };
+        drop(refs);
         // What waited for this delivery id may now find it recorded.
         drop(self.serial);
         match outcome {

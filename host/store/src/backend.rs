@@ -97,6 +97,16 @@ pub trait Queues: Send + Sync {
         inputs: &[(&str, i64, &[u8])],
     ) -> Result<Delivery>;
 
+    /// As [`Queues::queue_durably`], except that it returns before the disk has the write:
+    /// with what it did and a wait that ends once that is durable, holding no thread while it
+    /// waits (concurrent waits share one flush). Nobody may be told the inputs are taken
+    /// before the wait ends without an error. Poll the wait on a tokio runtime.
+    fn queue_deferred(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<(Delivery, Durable)>;
+
     /// Task `task_id`'s earliest queued input.
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>>;
 
@@ -112,6 +122,9 @@ pub trait Queues: Send + Sync {
     /// Removes every queued input of task `task_id`; buffered. Returns how many.
     fn clear_queue_buffered(&self, task_id: &str) -> Result<usize>;
 }
+
+/// A wait for writes to be durable (see [`Queues::queue_deferred`]).
+pub type Durable = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
 
 /// Delivery ids, remembered for their window.
 pub trait Dedupe: Send + Sync {

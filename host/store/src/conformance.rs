@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use agentmesh_model::event::{Event, EventKind, EventSource};
 
-use crate::{Backend, Delivery, RawWrite, StoreError};
+use crate::{Backend, Delivery, Durable, RawWrite, StoreError};
 
 /// Opens the backend under test on `dir` (the same `dir` again reopens it).
 pub type Open<'a> = &'a dyn Fn(&Path) -> Arc<dyn Backend>;
@@ -25,7 +25,7 @@ pub type Open<'a> = &'a dyn Fn(&Path) -> Arc<dyn Backend>;
 pub type Check = fn(&Path, Open<'_>);
 
 /// Every check, by name, for a backend's test to run one by one.
-pub const ALL: [(&str, Check); 8] = [
+pub const ALL: [(&str, Check); 9] = [
     ("queue_order_and_take_once", queue_order_and_take_once),
     (
         "a_write_that_does_not_continue_the_log_writes_nothing",
@@ -39,6 +39,10 @@ pub const ALL: [(&str, Check); 8] = [
     (
         "concurrent_writers_share_flushes_and_lose_nothing",
         group_commit,
+    ),
+    (
+        "a_deferred_delivery_is_durable_once_its_wait_ends",
+        deferred_delivery,
     ),
     (
         "host_state_and_plugin_kv_by_namespace_and_scope",
@@ -276,6 +280,52 @@ pub fn group_commit(dir: &Path, open: Open<'_>) {
             "writer {w}"
         );
     }
+}
+
+/// Deliveries queued deferred, their waits awaited at once on a runtime, are all there after
+/// a reopen, each id remembered; a repeat of an id is a duplicate that writes nothing and
+/// whose wait ends too.
+pub fn deferred_delivery(dir: &Path, open: Open<'_>) {
+    const DELIVERIES: usize = 8;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    {
+        let b = open(dir);
+        let waits: Vec<Durable> = (0..DELIVERIES)
+            .map(|i| {
+                let (id, task) = (format!("d-{i}"), format!("t_{i}"));
+                let (outcome, wait) = b
+                    .queue_deferred(Some((&id, i64::MAX)), &[(&task, 1, b"1")])
+                    .unwrap();
+                assert!(matches!(outcome, Delivery::Queued(_)), "delivery {i}");
+                wait
+            })
+            .collect();
+        runtime.block_on(async {
+            let waiting: Vec<_> = waits.into_iter().map(tokio::spawn).collect();
+            for (i, w) in waiting.into_iter().enumerate() {
+                w.await.unwrap().unwrap_or_else(|e| panic!("wait {i}: {e}"));
+            }
+        });
+        let (again, wait) = b
+            .queue_deferred(Some(("d-0", i64::MAX)), &[("t_0", 2, b"2")])
+            .unwrap();
+        assert_eq!(again, Delivery::Duplicate);
+        runtime.block_on(wait).unwrap();
+    }
+    let b = open(dir);
+    for i in 0..DELIVERIES {
+        let (_, input) = b
+            .first_queued(&format!("t_{i}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("delivery {i} is gone after a reopen"));
+        assert_eq!(input, b"1");
+        assert!(b.is_remembered(&format!("d-{i}")).unwrap(), "id d-{i}");
+    }
+    assert_eq!(b.queued_count("t_0").unwrap(), 1, "the repeat was queued");
 }
 
 /// Host state is kept by namespace and plugin values by scope: one never reads another's.

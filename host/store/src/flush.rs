@@ -1,6 +1,6 @@
 //! Group commit: many callers that each need their writes durable share one fsync.
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::{Result, StoreError};
@@ -14,11 +14,23 @@ pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(5);
 /// that started after its writes has completed, it returns at once; if none is running, it
 /// becomes the leader and flushes for everyone waiting behind it; otherwise it waits for the
 /// running one, at most [`STUCK_AFTER`]. sled's `flush` is an fsync (~135 µs here), so under
-/// concurrent acknowledgements this turns N fsyncs into about one per round.
-#[derive(Default)]
+/// concurrent acknowledgements this turns N fsyncs into about one per round. An async caller
+/// ([`GroupFlush::durable`]) waits holding no thread, and leads on a blocking thread.
 pub(crate) struct GroupFlush {
     state: Mutex<Flushes>,
     finished: Condvar,
+    /// The durable write count after each flush, for async callers.
+    heard: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for GroupFlush {
+    fn default() -> Self {
+        GroupFlush {
+            state: Mutex::default(),
+            finished: Condvar::new(),
+            heard: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -42,21 +54,9 @@ impl GroupFlush {
             if !state.running {
                 state.running = true;
                 drop(state);
-                let covered = flush();
-                let mut state = self.lock();
-                state.running = false;
-                if let Ok(c) = covered {
-                    state.done = state.done.max(c);
-                }
-                self.finished.notify_all();
-                return covered.map(|_| ());
+                return self.lead(flush);
             }
-            let left = STUCK_AFTER.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                return Err(StoreError::Io(format!(
-                    "the disk did not finish a flush in {STUCK_AFTER:?}"
-                )));
-            }
+            let left = stuck_in(started)?;
             state = self
                 .finished
                 .wait_timeout(state, left)
@@ -65,7 +65,65 @@ impl GroupFlush {
         }
     }
 
+    /// As [`GroupFlush::flush`], for an async caller: it waits holding no thread, and when it
+    /// leads, `flush` runs on a blocking thread of the runtime it is polled on (a flush this
+    /// caller gives up on still finishes for the others).
+    pub(crate) async fn durable(
+        self: Arc<Self>,
+        ticket: u64,
+        flush: impl FnOnce() -> Result<u64> + Send + 'static,
+    ) -> Result<()> {
+        let started = Instant::now();
+        // Subscribed before looking: a flush that ends after the look is heard.
+        let mut heard = self.heard.subscribe();
+        loop {
+            let lead = {
+                let mut state = self.lock();
+                if state.done >= ticket {
+                    return Ok(());
+                }
+                !std::mem::replace(&mut state.running, true)
+            };
+            if lead {
+                let flushes = Arc::clone(&self);
+                return tokio::task::spawn_blocking(move || flushes.lead(flush))
+                    .await
+                    .map_err(|e| StoreError::Io(format!("a flush did not finish: {e}")))?;
+            }
+            let left = stuck_in(started)?;
+            // Ends when a flush ends (however it went) or at the deadline, checked above.
+            let _ = tokio::time::timeout(left, heard.changed()).await;
+        }
+    }
+
+    /// Runs `flush` as the leader (`running` was set by the caller), then tells every waiter.
+    fn lead(&self, flush: impl FnOnce() -> Result<u64>) -> Result<()> {
+        let covered = flush();
+        let mut state = self.lock();
+        state.running = false;
+        if let Ok(c) = covered {
+            state.done = state.done.max(c);
+        }
+        let done = state.done;
+        drop(state);
+        self.finished.notify_all();
+        self.heard.send_replace(done);
+        covered.map(|_| ())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Flushes> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// How long a caller that started waiting at `started` may still wait for another's flush;
+/// an error once [`STUCK_AFTER`] has passed.
+fn stuck_in(started: Instant) -> Result<Duration> {
+    let left = STUCK_AFTER.saturating_sub(started.elapsed());
+    if left.is_zero() {
+        return Err(StoreError::Io(format!(
+            "the disk did not finish a flush in {STUCK_AFTER:?}"
+        )));
+    }
+    Ok(left)
 }

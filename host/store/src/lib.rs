@@ -55,8 +55,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use backend::{
-    Backend, Dedupe, Durability, HostState, Lease, Leases, Notice, NoticeHook, PluginKv, Queues,
-    RawRecord, RawWrite, TaskLogs,
+    Backend, Dedupe, Durability, Durable, HostState, Lease, Leases, Notice, NoticeHook, PluginKv,
+    Queues, RawRecord, RawWrite, TaskLogs,
 };
 pub use offload::{Offload, Offloaded};
 pub use postgres::{PgOptions, PgStore};

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use agentmesh_model::event::Event;
 
 use crate::{
-    AppendHook, Backend, Dedupe, Delivery, Durability, HostState, Lease, Leases, NoticeHook,
-    PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs, Written,
+    AppendHook, Backend, Dedupe, Delivery, Durability, Durable, HostState, Lease, Leases,
+    NoticeHook, PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs,
+    Written,
 };
 
 /// Runs the closure it is given, on a thread where it may block.
@@ -83,6 +84,14 @@ impl Queues for Offloaded {
         inputs: &[(&str, i64, &[u8])],
     ) -> Result<Delivery> {
         self.off(|s| s.queue_durably(delivery, inputs))
+    }
+    fn queue_deferred(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<(Delivery, Durable)> {
+        // The write runs through the host's function; the wait holds no thread.
+        self.off(|s| s.queue_deferred(delivery, inputs))
     }
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
         self.off(|s| s.first_queued(task_id))

@@ -30,8 +30,9 @@ use tokio_postgres::{NoTls, Row};
 
 use crate::copy::{Copied, Item};
 use crate::{
-    AppendHook, Dedupe, Delivery, Durability, HostState, Lease, Leases, Notice, NoticeHook,
-    PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs, Written, now_ms,
+    AppendHook, Dedupe, Delivery, Durability, Durable, HostState, Lease, Leases, Notice,
+    NoticeHook, PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs,
+    Written, now_ms,
 };
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
@@ -786,6 +787,16 @@ fn clamp(n: u64) -> i64 {
 }
 
 impl Queues for PgStore {
+    fn queue_deferred(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<(Delivery, Durable)> {
+        // Its commit is synchronous: durable when it returns.
+        let outcome = self.queue_durably(delivery, inputs)?;
+        Ok((outcome, Box::pin(std::future::ready(Ok(())))))
+    }
+
     fn queue_durably(
         &self,
         delivery: Option<(&str, i64)>,

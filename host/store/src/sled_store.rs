@@ -8,15 +8,15 @@
 //! after a crash (`head.rs`); a delivery and its queue entries are one sled transaction.
 
 use std::path::Path;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use sled::transaction::{TransactionError, Transactional};
 
 use agentmesh_model::event::Event;
 
 use crate::backend::{
-    Dedupe, Durability, HostState, Lease, Leases, NoticeHook, PluginKv, Queues, RawRecord,
+    Dedupe, Durability, Durable, HostState, Lease, Leases, NoticeHook, PluginKv, Queues, RawRecord,
     RawWrite, TaskLogs,
 };
 use crate::copy::Item;
@@ -36,11 +36,11 @@ pub struct SledStore {
     dedupe: sled::Tree,
     /// Host state outside tasks (trigger status, schedules, wakeups), by namespace and key.
     state: sled::Tree,
-    flusher: GroupFlush,
+    flusher: Arc<GroupFlush>,
     /// Called with a task id after events were appended to its log (live streaming).
     on_append: OnceLock<AppendHook>,
     /// Writes that an acknowledgement may wait for; see [`GroupFlush`].
-    writes: AtomicU64,
+    writes: Arc<AtomicU64>,
 }
 
 /// Separates a task id from what follows it in keys (ids never contain NUL).
@@ -87,9 +87,9 @@ impl SledStore {
             kv: db.open_tree("kv")?,
             dedupe: db.open_tree("dedupe")?,
             state: db.open_tree("state")?,
-            flusher: GroupFlush::default(),
+            flusher: Arc::default(),
             on_append: OnceLock::new(),
-            writes: AtomicU64::new(0),
+            writes: Arc::default(),
             db,
         };
         store.repair()?;
@@ -225,7 +225,7 @@ impl SledStore {
         visit(Item::NextId(self.db.generate_id()?))
     }
 
-    /// Queues encoded `entries` atomically, flushed before returning. One entry is one insert
+    /// Queues encoded `entries` atomically, not yet flushed. One entry is one insert
     /// (a batch or a transaction costs several times more in sled), several are one batch.
     fn queue_all(&self, entries: Vec<(QueueKey, Vec<u8>)>) -> Result<()> {
         match entries.as_slice() {
@@ -241,7 +241,46 @@ impl SledStore {
             }
         }
         self.wrote();
-        self.flush()
+        Ok(())
+    }
+
+    /// Queues `inputs` and remembers `delivery` as [`Queues::queue_durably`] does, without the
+    /// flush; whether it wrote anything (a duplicate writes nothing).
+    fn queue_unflushed(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<(Delivery, bool)> {
+        let mut entries = Vec::with_capacity(inputs.len());
+        for (task_id, queued_at, input) in inputs {
+            entries.push((self.queue_key(task_id, *queued_at)?, input.to_vec()));
+        }
+        let Some((id, until)) = delivery else {
+            let keys = entries.iter().map(|(k, _)| k.clone()).collect();
+            self.queue_all(entries)?;
+            return Ok((Delivery::Queued(keys), true));
+        };
+        let now = now_ms();
+        let outcome = (&self.queue, &self.dedupe)
+            .transaction(|(queue, dedupe)| {
+                let seen = dedupe.get(id.as_bytes())?;
+                if seen.is_some_and(|v| decode_u64(&v) as i64 > now) {
+                    return Ok(Delivery::Duplicate);
+                }
+                dedupe.insert(id.as_bytes(), &(until as u64).to_be_bytes())?;
+                for (key, bytes) in &entries {
+                    queue.insert(key.0.as_slice(), bytes.as_slice())?;
+                }
+                Ok(Delivery::Queued(
+                    entries.iter().map(|(k, _)| k.clone()).collect(),
+                ))
+            })
+            .map_err(tx_error)?;
+        let written = matches!(outcome, Delivery::Queued(_));
+        if written {
+            self.wrote();
+        }
+        Ok((outcome, written))
     }
 }
 
@@ -376,36 +415,31 @@ impl Queues for SledStore {
         delivery: Option<(&str, i64)>,
         inputs: &[(&str, i64, &[u8])],
     ) -> Result<Delivery> {
-        let mut entries = Vec::with_capacity(inputs.len());
-        for (task_id, queued_at, input) in inputs {
-            entries.push((self.queue_key(task_id, *queued_at)?, input.to_vec()));
-        }
-        let Some((id, until)) = delivery else {
-            let keys = entries.iter().map(|(k, _)| k.clone()).collect();
-            self.queue_all(entries)?;
-            return Ok(Delivery::Queued(keys));
-        };
-        let now = now_ms();
-        let outcome = (&self.queue, &self.dedupe)
-            .transaction(|(queue, dedupe)| {
-                let seen = dedupe.get(id.as_bytes())?;
-                if seen.is_some_and(|v| decode_u64(&v) as i64 > now) {
-                    return Ok(Delivery::Duplicate);
-                }
-                dedupe.insert(id.as_bytes(), &(until as u64).to_be_bytes())?;
-                for (key, bytes) in &entries {
-                    queue.insert(key.0.as_slice(), bytes.as_slice())?;
-                }
-                Ok(Delivery::Queued(
-                    entries.iter().map(|(k, _)| k.clone()).collect(),
-                ))
-            })
-            .map_err(tx_error)?;
-        if let Delivery::Queued(_) = outcome {
-            self.wrote();
+        let (outcome, written) = self.queue_unflushed(delivery, inputs)?;
+        if written {
             self.flush()?;
         }
         Ok(outcome)
+    }
+
+    fn queue_deferred(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &[u8])],
+    ) -> Result<(Delivery, Durable)> {
+        let (outcome, written) = self.queue_unflushed(delivery, inputs)?;
+        if !written {
+            return Ok((outcome, Box::pin(std::future::ready(Ok(())))));
+        }
+        let ticket = self.writes.load(Ordering::SeqCst);
+        let (db, writes) = (self.db.clone(), Arc::clone(&self.writes));
+        let flush = move || {
+            let upto = writes.load(Ordering::SeqCst);
+            db.flush()?;
+            Ok(upto)
+        };
+        let durable = Arc::clone(&self.flusher).durable(ticket, flush);
+        Ok((outcome, Box::pin(durable)))
     }
 
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {

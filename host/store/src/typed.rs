@@ -142,15 +142,19 @@ pub trait Typed: Backend {
         delivery: Option<(&str, i64)>,
         inputs: &[(&str, i64, &I)],
     ) -> Result<Delivery> {
-        let encoded = inputs
-            .iter()
-            .map(|(task, at, input)| Ok((*task, *at, serde_json::to_vec(input)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<(&str, i64, &[u8])> = encoded
-            .iter()
-            .map(|(task, at, bytes)| (*task, *at, bytes.as_slice()))
-            .collect();
-        self.queue_durably(delivery, &refs)
+        let encoded = encode_inputs(inputs)?;
+        self.queue_durably(delivery, &input_refs(&encoded))
+    }
+
+    /// As [`Typed::deliver_durably`], returning before the disk has it, with the wait for
+    /// that ([`crate::Queues::queue_deferred`]).
+    fn deliver_deferred<I: Serialize>(
+        &self,
+        delivery: Option<(&str, i64)>,
+        inputs: &[(&str, i64, &I)],
+    ) -> Result<(Delivery, crate::Durable)> {
+        let encoded = encode_inputs(inputs)?;
+        self.queue_deferred(delivery, &input_refs(&encoded))
     }
 
     /// The earliest queued input of task `task_id`.
@@ -225,4 +229,22 @@ fn decode_record<R: DeserializeOwned, P: DeserializeOwned>(
         parts.parts.push(serde_json::from_slice(part)?);
     }
     Ok((record, parts))
+}
+
+/// Inputs (task id, `queued_at`, input) with each input as JSON.
+fn encode_inputs<'a, I: Serialize>(
+    inputs: &[(&'a str, i64, &I)],
+) -> Result<Vec<(&'a str, i64, Vec<u8>)>> {
+    inputs
+        .iter()
+        .map(|(task, at, input)| Ok((*task, *at, serde_json::to_vec(input)?)))
+        .collect()
+}
+
+/// `encoded` borrowed, as the store's queue calls take it.
+fn input_refs<'a>(encoded: &'a [(&'a str, i64, Vec<u8>)]) -> Vec<(&'a str, i64, &'a [u8])> {
+    encoded
+        .iter()
+        .map(|(task, at, bytes)| (*task, *at, bytes.as_slice()))
+        .collect()
 }
