@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Moves a binary's debug info (its line tables: most of its size) into `BINARY.debug` beside
-# it and leaves a debug link in the binary, so that a backtrace still shows files and lines
-# while the debug file is there (and function names without it). A binary already split (no
-# `.debug_line` of its own) is left as it is, so running this again keeps the debug file.
+# Moves a binary's debug info (its line tables) and its symbol table into `BINARY.debug`
+# beside it and leaves a debug link in the binary: what ships is code and data only. A
+# backtrace shows function names, files and lines while the debug file is beside the binary
+# (std's backtrace follows the debug link and reads both from there); without it, bare
+# addresses. A binary already split (no `.debug_line` of its own) is left as it is, so running
+# this again keeps the debug file.
 set -euo pipefail
 bin="$1"
 if ! readelf -S "$bin" | grep -q '\.debug_line'; then
@@ -10,5 +12,5 @@ if ! readelf -S "$bin" | grep -q '\.debug_line'; then
   exit 0
 fi
 objcopy --only-keep-debug "$bin" "$bin.debug"
-objcopy --strip-debug --add-gnu-debuglink="$bin.debug" "$bin"
+objcopy --strip-all --add-gnu-debuglink="$bin.debug" "$bin"
 echo "split-debuginfo: $bin $(stat -c %s "$bin") bytes, $bin.debug $(stat -c %s "$bin.debug") bytes"
