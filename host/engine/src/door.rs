@@ -327,7 +327,6 @@ impl Arrival<'_> {
             }
             Run::Caller => store.deliver_durably(delivery, &refs)?,
         };
-        drop(refs);
         // What waited for this delivery id may now find it recorded.
         drop(self.serial);
         match outcome {

@@ -126,6 +126,11 @@ pub trait Queues: Send + Sync {
 /// A wait for writes to be durable (see [`Queues::queue_deferred`]).
 pub type Durable = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
 
+/// The wait of a write that is durable already (or wrote nothing).
+pub(crate) fn durable_now() -> Durable {
+    Box::pin(std::future::ready(Ok(())))
+}
+
 /// Delivery ids, remembered for their window.
 pub trait Dedupe: Send + Sync {
     /// Whether delivery id `id` is remembered (its window has not passed).

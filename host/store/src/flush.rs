@@ -127,3 +127,75 @@ fn stuck_in(started: Instant) -> Result<Duration> {
     }
     Ok(left)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::sync::mpsc;
+
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A caller waiting behind a flush that never ends is told the disk is stuck after
+    /// `STUCK_AFTER`, async or not: never that its writes are durable.
+    #[test]
+    fn a_caller_behind_a_stuck_flush_hears_an_error_not_durable() {
+        let flushes = Arc::new(GroupFlush::default());
+        let (release, stuck) = mpsc::channel::<()>();
+        let (started, leading) = mpsc::channel::<()>();
+        let leader = {
+            let flushes = Arc::clone(&flushes);
+            std::thread::spawn(move || {
+                flushes.flush(1, || {
+                    started.send(()).unwrap();
+                    stuck.recv().unwrap();
+                    Ok(1)
+                })
+            })
+        };
+        leading.recv().unwrap();
+        let waiter = {
+            let flushes = Arc::clone(&flushes);
+            std::thread::spawn(move || flushes.flush(1, || panic!("a second leader")))
+        };
+        let waited = runtime().block_on(
+            Arc::clone(&flushes).durable(1, || -> Result<u64> { panic!("a second leader") }),
+        );
+        assert!(matches!(waited, Err(StoreError::Io(_))), "{waited:?}");
+        let waited = waiter.join().unwrap();
+        assert!(matches!(waited, Err(StoreError::Io(_))), "{waited:?}");
+        release.send(()).unwrap();
+        leader.join().unwrap().unwrap();
+    }
+
+    /// A flush that fails makes nothing durable: the leader hears the error, and the next
+    /// caller for the same writes flushes again rather than being told they are on disk.
+    #[test]
+    fn a_failed_flush_counts_for_nobody() {
+        let flushes = Arc::new(GroupFlush::default());
+        let rt = runtime();
+        let failed =
+            rt.block_on(Arc::clone(&flushes).durable(1, || Err(StoreError::Io("no space".into()))));
+        assert!(matches!(failed, Err(StoreError::Io(_))), "{failed:?}");
+        let (ran, heard) = mpsc::channel();
+        rt.block_on(Arc::clone(&flushes).durable(1, move || {
+            ran.send(()).unwrap();
+            Ok(1)
+        }))
+        .unwrap();
+        assert!(
+            heard.try_recv().is_ok(),
+            "the writes were taken as durable unflushed"
+        );
+        // Now they are: a later caller for them returns without a flush.
+        flushes.flush(1, || panic!("flushed again")).unwrap();
+    }
+}

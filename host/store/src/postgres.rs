@@ -794,7 +794,7 @@ impl Queues for PgStore {
     ) -> Result<(Delivery, Durable)> {
         // Its commit is synchronous: durable when it returns.
         let outcome = self.queue_durably(delivery, inputs)?;
-        Ok((outcome, Box::pin(std::future::ready(Ok(())))))
+        Ok((outcome, crate::backend::durable_now()))
     }
 
     fn queue_durably(

@@ -17,7 +17,7 @@ use agentmesh_model::event::Event;
 
 use crate::backend::{
     Dedupe, Durability, Durable, HostState, Lease, Leases, NoticeHook, PluginKv, Queues, RawRecord,
-    RawWrite, TaskLogs,
+    RawWrite, TaskLogs, durable_now,
 };
 use crate::copy::Item;
 use crate::flush::GroupFlush;
@@ -135,6 +135,17 @@ impl SledStore {
             self.db.flush()?;
         }
         Ok(())
+    }
+
+    /// One flush of the store for [`GroupFlush`]: the write count it covers, read before it
+    /// starts.
+    fn flush_job(&self) -> impl FnOnce() -> Result<u64> + Send + 'static {
+        let (db, writes) = (self.db.clone(), Arc::clone(&self.writes));
+        move || {
+            let upto = writes.load(Ordering::SeqCst);
+            db.flush()?;
+            Ok(upto)
+        }
     }
 
     /// Counts a write for the next flush to cover (see [`GroupFlush`]).
@@ -429,16 +440,10 @@ impl Queues for SledStore {
     ) -> Result<(Delivery, Durable)> {
         let (outcome, written) = self.queue_unflushed(delivery, inputs)?;
         if !written {
-            return Ok((outcome, Box::pin(std::future::ready(Ok(())))));
+            return Ok((outcome, durable_now()));
         }
         let ticket = self.writes.load(Ordering::SeqCst);
-        let (db, writes) = (self.db.clone(), Arc::clone(&self.writes));
-        let flush = move || {
-            let upto = writes.load(Ordering::SeqCst);
-            db.flush()?;
-            Ok(upto)
-        };
-        let durable = Arc::clone(&self.flusher).durable(ticket, flush);
+        let durable = Arc::clone(&self.flusher).durable(ticket, self.flush_job());
         Ok((outcome, Box::pin(durable)))
     }
 
@@ -592,11 +597,7 @@ impl Durability for SledStore {
     /// flushing, not every caller).
     fn flush(&self) -> Result<()> {
         let ticket = self.writes.load(Ordering::SeqCst);
-        self.flusher.flush(ticket, || {
-            let upto = self.writes.load(Ordering::SeqCst);
-            self.db.flush()?;
-            Ok(upto)
-        })
+        self.flusher.flush(ticket, self.flush_job())
     }
 
     fn write_count(&self) -> u64 {
