@@ -331,10 +331,14 @@ impl Arrival<'_> {
         drop(self.serial);
         match outcome {
             Delivery::Duplicate => Ok(Accepted::Duplicate),
-            Delivery::Queued(_) => {
+            Delivery::Queued(keys) => {
+                // Their runners learn of these inputs here, not from the store.
+                for ((task, key), input) in tasks.iter().zip(keys).zip(entries) {
+                    engine.records().queued(task, key, input);
+                }
                 if run == Run::Background {
                     for task in &tasks {
-                        engine.kick(task);
+                        engine.wake(task);
                     }
                 }
                 Ok(Accepted::Queued { tasks, queued_at })

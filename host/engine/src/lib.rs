@@ -7,7 +7,8 @@
 //!   the rest of a turn whose `review()` was pending across a restart;
 //! - `records`: records between turns (a cache) and a turn's journal, written in one
 //!   write wherever the turn reaches outside the process and when it ends; `journal`: what a
-//!   record carries for it (the journal, what the store holds);
+//!   record carries for it (the journal, what the store holds); and each task's queue as far
+//!   as this host knows it without asking the store;
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
 //! - `steps`: assert / invoke / transform steps and their failure policy; `review`: a
@@ -622,7 +623,7 @@ impl Engine {
                     Some(Err(e)) => e.to_string(),
                     _ => "no schedule of the config queued it".to_owned(),
                 };
-                let dropped = self.inner.store.clear_queue_buffered(id)?;
+                let dropped = self.clear_queue(id)?;
                 self.flush()?;
                 tracing::warn!(
                     task.id = %id,
@@ -702,6 +703,16 @@ impl Engine {
     /// On a store other hosts share, the turns run on the host holding the task's lease: when
     /// that is another live host, it is told to run them, and the record is returned as it is.
     pub async fn run_until_idle(&self, id: &str) -> Result<Arc<TaskRecord>> {
+        let ran = self.run_turns(id).await;
+        if ran.is_err() {
+            // It may have taken an input out of the known queue without running it.
+            self.records().forget_queue(id);
+        }
+        ran
+    }
+
+    /// [`Engine::run_until_idle`]'s turns.
+    async fn run_turns(&self, id: &str) -> Result<Arc<TaskRecord>> {
         let (_turn, holder) = self.hold_task(id).await?;
         if let hosts::Holder::Elsewhere(host) = holder {
             self.inner
@@ -728,8 +739,12 @@ impl Engine {
             let work = match record.resume.take() {
                 Some(resume) if record.status() == Status::Running => Work::Resume(resume),
                 _ => {
-                    let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)?
-                    else {
+                    let next = match self.records().next_input(id) {
+                        records::Next::Input(key, input) => Some((key, *input)),
+                        records::Next::Idle => None,
+                        records::Next::Ask => self.inner.store.next_queued::<QueuedInput>(id)?,
+                    };
+                    let Some((key, input)) = next else {
                         return Ok(self.records().checkin(record));
                     };
                     record.journal.hold(key);
@@ -790,8 +805,15 @@ impl Engine {
     /// tokio runtime), unless a runner for it is already going; that runner then picks the new
     /// input up. Input is queued, and its runner woken, only by the door ([`door`]); the engine
     /// itself wakes a runner to go on with input already queued (after an interrupt, a restart,
-    /// a review).
+    /// a review) or queued by another host: the runner reads the task's queue from the store.
     fn kick(&self, id: &str) {
+        self.records().forget_queue(id);
+        self.wake(id);
+    }
+
+    /// Wakes task `id`'s runner (see [`Engine::kick`]) for input the door queued on this host,
+    /// which it told the records of (`Records::queued`).
+    fn wake(&self, id: &str) {
         {
             let mut runners = lock(&self.inner.runners);
             if let Some(more) = runners.get_mut(id) {
@@ -916,7 +938,7 @@ impl Engine {
             self.records().checkin(record);
             return Ok(());
         }
-        self.inner.store.clear_queue_buffered(id)?;
+        self.clear_queue(id)?;
         let mut events: Vec<_> = why.into_iter().collect();
         events.extend(self.end_suspended_turn(&mut record, "not run: the task ended")?);
         // A task that ended already keeps its reason, and a second deletion adds nothing to
@@ -1512,6 +1534,14 @@ impl Engine {
             hosts::Holder::Elsewhere(host) => Some(host),
             hosts::Holder::Here { .. } => None,
         })
+    }
+
+    /// Drops task `id`'s queued input (buffered: durable with the next flush); returns how
+    /// many inputs were dropped.
+    pub(crate) fn clear_queue(&self, id: &str) -> Result<usize> {
+        let dropped = self.inner.store.clear_queue_buffered(id)?;
+        self.records().forget_queue(id);
+        Ok(dropped)
     }
 
     /// Forgets what this host knew of task `id` (another host took it over).

@@ -61,7 +61,7 @@ pub(crate) async fn run(
         other => settle(engine, agent, record, other, vars.output)?,
     };
     if ended {
-        engine.inner.store.clear_queue_buffered(&record.id)?;
+        engine.clear_queue(&record.id)?;
     }
     Ok(())
 }
@@ -509,7 +509,7 @@ pub(crate) async fn resume(
     let layers = Layers::guardrails(agent, true);
     let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
     if settle(engine, agent, record, wrapped, vars.output)? {
-        engine.inner.store.clear_queue_buffered(&record.id)?;
+        engine.clear_queue(&record.id)?;
     }
     Ok(())
 }

@@ -81,7 +81,8 @@ fn record(head: &[u8]) -> RawWrite<'_> {
 }
 
 /// Inputs come out in `queued_at` order (then arrival), per task; the write that takes one
-/// removes it with the record, and a write taking one already taken writes nothing.
+/// removes it with the record, says whether it took the last one, and a write taking one
+/// already taken writes nothing.
 pub fn queue_order_and_take_once(dir: &Path, open: Open<'_>) {
     let b = open(dir);
     let queued = b
@@ -119,7 +120,16 @@ pub fn queue_order_and_take_once(dir: &Path, open: Open<'_>) {
         let written = b
             .write_buffered("t_1", record(b"{}"), &events(seq, 1), Some(&key))
             .unwrap();
-        assert!(written.is_some(), "taking a queued input wrote nothing");
+        let Some(written) = written else {
+            panic!("taking a queued input wrote nothing")
+        };
+        // The write says whether it took the last input (the runner then asks no more).
+        assert_eq!(
+            written.queue_empty,
+            seq == 3,
+            "write {seq} of 3 said the queue was empty: {}",
+            written.queue_empty
+        );
         // The same entry again: gone, so nothing is written.
         let again = b
             .write_buffered(

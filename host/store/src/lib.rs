@@ -125,6 +125,9 @@ pub struct Written {
     pub part_bytes: usize,
     /// The events.
     pub event_bytes: usize,
+    /// The task's queue was empty once the write was done (input queued since may have filled
+    /// it): whoever runs the task's turns need not ask for the next input.
+    pub queue_empty: bool,
 }
 
 /// A task record for [`Typed::write_record_buffered`]: what replaces the stored record, and the part it

@@ -13,11 +13,13 @@
 //! under an advisory lock, so hosts starting together migrate once; a database whose schema is
 //! newer than the binary knows is refused.
 //!
-//! The client is async (`tokio-postgres`, pooled by `deadpool-postgres`); its sessions run on a
-//! small runtime of the store's own. The backend traits are synchronous: a call waits for its
-//! statement on the calling thread (see `PgStore::run`), so async code calls the store where a
-//! thread may block — the engine does so on its turn pool, or after `block_in_place` (its
-//! `Offloaded` store) — and a slow database holds up no worker that must answer.
+//! The client is `tokio-postgres`. The backend traits are synchronous: a call's statement is
+//! sent and its answer read by the calling thread, on a session of the store's that thread
+//! drives while the call lasts (`inline`; see `PgStore::run`), so async code calls the store
+//! where a thread may block — the engine does so on its turn pool, or after `block_in_place`
+//! (its `Offloaded` store) — and a slow database holds up no worker that must answer. A small
+//! runtime of the store's own runs what outlives a call: the session that listens for the
+//! other hosts' notices, and the pool (`deadpool-postgres`) that migrations and imports use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +31,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use crate::copy::{Copied, Item};
+
+mod inline;
 use crate::{
     AppendHook, Dedupe, Delivery, Durability, Durable, HostState, Lease, Leases, Notice,
     NoticeHook, PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs,
@@ -36,9 +40,10 @@ use crate::{
 };
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
+    include_str!("../migrations/postgres/0003_queue_after_write.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
@@ -77,7 +82,10 @@ struct Hooks {
 pub struct PgStore {
     /// The runtime the client runs on (taken when the store is dropped).
     runtime: Option<tokio::runtime::Runtime>,
+    /// Sessions for migrations and imports (on the runtime).
     pool: Pool,
+    /// Sessions for every other call (driven by the caller).
+    sessions: inline::Sessions,
     /// This host's id among those sharing the database.
     host: String,
     /// [`PgOptions::lease`], in seconds.
@@ -168,6 +176,7 @@ impl PgStore {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
         let listener_config = config.clone();
+        let sessions = inline::Sessions::new(config.clone(), options.pool);
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -204,6 +213,7 @@ impl PgStore {
         let store = PgStore {
             runtime: Some(runtime),
             pool,
+            sessions,
             host,
             lease_secs: options.lease.as_secs_f64(),
             schema,
@@ -235,9 +245,18 @@ impl PgStore {
         self.schema
     }
 
-    /// Runs `work` with a pooled session, on the store's runtime, off the caller's async
-    /// workers.
-    fn run<T, F>(&self, work: impl FnOnce(deadpool_postgres::Object) -> F + Send) -> Result<T>
+    /// Runs `work` on a session driven by this thread (see `inline`).
+    fn run<T, F>(&self, work: impl FnOnce(inline::Session) -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.sessions.run(work)
+    }
+
+    /// Runs `work` with a pooled session, its connection on the store's runtime: for what
+    /// needs a transaction of several statements (an import).
+    fn pooled<T, F>(&self, work: impl FnOnce(deadpool_postgres::Object) -> F + Send) -> Result<T>
     where
         F: Future<Output = Result<T>> + Send,
         T: Send,
@@ -277,7 +296,7 @@ impl PgStore {
                 });
                 let _ = tx.blocking_send(outcome.map(|()| None));
             });
-            self.run(|mut c| async move {
+            self.pooled(|mut c| async move {
                 let t = c.transaction().await.map_err(db)?;
                 t.batch_execute("SET LOCAL synchronous_commit = on")
                     .await
@@ -722,6 +741,7 @@ impl TaskLogs for PgStore {
             record_bytes: record.head.len(),
             part_bytes: record.new_part.map_or(0, <[u8]>::len),
             event_bytes,
+            queue_empty: written == 2,
         }))
     }
 

@@ -358,6 +358,7 @@ impl TaskLogs for SledStore {
             record_bytes: bytes.len(),
             part_bytes: part.map_or(0, |p| p.len()),
             event_bytes,
+            queue_empty: self.first_queued(task_id)?.is_none(),
         }))
     }
 

@@ -70,6 +70,30 @@ fn a_database_with_a_newer_schema_is_refused_with_its_version() {
     );
 }
 
+#[test]
+fn a_session_the_server_ended_while_it_waited_is_replaced_not_failed() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let store = PgStore::open(&options(&url)).unwrap();
+    store.put_state_buffered("ns", "k", b"1").unwrap();
+    let db = url.rsplit('/').next().unwrap();
+    let ended = pg.psql(
+        db,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND application_name = 'agentmesh'",
+    );
+    assert_ne!(ended, "0", "no session of the store was ended");
+    // The server's goodbye reaches the idle session's socket; the next call opens another.
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        assert_eq!(
+            store.state_value("ns", "k").unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+    }
+}
+
 /// A write of task `task` appending event `seq` by `store`.
 fn write(store: &PgStore, task: &str, seq: u64, active: bool) -> agentmesh_store::Result<()> {
     store
