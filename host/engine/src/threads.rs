@@ -18,10 +18,11 @@ thread_local! {
 }
 
 /// Marks the calling thread as one of the turn pool's (see [`turn_runtime`]): store calls made
-/// on it block it as they are. For a runtime that runs turns only (a bench's, a command's that
-/// serves nothing).
+/// on it block it as they are (on PostgreSQL, on a session it drives itself). For a runtime
+/// that runs turns only (a bench's, a command's that serves nothing).
 pub fn mark_turn_thread() {
     TURN_THREAD.with(|t| t.set(true));
+    agentmesh_store::postgres::drive_sessions_here();
 }
 
 /// The turn pool: a multi-threaded runtime, a worker a core, whose threads are marked (see

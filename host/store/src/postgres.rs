@@ -13,13 +13,14 @@
 //! under an advisory lock, so hosts starting together migrate once; a database whose schema is
 //! newer than the binary knows is refused.
 //!
-//! The client is `tokio-postgres`. The backend traits are synchronous: a call's statement is
-//! sent and its answer read by the calling thread, on a session of the store's that thread
-//! drives while the call lasts (`inline`; see `PgStore::run`), so async code calls the store
-//! where a thread may block — the engine does so on its turn pool, or after `block_in_place`
-//! (its `Offloaded` store) — and a slow database holds up no worker that must answer. A small
-//! runtime of the store's own runs what outlives a call: the session that listens for the
-//! other hosts' notices, and the pool (`deadpool-postgres`) that migrations and imports use.
+//! The client is `tokio-postgres`. The backend traits are synchronous: a call waits for its
+//! statement on the calling thread (see `PgStore::run`), so async code calls the store where
+//! a thread may block — the engine does so on its turn pool, or after `block_in_place` (its
+//! `Offloaded` store) — and a slow database holds up no worker that must answer. A turn's
+//! thread drives a session of its own while a call lasts (`inline`, [`drive_sessions_here`]);
+//! other callers' sessions come from a pool (`deadpool-postgres`) whose connections run on a
+//! small runtime of the store's own, with the session that listens for the other hosts'
+//! notices.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,11 +34,13 @@ use tokio_postgres::{NoTls, Row};
 use crate::copy::{Copied, Item};
 
 mod inline;
+
 use crate::{
     AppendHook, Dedupe, Delivery, Durability, Durable, HostState, Lease, Leases, Notice,
     NoticeHook, PluginKv, QueueKey, Queues, RawRecord, RawWrite, Result, StoreError, TaskLogs,
     Written, now_ms,
 };
+pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
 const MIGRATIONS: [&str; 3] = [
@@ -82,9 +85,9 @@ struct Hooks {
 pub struct PgStore {
     /// The runtime the client runs on (taken when the store is dropped).
     runtime: Option<tokio::runtime::Runtime>,
-    /// Sessions for migrations and imports (on the runtime).
+    /// Sessions of callers that do not drive their own, and of migrations and imports.
     pool: Pool,
-    /// Sessions for every other call (driven by the caller).
+    /// Sessions driven by their callers (see `inline`).
     sessions: inline::Sessions,
     /// This host's id among those sharing the database.
     host: String,
@@ -245,21 +248,24 @@ impl PgStore {
         self.schema
     }
 
-    /// Runs `work` on a session driven by this thread (see `inline`).
+    /// Runs `work` on a session: on a thread that drives its own (see `inline`), one of
+    /// those; elsewhere one of the pool.
     fn run<T, F>(&self, work: impl FnOnce(inline::Session) -> F) -> Result<T>
     where
         F: Future<Output = Result<T>>,
     {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.sessions.run(work)
+        if inline::drives_sessions() {
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            return self.sessions.run(work);
+        }
+        self.pooled(|client| work(inline::Session::Pooled(Box::new(client))))
     }
 
-    /// Runs `work` with a pooled session, its connection on the store's runtime: for what
-    /// needs a transaction of several statements (an import).
-    fn pooled<T, F>(&self, work: impl FnOnce(deadpool_postgres::Object) -> F + Send) -> Result<T>
+    /// Runs `work` with a session of the pool, its connection on the store's runtime (also
+    /// for what needs a transaction of several statements: an import).
+    fn pooled<T, F>(&self, work: impl FnOnce(deadpool_postgres::Object) -> F) -> Result<T>
     where
-        F: Future<Output = Result<T>> + Send,
-        T: Send,
+        F: Future<Output = Result<T>>,
     {
         let Some(runtime) = &self.runtime else {
             return Err(StoreError::Io("the PostgreSQL store is closed".into()));

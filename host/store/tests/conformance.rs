@@ -36,6 +36,18 @@ fn sled_passes_every_check() {
 
 #[test]
 fn postgres_passes_every_check() {
+    postgres_conformance();
+}
+
+/// The same on sessions the calling thread drives (a turn's; see
+/// `agentmesh_store::postgres::drive_sessions_here`), as far as the checks call from it.
+#[test]
+fn postgres_passes_every_check_on_sessions_its_callers_drive() {
+    agentmesh_store::postgres::drive_sessions_here();
+    postgres_conformance();
+}
+
+fn postgres_conformance() {
     let pg = Postgres::start();
     // Each check's directory stands for a database of its own; opening it again reopens it.
     let databases: Mutex<HashMap<PathBuf, String>> = Mutex::new(HashMap::new());

@@ -72,6 +72,8 @@ fn a_database_with_a_newer_schema_is_refused_with_its_version() {
 
 #[test]
 fn a_session_the_server_ended_while_it_waited_is_replaced_not_failed() {
+    // A session this thread drives (a turn's thread does).
+    postgres::drive_sessions_here();
     let pg = Postgres::start();
     let url = pg.new_database();
     let store = PgStore::open(&options(&url)).unwrap();

@@ -3,11 +3,14 @@
 //!
 //! A session of the pool runs on the store's runtime: each statement hands its request to that
 //! runtime's thread and waits to be woken with the answer, two hand-offs between threads per
-//! round trip on top of the database's own. Store calls block their thread anyway (the backend
-//! traits are synchronous), so here the caller drives the connection: a round trip costs what
-//! the database and the socket cost (see BENCHMARKS.md, "A turn on the PostgreSQL store").
-//! A session belongs to no thread; between calls it waits in the store's [`Sessions`].
+//! round trip on top of the database's own. A thread that makes store calls one after another
+//! and may block in them — a turn's, marked with [`drive_sessions_here`] — drives a session
+//! itself instead: a round trip costs what the database and the socket cost (see
+//! BENCHMARKS.md, "A turn on the PostgreSQL store"). Other callers keep the pool, whose one
+//! runtime thread serves many concurrent calls with fewer wake-ups (the door under a webhook
+//! load). A session belongs to no thread; between calls it waits in the store's [`Sessions`].
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -33,19 +36,41 @@ const WAIT_FOR_SESSION: Duration = Duration::from_secs(30);
 /// The connect timeout when the URL names none.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A session for one call: the client, and the statements prepared on its connection. Its
-/// statements run while [`Sessions::run`] drives the connection.
-#[derive(Clone)]
-pub(crate) struct Session {
-    client: Arc<Client>,
-    statements: Arc<Mutex<HashMap<&'static str, Statement>>>,
+thread_local! {
+    /// Whether this thread drives sessions itself ([`drive_sessions_here`]).
+    static DRIVES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as one that makes store calls one after another and may block in
+/// them for as long as they take: on PostgreSQL its calls run on sessions it drives itself.
+pub fn drive_sessions_here() {
+    DRIVES.with(|d| d.set(true));
+}
+
+/// Whether the calling thread drives sessions itself.
+pub(crate) fn drives_sessions() -> bool {
+    DRIVES.with(Cell::get)
+}
+
+/// A session for one call: one the caller drives ([`Sessions::run`]), or one of the pool.
+pub(crate) enum Session {
+    /// The client of a session driven by the caller, and the statements prepared on it.
+    Driven {
+        client: Arc<Client>,
+        statements: Arc<Mutex<HashMap<&'static str, Statement>>>,
+    },
+    /// A session of the pool (its connection on the store's runtime).
+    Pooled(Box<deadpool_postgres::Object>),
 }
 
 impl std::ops::Deref for Session {
     type Target = Client;
 
     fn deref(&self) -> &Client {
-        &self.client
+        match self {
+            Session::Driven { client, .. } => client,
+            Session::Pooled(object) => object,
+        }
     }
 }
 
@@ -55,12 +80,16 @@ impl Session {
         &self,
         sql: &'static str,
     ) -> std::result::Result<Statement, tokio_postgres::Error> {
-        let cached = lock(&self.statements).get(sql).cloned();
+        let (client, statements) = match self {
+            Session::Driven { client, statements } => (client, statements),
+            Session::Pooled(object) => return object.prepare_cached(sql).await,
+        };
+        let cached = lock(statements).get(sql).cloned();
         if let Some(statement) = cached {
             return Ok(statement);
         }
-        let statement = self.client.prepare(sql).await?;
-        lock(&self.statements).insert(sql, statement.clone());
+        let statement = client.prepare(sql).await?;
+        lock(statements).insert(sql, statement.clone());
         Ok(statement)
     }
 }
@@ -161,10 +190,11 @@ impl Wake for Woken {
     }
 }
 
-/// An open session: its socket, client and connection.
+/// An open session: its socket, client (with its prepared statements) and connection.
 struct Open {
     shared: Arc<Shared>,
-    session: Session,
+    client: Arc<Client>,
+    statements: Arc<Mutex<HashMap<&'static str, Statement>>>,
     connection: Pin<Box<Connection<Socket, NoTlsStream>>>,
 }
 
@@ -263,10 +293,8 @@ fn connect(config: &Config) -> Result<Open> {
             Ok((client, connection)) => {
                 return Ok(Open {
                     shared,
-                    session: Session {
-                        client: Arc::new(client),
-                        statements: Arc::default(),
-                    },
+                    client: Arc::new(client),
+                    statements: Arc::default(),
                     connection: Box::pin(connection),
                 });
             }
@@ -323,10 +351,15 @@ impl Sessions {
         let outcome = {
             let Open {
                 shared,
-                session,
+                client,
+                statements,
                 connection,
             } = &mut open;
-            drive(shared, Some(connection.as_mut()), work(session.clone()))
+            let session = Session::Driven {
+                client: Arc::clone(client),
+                statements: Arc::clone(statements),
+            };
+            drive(shared, Some(connection.as_mut()), work(session))
         };
         match outcome {
             Ok(result) => {
