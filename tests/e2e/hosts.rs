@@ -788,7 +788,26 @@ inputs:
     let task = r.json()["id"].as_str().unwrap().to_owned();
     let holder = owner(&pg, &url, &task);
 
+    // The other hosts route to the new task once they have heard of it (within a second, the
+    // README says): until then its events go to the tasks they know (the schedule's). Each
+    // host gets deliveries until one reaches the task's log, before the load starts.
     let addrs: Vec<SocketAddr> = hosts.iter().map(|h| h.addr).collect();
+    let mut probes: Vec<String> = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let routed = wait_for(Duration::from_secs(20), || {
+            let id = format!("probe-{i}-{}", probes.len());
+            probes.push(id.clone());
+            deliver(*addr, &id)?;
+            wait_for(Duration::from_secs(2), || {
+                let log = hosts[0]
+                    .request("GET", &format!("/v1/tasks/{task}/events"))
+                    .send()
+                    .text();
+                log.contains(&format!("\"{id}\"")).then_some(())
+            })
+        });
+        assert!(routed.is_some(), "host {i} never routed to the new task");
+    }
     let load = Load::start(&addrs, 6);
     wait_for(Duration::from_secs(60), || {
         (load.acked() >= 150).then_some(())
@@ -802,7 +821,17 @@ inputs:
         (load.acked() >= killed_at + 150).then_some(())
     })
     .expect("the other hosts acknowledged deliveries after the kill");
-    let (acked, sent) = load.stop();
+    let (acked, mut sent) = load.stop();
+    // Every host routed to the task before the load: each delivery it acknowledged, it queued.
+    let not_queued: Vec<_> = acked
+        .iter()
+        .filter(|(_, said)| *said != "accepted")
+        .collect();
+    assert!(
+        not_queued.is_empty(),
+        "acknowledged, not queued: {not_queued:?}"
+    );
+    sent.extend(probes);
 
     let settled = wait_for(Duration::from_secs(120), || {
         let t = hosts[0]

@@ -558,6 +558,7 @@ impl Records {
         let parts = record.stored.parts + u64::from(new_part.is_some());
         let journal = &record.journal;
         let ticket = self.queues.ticket(&record.id);
+        let journal_take = journal.take.clone();
         let written = self.store.write_record_buffered(
             &record.id,
             RecordWrite {
@@ -575,7 +576,8 @@ impl Records {
                 record.id
             )));
         };
-        self.queues.written(&record.id, ticket, written.queue_empty);
+        self.queues
+            .written(&record.id, ticket, journal_take, written.queue_empty);
         if new_part.is_some() {
             let mut stored = std::mem::take(&mut record.stored);
             let bytes = stored.bytes + written.part_bytes;
@@ -628,6 +630,9 @@ struct Known<K> {
     generation: u64,
     /// The task's queue, in order, when known exactly; `None` when it must be read.
     queue: Option<VecDeque<(K, Box<QueuedInput>)>>,
+    /// The latest entry a write here took: the door's word of an entry up to it comes late
+    /// (the runner may have read it from the store and taken it already).
+    last_taken: Option<K>,
 }
 
 impl<K> Default for Known<K> {
@@ -635,6 +640,7 @@ impl<K> Default for Known<K> {
         Known {
             generation: 0,
             queue: None,
+            last_taken: None,
         }
     }
 }
@@ -681,7 +687,7 @@ impl<K> Default for KnownQueues<K> {
     }
 }
 
-impl<K> KnownQueues<K> {
+impl<K: Ord> KnownQueues<K> {
     /// The next input of task `id`, taken out of its known queue, or that the store must be
     /// asked. Call holding the task's lock, as its runner.
     pub(crate) fn next(&self, id: &str) -> Next<K> {
@@ -708,15 +714,20 @@ impl<K> KnownQueues<K> {
         tasks.entry(id.to_owned()).or_default().generation
     }
 
-    /// A write of task `id`'s record that took `ticket` found the queue empty once it was done
-    /// (`queue_empty`), or not. An empty queue becomes known unless something changed it here
-    /// since the ticket; a queue that is not empty stays as known (the runner's own view, when
-    /// exact) or unknown.
-    pub(crate) fn written(&self, id: &str, ticket: u64, queue_empty: bool) {
+    /// A write of task `id`'s record that took `ticket` (and the queue entry `taken`, if it
+    /// took one) found the queue empty once it was done (`queue_empty`), or not. An empty queue
+    /// becomes known unless something changed it here since the ticket; a queue that is not
+    /// empty stays as known (the runner's own view, when exact) or unknown.
+    pub(crate) fn written(&self, id: &str, ticket: u64, taken: Option<K>, queue_empty: bool) {
         let mut tasks = lock(&self.tasks);
         let Some(known) = tasks.get_mut(id) else {
             return;
         };
+        if let Some(taken) = taken
+            && known.last_taken.as_ref().is_none_or(|last| taken > *last)
+        {
+            known.last_taken = Some(taken);
+        }
         if known.generation != ticket {
             return;
         }
@@ -729,13 +740,18 @@ impl<K> KnownQueues<K> {
     }
 
     /// The door queued `input` as `key` for task `id` (written to the store): a known queue
-    /// grows by it. Call once the write is done, before the task's runner is woken.
+    /// grows by it. Call once the write is done, before the task's runner is woken. A key not
+    /// past the latest one taken here makes the queue unknown: the runner may have read and
+    /// taken that entry already, or it was queued behind one taken (it is read from the store).
     pub(crate) fn queued(&self, id: &str, key: K, input: QueuedInput) {
         let mut tasks = lock(&self.tasks);
         let Some(known) = tasks.get_mut(id) else {
             return;
         };
         known.generation += 1;
+        if known.last_taken.as_ref().is_some_and(|last| key <= *last) {
+            known.queue = None;
+        }
         if let Some(queue) = &mut known.queue {
             if queue.len() < MAX_KNOWN {
                 queue.push_back((key, Box::new(input)));
@@ -799,10 +815,10 @@ mod tests {
         known.queued("t", key(1), input(1));
         assert!(matches!(known.next("t"), Next::Ask));
         let ticket = known.ticket("t");
-        known.written("t", ticket, false);
+        known.written("t", ticket, None, false);
         assert!(matches!(known.next("t"), Next::Ask));
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         assert!(matches!(known.next("t"), Next::Idle));
     }
 
@@ -810,17 +826,17 @@ mod tests {
     fn the_door_adds_to_a_known_queue_in_order() {
         let known = KnownQueues::<u8>::default();
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         known.queued("t", key(1), input(1));
         known.queued("t", key(2), input(2));
         assert_eq!(taken(known.next("t")), 1);
         // The write that takes the first finds the second still queued: the runner's view
         // (one left) stands.
         let ticket = known.ticket("t");
-        known.written("t", ticket, false);
+        known.written("t", ticket, None, false);
         assert_eq!(taken(known.next("t")), 2);
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         assert!(matches!(known.next("t"), Next::Idle));
     }
 
@@ -831,7 +847,7 @@ mod tests {
         // queue empty before the input arrived. Its answer must not hide the input.
         let ticket = known.ticket("t");
         known.queued("t", key(1), input(1));
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         assert!(matches!(known.next("t"), Next::Ask));
     }
 
@@ -839,12 +855,12 @@ mod tests {
     fn a_queue_the_runner_emptied_but_the_store_did_not_is_read_again() {
         let known = KnownQueues::<u8>::default();
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         known.queued("t", key(1), input(1));
         assert_eq!(taken(known.next("t")), 1);
         // Written by the door after this host's view was made (another host's input, say).
         let ticket = known.ticket("t");
-        known.written("t", ticket, false);
+        known.written("t", ticket, None, false);
         assert!(matches!(known.next("t"), Next::Ask));
     }
 
@@ -852,22 +868,41 @@ mod tests {
     fn forgetting_makes_a_queue_unknown_and_voids_answers_in_flight() {
         let known = KnownQueues::<u8>::default();
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         let in_flight = known.ticket("t");
         known.forget("t");
-        known.written("t", in_flight, true);
+        known.written("t", in_flight, None, true);
         assert!(matches!(known.next("t"), Next::Ask));
         let ticket = known.ticket("u");
-        known.written("u", ticket, true);
+        known.written("u", ticket, None, true);
         known.forget_all();
         assert!(matches!(known.next("u"), Next::Ask));
+    }
+
+    #[test]
+    fn an_input_the_runner_read_and_took_before_the_door_told_is_not_run_again() {
+        let known = KnownQueues::<u8>::default();
+        let ticket = known.ticket("t");
+        known.written("t", ticket, None, true);
+        known.forget("t");
+        // The door wrote input 1; the runner, woken for something else, read it from the
+        // store and took it; only then does the door tell of it.
+        let ticket = known.ticket("t");
+        known.written("t", ticket, Some(1), true);
+        known.queued("t", key(1), input(1));
+        assert!(matches!(known.next("t"), Next::Ask));
+        // Input queued after the take is added as before.
+        let ticket = known.ticket("t");
+        known.written("t", ticket, None, true);
+        known.queued("t", key(2), input(2));
+        assert_eq!(taken(known.next("t")), 2);
     }
 
     #[test]
     fn a_long_queue_is_not_held_twice() {
         let known = KnownQueues::<u8>::default();
         let ticket = known.ticket("t");
-        known.written("t", ticket, true);
+        known.written("t", ticket, None, true);
         for n in 0..=MAX_KNOWN as u8 {
             known.queued("t", key(n), input(i64::from(n)));
         }

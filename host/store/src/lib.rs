@@ -112,8 +112,9 @@ impl StoreError {
 /// The store's result.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// A queued input's place in its task's queue: ordered by `queued_at`, then arrival.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A queued input's place in its task's queue: ordered by `queued_at`, then arrival. Keys of
+/// one task's queue compare in that order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct QueueKey(pub(crate) Vec<u8>);
 
 /// What [`Typed::write_record_buffered`] wrote, in bytes as stored.
