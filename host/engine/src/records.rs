@@ -558,7 +558,6 @@ impl Records {
         let parts = record.stored.parts + u64::from(new_part.is_some());
         let journal = &record.journal;
         let ticket = self.queues.ticket(&record.id);
-        let journal_take = journal.take.clone();
         let written = self.store.write_record_buffered(
             &record.id,
             RecordWrite {
@@ -576,8 +575,6 @@ impl Records {
                 record.id
             )));
         };
-        self.queues
-            .written(&record.id, ticket, journal_take, written.queue_empty);
         if new_part.is_some() {
             let mut stored = std::mem::take(&mut record.stored);
             let bytes = stored.bytes + written.part_bytes;
@@ -585,9 +582,11 @@ impl Records {
             record.stored = stored;
             record.allow_added.clear();
         }
+        let taken = record.journal.take.take();
+        self.queues
+            .written(&record.id, ticket, taken, written.queue_empty);
         let journal = &mut record.journal;
         journal.pending = 0;
-        journal.take = None;
         journal.record_bytes = written.record_bytes + record.stored.bytes;
         journal.log_bytes += written.event_bytes;
         Ok(())

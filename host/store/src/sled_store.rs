@@ -148,6 +148,16 @@ impl SledStore {
         }
     }
 
+    /// Task `task_id`'s earliest queue entry, as stored (not copied). One descent of the tree
+    /// (an iterator costs more to set up).
+    fn first_entry(&self, task_id: &str) -> Result<Option<(sled::IVec, sled::IVec)>> {
+        let prefix = prefix(task_id);
+        Ok(self
+            .queue
+            .get_gt(&prefix)?
+            .filter(|(key, _)| key.starts_with(&prefix)))
+    }
+
     /// Counts a write for the next flush to cover (see [`GroupFlush`]).
     fn wrote(&self) {
         self.writes.fetch_add(1, Ordering::SeqCst);
@@ -358,7 +368,7 @@ impl TaskLogs for SledStore {
             record_bytes: bytes.len(),
             part_bytes: part.map_or(0, |p| p.len()),
             event_bytes,
-            queue_empty: self.first_queued(task_id)?.is_none(),
+            queue_empty: self.first_entry(task_id)?.is_none(),
         }))
     }
 
@@ -449,14 +459,9 @@ impl Queues for SledStore {
     }
 
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
-        // One descent of the tree (an iterator costs more to set up).
-        let prefix = prefix(task_id);
-        match self.queue.get_gt(&prefix)? {
-            Some((key, value)) if key.starts_with(&prefix) => {
-                Ok(Some((QueueKey(key.to_vec()), value.to_vec())))
-            }
-            _ => Ok(None),
-        }
+        Ok(self
+            .first_entry(task_id)?
+            .map(|(key, value)| (QueueKey(key.to_vec()), value.to_vec())))
     }
 
     fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>> {

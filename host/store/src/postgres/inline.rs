@@ -106,6 +106,15 @@ enum Stream {
 }
 
 impl Stream {
+    /// This socket, its reads and writes made not to block.
+    fn nonblocking(self) -> std::io::Result<Stream> {
+        match &self {
+            Stream::Tcp(s) => s.set_nonblocking(true)?,
+            Stream::Unix(s) => s.set_nonblocking(true)?,
+        }
+        Ok(self)
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Stream::Tcp(s) => s.as_fd(),
@@ -271,13 +280,7 @@ fn connect(config: &Config) -> Result<Open> {
                 UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).map(Stream::Unix)
             }
         };
-        let stream = match stream.and_then(|s| {
-            match &s {
-                Stream::Tcp(t) => t.set_nonblocking(true)?,
-                Stream::Unix(u) => u.set_nonblocking(true)?,
-            }
-            Ok(s)
-        }) {
+        let stream = match stream.and_then(Stream::nonblocking) {
             Ok(stream) => stream,
             Err(e) => {
                 last = format!("{host:?} port {port}: {e}");
