@@ -93,6 +93,9 @@ pub struct PgStore {
     host: String,
     /// [`PgOptions::lease`], in seconds.
     lease_secs: f64,
+    /// How long a call waits for the database's answer: the lease, past which this host's
+    /// tasks would pass to another host anyway.
+    answer_within: std::time::Duration,
     /// See [`PgStore::schema`].
     schema: (i32, i32),
     writes: AtomicU64,
@@ -179,7 +182,7 @@ impl PgStore {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
         let listener_config = config.clone();
-        let sessions = inline::Sessions::new(config.clone(), options.pool);
+        let sessions = inline::Sessions::new(config.clone(), options.pool, options.lease);
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -219,6 +222,7 @@ impl PgStore {
             sessions,
             host,
             lease_secs: options.lease.as_secs_f64(),
+            answer_within: options.lease,
             schema,
             writes: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
@@ -258,7 +262,23 @@ impl PgStore {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             return self.sessions.run(work);
         }
-        self.pooled(|client| work(inline::Session::Pooled(Box::new(client))))
+        let limit = self.answer_within;
+        let answered = self.pooled(|client| async move {
+            let session = inline::Session::Pooled(Box::new(client));
+            Ok(tokio::time::timeout(limit, work(session)).await)
+        })?;
+        match answered {
+            Ok(answered) => answered,
+            Err(_) => {
+                // The session went back to the pool with its call unanswered; so may others
+                // of a database that stopped answering: open them anew when needed.
+                self.pool.retain(|_, _| false);
+                Err(StoreError::Io(format!(
+                    "PostgreSQL did not answer a call within {:.1}s",
+                    limit.as_secs_f64()
+                )))
+            }
+        }
     }
 
     /// Runs `work` with a session of the pool, its connection on the store's runtime (also

@@ -96,6 +96,99 @@ fn a_session_the_server_ended_while_it_waited_is_replaced_not_failed() {
     }
 }
 
+/// Stops (`SIGSTOP`) or resumes (`SIGCONT`) every server process serving the store's sessions
+/// in database `db`; returns how many.
+fn signal_sessions(pg: &Postgres, db: &str, signal: &str) -> usize {
+    let pids = pg.psql(
+        db,
+        "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name = 'agentmesh'",
+    );
+    let pids: Vec<&str> = pids.split_whitespace().collect();
+    for pid in &pids {
+        let killed = std::process::Command::new("kill")
+            .args([signal, pid])
+            .status()
+            .expect("kill(1) runs");
+        assert!(killed.success(), "kill {signal} {pid} failed");
+    }
+    pids.len()
+}
+
+#[test]
+fn a_call_the_database_does_not_answer_fails_within_the_lease_and_the_next_one_works() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let lease = Duration::from_secs(2);
+    let store = std::sync::Arc::new(
+        PgStore::open(&PgOptions {
+            lease,
+            ..options(&url)
+        })
+        .unwrap(),
+    );
+    // A call from a thread that drives its own session (a turn's) and one from a thread
+    // that uses the pool, each made once before (so that its session is open), then again
+    // while the server's processes for the store are stopped.
+    let call = |drives: bool, key: &'static str| {
+        let store = std::sync::Arc::clone(&store);
+        let (tx, rx) = mpsc::channel();
+        let (go, wait) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if drives {
+                postgres::drive_sessions_here();
+            }
+            store.put_state_buffered("ns", key, b"1").unwrap();
+            tx.send(None).unwrap();
+            wait.recv().unwrap();
+            let started = std::time::Instant::now();
+            let outcome = store.put_state_buffered("ns", key, b"2");
+            tx.send(Some((outcome, started.elapsed()))).unwrap();
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_none());
+        (go, rx)
+    };
+    let driven = call(true, "driven");
+    let pooled = call(false, "pooled");
+    assert!(signal_sessions(&pg, &db, "-STOP") > 0, "no session found");
+    driven.0.send(()).unwrap();
+    pooled.0.send(()).unwrap();
+    let outcomes: Vec<_> = [driven.1, pooled.1]
+        .iter()
+        .map(|rx| rx.recv_timeout(Duration::from_secs(20)))
+        .collect();
+    signal_sessions(&pg, &db, "-CONT");
+    for (outcome, kind) in outcomes.into_iter().zip(["driven", "pooled"]) {
+        let Ok(Some((outcome, took))) = outcome else {
+            panic!("a call on a {kind} session the database did not answer hung");
+        };
+        let error = outcome.expect_err("a call the database did not answer succeeded");
+        assert!(
+            error.to_string().contains("did not answer"),
+            "{kind}: {error}"
+        );
+        assert!(
+            took >= lease && took < lease * 4,
+            "{kind}: gave up after {took:?} with a lease of {lease:?}"
+        );
+    }
+    // The database answers again: so does the store, on sessions of both kinds.
+    let again = std::thread::spawn({
+        let store = std::sync::Arc::clone(&store);
+        move || {
+            postgres::drive_sessions_here();
+            store.put_state_buffered("ns", "driven", b"3")
+        }
+    });
+    again.join().unwrap().unwrap();
+    store.put_state_buffered("ns", "pooled", b"3").unwrap();
+    assert_eq!(
+        store.state_value("ns", "driven").unwrap().as_deref(),
+        Some(&b"3"[..])
+    );
+}
+
 /// A write of task `task` appending event `seq` by `store`.
 fn write(store: &PgStore, task: &str, seq: u64, active: bool) -> agentmesh_store::Result<()> {
     store

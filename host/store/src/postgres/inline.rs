@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -218,11 +218,13 @@ impl Open {
 
 /// Polls `future` (and `connection`, when there is one) on this thread until `future` is
 /// ready, waiting for the socket whenever neither can move. A connection that ends or fails
-/// ends the wait with its error.
+/// ends the wait with its error; so does `deadline` passing (the session's state is unknown
+/// then: its caller closes it).
 fn drive<F: Future>(
     shared: &Shared,
     mut connection: Option<Pin<&mut Connection<Socket, NoTlsStream>>>,
     future: F,
+    deadline: Deadline,
 ) -> Result<F::Output> {
     let woken = Arc::new(Woken(AtomicBool::new(false)));
     let waker = Waker::from(Arc::clone(&woken));
@@ -252,8 +254,9 @@ fn drive<F: Future>(
         if shared.wants_write.swap(false, Ordering::Relaxed) {
             flags |= PollFlags::OUT;
         }
+        let left = rustix::event::Timespec::try_from(deadline.left()?).ok();
         let mut fds = [PollFd::from_borrowed_fd(shared.stream.fd(), flags)];
-        match rustix::event::poll(&mut fds, None) {
+        match rustix::event::poll(&mut fds, left.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
                 return Err(StoreError::Io(format!(
@@ -264,12 +267,45 @@ fn drive<F: Future>(
     }
 }
 
+/// When a call gives up on the database.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    /// What the wait is for, and the time it was given, for the error.
+    waited_for: &'static str,
+    given: Duration,
+}
+
+impl Deadline {
+    fn after(given: Duration, waited_for: &'static str) -> Deadline {
+        Deadline {
+            at: Instant::now() + given,
+            waited_for,
+            given,
+        }
+    }
+
+    /// The time left; an error once there is none.
+    fn left(&self) -> Result<Duration> {
+        let left = self.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(StoreError::Io(format!(
+                "PostgreSQL did not answer {} within {:.1}s",
+                self.waited_for,
+                self.given.as_secs_f64()
+            )));
+        }
+        Ok(left)
+    }
+}
+
 /// Connects to the first of `config`'s hosts that answers, over a nonblocking socket.
 fn connect(config: &Config) -> Result<Open> {
     let timeout = config
         .get_connect_timeout()
         .copied()
         .unwrap_or(CONNECT_TIMEOUT);
+    let deadline = Deadline::after(timeout, "a new session's start-up");
     let ports = config.get_ports();
     let mut last = String::from("the URL names no host");
     for (i, host) in config.get_hosts().iter().enumerate() {
@@ -292,7 +328,7 @@ fn connect(config: &Config) -> Result<Open> {
             wants_write: AtomicBool::new(false),
         });
         let socket = Socket(Arc::clone(&shared));
-        match drive(&shared, None, config.connect_raw(socket, NoTls))? {
+        match drive(&shared, None, config.connect_raw(socket, NoTls), deadline)? {
             Ok((client, connection)) => {
                 return Ok(Open {
                     shared,
@@ -328,24 +364,28 @@ fn tcp(name: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
 pub(crate) struct Sessions {
     config: Config,
     max: usize,
+    /// How long a call waits for the database's answer (see [`Sessions::new`]).
+    answer_within: Duration,
     /// Sessions waiting for a call, and how many are open in all.
     idle: Mutex<(Vec<Open>, usize)>,
     freed: Condvar,
 }
 
 impl Sessions {
-    /// Up to `max` sessions to the database of `config` (opened as calls need them).
-    pub(crate) fn new(config: Config, max: usize) -> Sessions {
+    /// Up to `max` sessions to the database of `config` (opened as calls need them), whose
+    /// calls fail when the database does not answer them within `answer_within`.
+    pub(crate) fn new(config: Config, max: usize, answer_within: Duration) -> Sessions {
         Sessions {
             config,
             max: max.max(1),
+            answer_within,
             idle: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
         }
     }
 
-    /// Runs `work` on a session, driving it on this thread; a session whose connection failed
-    /// is closed, the others wait for the next call.
+    /// Runs `work` on a session, driving it on this thread; a session whose connection failed,
+    /// or whose answer did not come in time, is closed; the others wait for the next call.
     pub(crate) fn run<T, F>(&self, work: impl FnOnce(Session) -> F) -> Result<T>
     where
         F: Future<Output = Result<T>>,
@@ -362,7 +402,8 @@ impl Sessions {
                 client: Arc::clone(client),
                 statements: Arc::clone(statements),
             };
-            drive(shared, Some(connection.as_mut()), work(session))
+            let deadline = Deadline::after(self.answer_within, "a call");
+            drive(shared, Some(connection.as_mut()), work(session), deadline)
         };
         match outcome {
             Ok(result) => {
