@@ -25,11 +25,15 @@ pub type Open<'a> = &'a dyn Fn(&Path) -> Arc<dyn Backend>;
 pub type Check = fn(&Path, Open<'_>);
 
 /// Every check, by name, for a backend's test to run one by one.
-pub const ALL: [(&str, Check); 9] = [
+pub const ALL: [(&str, Check); 10] = [
     ("queue_order_and_take_once", queue_order_and_take_once),
     (
         "a_write_that_does_not_continue_the_log_writes_nothing",
         log_continuity,
+    ),
+    (
+        "events_read_between_any_two_numbers_whatever_writes_held_them",
+        events_between,
     ),
     ("a_delivery_id_queues_once_within_its_window", dedupe),
     (
@@ -174,6 +178,27 @@ pub fn log_continuity(dir: &Path, open: Open<'_>) {
     assert_eq!(b.record("t_1").unwrap().unwrap().head, b"{\"v\":1}");
     let (log, _) = b.events_between("t_1", 1, u64::MAX).unwrap();
     assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+}
+
+/// Events read between any two numbers are exactly those numbers of the log, in order,
+/// wherever the writes that appended them began and ended.
+pub fn events_between(dir: &Path, open: Open<'_>) {
+    let b = open(dir);
+    for (first, n) in [(1, 3), (4, 3), (7, 3), (10, 1)] {
+        b.write_buffered("t_1", record(b"{}"), &events(first, n), None)
+            .unwrap();
+    }
+    for from in 0..=11 {
+        for to in from..=12 {
+            let (log, _) = b.events_between("t_1", from, to).unwrap();
+            let read: Vec<u64> = log.iter().map(|e| e.seq).collect();
+            let want: Vec<u64> = (from.max(1)..=to.min(10)).collect();
+            assert_eq!(read, want, "events {from}..={to}");
+        }
+    }
+    let (log, _) = b.events_between("t_1", 5, u64::MAX).unwrap();
+    assert_eq!(log.len(), 6);
+    assert!(b.events_between("t_2", 0, u64::MAX).unwrap().0.is_empty());
 }
 
 /// A delivery id is remembered for its window: a repeat within it queues nothing, the id is

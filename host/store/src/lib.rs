@@ -9,6 +9,7 @@
 //!   with the next flush) and bytes at the boundary, so the host holds any backend as
 //!   `Arc<dyn Backend>`;
 //! - [`typed`]: [`Typed`], the same methods over the engine's serde types, for every backend;
+//! - `chunk`: one write's events as one stored value (both backends);
 //! - [`sled_store`]: [`SledStore`], the backend on sled (with `head`, the record encoding that
 //!   makes its task writes crash-atomic, and `flush`, the group commit that lets concurrent
 //!   acknowledgements share one fsync);
@@ -42,6 +43,7 @@
 //! ```
 
 pub mod backend;
+mod chunk;
 pub mod conformance;
 pub mod copy;
 mod flush;

@@ -31,6 +31,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+use crate::chunk;
 use crate::copy::{Copied, Item};
 
 mod inline;
@@ -43,10 +44,11 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
+    include_str!("../migrations/postgres/0004_one_row_a_write.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
@@ -231,14 +233,19 @@ impl PgStore {
             hooks,
             ended: std::sync::atomic::AtomicBool::new(false),
         };
-        store.renew_host()?;
+        // Listening before registering: the other hosts' writes tell this one of themselves
+        // once it is registered (see the schema's `agentmesh_write`).
         match listened.recv_timeout(std::time::Duration::from_secs(30)) {
-            Ok(Ok(())) => Ok(store),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(StoreError::Io(format!(
-                "PostgreSQL at {url}: listening for the other hosts' notices did not start"
-            ))),
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(StoreError::Io(format!(
+                    "PostgreSQL at {url}: listening for the other hosts' notices did not start"
+                )));
+            }
         }
+        store.renew_host()?;
+        Ok(store)
     }
 
     /// How many calls this store made to the database (see `round_trips`).
@@ -684,17 +691,6 @@ async fn insert(t: &tokio_postgres::Transaction<'_>, item: Item) -> Result<()> {
     Ok(())
 }
 
-fn decode_events(rows: &[tokio_postgres::Row]) -> Result<(Vec<Event>, usize)> {
-    let mut bytes = 0;
-    let mut events = Vec::with_capacity(rows.len());
-    for row in rows {
-        let body: &[u8] = row.get(0);
-        bytes += body.len();
-        events.push(serde_json::from_slice(body)?);
-    }
-    Ok((events, bytes))
-}
-
 /// A queue key from the queue row's id.
 fn queue_key(id: i64) -> QueueKey {
     QueueKey(id.to_be_bytes().to_vec())
@@ -722,17 +718,20 @@ impl TaskLogs for PgStore {
             },
             None => None,
         };
-        let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
-        let bodies = events
-            .iter()
-            .map(serde_json::to_vec)
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let event_bytes = bodies.iter().map(Vec::len).sum();
+        let (first, last) = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => (clamp(first.seq), clamp(last.seq)),
+            _ => (0, 0),
+        };
+        let chunk = match events {
+            [] => None,
+            events => Some(chunk::encode(events)?),
+        };
+        let event_bytes = chunk.as_ref().map_or(0, Vec::len);
         let parts = record.parts as i64;
         let host = self.host.as_str();
         let written: i32 = self.run(|c| async move {
             let statement = c
-                .prepare_cached("SELECT agentmesh_write($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+                .prepare_cached("SELECT agentmesh_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
                 .await
                 .map_err(db)?;
             let row = c
@@ -743,8 +742,9 @@ impl TaskLogs for PgStore {
                         &record.head,
                         &parts,
                         &record.new_part,
-                        &seqs,
-                        &bodies,
+                        &first,
+                        &last,
+                        &chunk,
                         &take,
                         &host,
                         &record.active,
@@ -791,12 +791,22 @@ impl TaskLogs for PgStore {
     }
 
     fn events_between(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
+        // Rows are keyed by their last event (see `chunk`): from the first that ends at `from`
+        // or later to the first that ends at `to` or later.
         let rows = self.rows(
-            "SELECT body FROM agentmesh_events WHERE task_id = $1 AND seq BETWEEN $2 AND $3 \
+            "SELECT body FROM agentmesh_events WHERE task_id = $1 AND seq >= $2 \
+             AND seq <= coalesce((SELECT min(seq) FROM agentmesh_events \
+                                  WHERE task_id = $1 AND seq >= $3), $3) \
              ORDER BY seq",
             &[&task_id, &clamp(from), &clamp(to)],
         )?;
-        decode_events(&rows)
+        let (mut events, mut bytes) = (Vec::new(), 0);
+        for row in &rows {
+            let body: &[u8] = row.get(0);
+            bytes += body.len();
+            chunk::read_between(body, from, to, &mut events)?;
+        }
+        Ok((events, bytes))
     }
 
     fn last_event_seq(&self, task_id: &str) -> Result<u64> {
@@ -1048,10 +1058,9 @@ impl Leases for PgStore {
     }
 
     fn renew_host(&self) -> Result<()> {
+        // Registers the host when it is not (see the schema's `agentmesh_register_host`).
         self.row(
-            "INSERT INTO agentmesh_hosts (id, expires) \
-             VALUES ($1, now() + make_interval(secs => $2)) \
-             ON CONFLICT (id) DO UPDATE SET expires = excluded.expires RETURNING 1",
+            "SELECT agentmesh_register_host($1, $2)::text",
             &[&self.host, &self.lease_secs],
         )
         .map(drop)

@@ -19,6 +19,7 @@ use crate::backend::{
     Dedupe, Durability, Durable, HostState, Lease, Leases, NoticeHook, PluginKv, Queues, RawRecord,
     RawWrite, TaskLogs, durable_now,
 };
+use crate::chunk;
 use crate::copy::Item;
 use crate::flush::GroupFlush;
 use crate::{AppendHook, Delivery, QueueKey, Result, StoreError, Written, head, now_ms};
@@ -327,7 +328,7 @@ impl TaskLogs for SledStore {
         let part = record.new_part;
         let event_bytes = match (events.first(), events.last()) {
             (Some(first), Some(last)) => {
-                let chunk = serde_json::to_vec(events)?;
+                let chunk = chunk::encode(events)?;
                 // The log ends right before `first` (one write's events are one entry, keyed
                 // by the last one's number, so the last key of a task is its last event; a
                 // write starting behind it, or past it, does not continue the log), and no
@@ -396,15 +397,7 @@ impl TaskLogs for SledStore {
         for entry in self.events.range(start..=end) {
             let (_, value) = entry?;
             bytes += value.len();
-            let chunk: Vec<Event> = if value.first() == Some(&b'[') {
-                serde_json::from_slice(&value)?
-            } else {
-                // One event an entry, as earlier versions wrote them.
-                vec![serde_json::from_slice(&value)?]
-            };
-            let past = chunk.last().is_some_and(|e| e.seq >= to);
-            out.extend(chunk.into_iter().filter(|e| (from..=to).contains(&e.seq)));
-            if past {
+            if chunk::read_between(&value, from, to, &mut out)? {
                 break;
             }
         }

@@ -325,6 +325,98 @@ fn a_host_hears_the_writes_of_others_and_the_messages_sent_to_it() {
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }
 
+/// Every notice on the channel the hosts use, heard by a session of its own (its payload);
+/// the runtime it runs on goes with it.
+fn notices_on_the_channel(url: &str) -> (tokio::runtime::Runtime, mpsc::Receiver<String>) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (heard, notices) = mpsc::channel();
+    let (ready, listening) = mpsc::channel();
+    let url = url.to_owned();
+    runtime.spawn(async move {
+        let (client, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let pump = tokio::spawn(async move {
+            while let Some(Ok(message)) =
+                std::future::poll_fn(|cx| connection.poll_message(cx)).await
+            {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                    let _ = heard.send(n.payload().to_owned());
+                }
+            }
+        });
+        client.batch_execute("LISTEN agentmesh").await.unwrap();
+        ready.send(()).unwrap();
+        let _ = pump.await;
+        drop(client);
+    });
+    listening.recv_timeout(Duration::from_secs(30)).unwrap();
+    (runtime, notices)
+}
+
+#[test]
+fn a_write_is_announced_only_while_another_host_is_registered() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let a = PgStore::open(&options(&url)).unwrap();
+    let (_listening, notices) = notices_on_the_channel(&url);
+    let quiet = Duration::from_millis(500);
+    write(&a, "t_1", 1, false).unwrap();
+    let heard = notices.recv_timeout(quiet);
+    assert!(
+        heard.is_err(),
+        "a host alone announced its write: {heard:?}"
+    );
+    let b = PgStore::open(&options(&url)).unwrap();
+    write(&a, "t_1", 2, false).unwrap();
+    assert_eq!(
+        notices.recv_timeout(Duration::from_secs(10)).unwrap(),
+        format!("w {} t_1", a.host_id())
+    );
+    // The other host stops cleanly: this one is alone again.
+    b.end_host().unwrap();
+    write(&a, "t_1", 4, false).unwrap();
+    let heard = notices.recv_timeout(quiet);
+    assert!(
+        heard.is_err(),
+        "a host alone announced its write: {heard:?}"
+    );
+}
+
+#[test]
+fn events_stored_one_a_row_before_schema_4_read_back_and_the_log_goes_on() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let db = url.rsplit('/').next().unwrap();
+    let store = PgStore::open(&options(&url)).unwrap();
+    // As schema 3 wrote them: a row an event, its body the event's JSON object.
+    for event in events(1, 3) {
+        let json = serde_json::to_string(&event).unwrap().replace('\'', "''");
+        pg.psql(
+            db,
+            &format!(
+                "INSERT INTO agentmesh_events (task_id, seq, body) \
+                 VALUES ('t_old', {}, convert_to('{json}', 'UTF8'))",
+                event.seq
+            ),
+        );
+    }
+    pg.psql(
+        db,
+        "INSERT INTO agentmesh_tasks (id, head, parts) VALUES ('t_old', convert_to('{}', 'UTF8'), 0)",
+    );
+    assert_eq!(store.last_event_seq("t_old").unwrap(), 3);
+    write(&store, "t_old", 4, false).unwrap();
+    let seqs = |from, to| -> Vec<u64> {
+        let (log, _) = store.events_between("t_old", from, to).unwrap();
+        log.iter().map(|e| e.seq).collect()
+    };
+    assert_eq!(seqs(1, u64::MAX), (1..=7).collect::<Vec<_>>());
+    assert_eq!(seqs(2, 5), [2, 3, 4, 5]);
+    assert_eq!(seqs(3, 3), [3]);
+    assert_eq!(store.last_event_seq("t_old").unwrap(), 7);
+}
+
 #[test]
 fn an_unreachable_database_is_an_error_naming_it_without_its_password() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
