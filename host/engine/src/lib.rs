@@ -7,8 +7,8 @@
 //!   the rest of a turn whose `review()` was pending across a restart;
 //! - `records`: records between turns (a cache) and a turn's journal, written in one
 //!   write wherever the turn reaches outside the process and when it ends; `journal`: what a
-//!   record carries for it (the journal, what the store holds); and each task's queue as far
-//!   as this host knows it without asking the store;
+//!   record carries for it (the journal, what the store holds); `known`: each task's queue
+//!   as far as this host knows it without asking the store;
 //! - `call`: one function call: bindings → `before_first` → `before` → runtime → `after`,
 //!   statistics and allow lists;
 //! - `steps`: assert / invoke / transform steps and their failure policy; `review`: a
@@ -58,6 +58,7 @@ mod door;
 mod hosts;
 mod inspect;
 mod journal;
+mod known;
 mod kubernetes;
 mod mcp;
 mod mcp_events;
@@ -740,9 +741,9 @@ impl Engine {
                 Some(resume) if record.status() == Status::Running => Work::Resume(resume),
                 _ => {
                     let next = match self.records().next_input(id) {
-                        records::Next::Input(key, input) => Some((key, *input)),
-                        records::Next::Idle => None,
-                        records::Next::Ask => self.inner.store.next_queued::<QueuedInput>(id)?,
+                        known::Next::Input(key, input) => Some((key, *input)),
+                        known::Next::Idle => None,
+                        known::Next::Ask => self.inner.store.next_queued::<QueuedInput>(id)?,
                     };
                     let Some((key, input)) = next else {
                         return Ok(self.records().checkin(record));
