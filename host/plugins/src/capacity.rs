@@ -219,7 +219,10 @@ impl Capacity {
                 *idle.entry(std::ptr::from_ref(parked.stats())).or_default() += 1;
             }
         }
-        let all = lock(&self.stats);
+        let mut all = lock(&self.stats);
+        // Counters nothing holds any more (no component loaded by the name, no session, no
+        // call) are of a component a reload removed: their series end.
+        all.retain(|_, stats| Arc::strong_count(stats) > 1);
         PoolMetrics {
             max_instances: self.max,
             components: all

@@ -104,6 +104,30 @@ async fn a_full_pool_evicts_the_least_recently_used_idle_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_no_longer_loaded_leaves_the_metrics() {
+    let host = host(2);
+    let probe = probe(&host);
+    let mut session = open(&probe, "t_a").await;
+    remember(&mut session, "secret").await;
+    assert_eq!(metrics(&host, "test-probe").calls, 1);
+    // Still loaded with no session: its counters stay.
+    session.close().await.unwrap();
+    assert_eq!(metrics(&host, "test-probe").calls, 1);
+    // Unloaded (a reload removed its tool): its series end.
+    drop(probe);
+    let listed: Vec<String> = host
+        .pool_metrics()
+        .components
+        .into_iter()
+        .map(|c| c.component)
+        .collect();
+    assert!(
+        listed.is_empty(),
+        "an unloaded component's counters: {listed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_finds_every_instance_busy_waits_then_fails_recoverably() {
     let host = host(1);
     let spin = host.load_named("test-loop", &guest("test-loop")).unwrap();
