@@ -718,13 +718,13 @@ impl TaskLogs for PgStore {
             },
             None => None,
         };
-        let (first, last) = match (events.first(), events.last()) {
-            (Some(first), Some(last)) => (clamp(first.seq), clamp(last.seq)),
-            _ => (0, 0),
-        };
-        let chunk = match events {
-            [] => None,
-            events => Some(chunk::encode(events)?),
+        let (first, last, chunk) = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => (
+                clamp(first.seq),
+                clamp(last.seq),
+                Some(chunk::encode(events)?),
+            ),
+            _ => (0, 0, None),
         };
         let event_bytes = chunk.as_ref().map_or(0, Vec::len);
         let parts = record.parts as i64;
