@@ -986,6 +986,49 @@ fn the_inspector_of_one_host_shows_tasks_and_events_another_host_wrote() {
 }
 
 #[test]
+fn a_host_stalled_until_the_others_forgot_it_lists_what_they_wrote_meanwhile() {
+    let TwoHosts {
+        pg,
+        url,
+        root: _root,
+        a,
+        b,
+        ..
+    } = two_hosts();
+    let db = url.rsplit('/').next().unwrap();
+    let registered = || pg.psql(db, "SELECT count(*) FROM agentmesh_hosts");
+    assert_eq!(registered(), "2");
+    // B stalls (its machine froze) until A forgot it: a lease after its registration expired.
+    b.pause();
+    let forgotten = wait_for(4 * LEASE + Duration::from_secs(10), || {
+        (registered() == "1").then_some(())
+    });
+    if forgotten.is_none() {
+        b.resume();
+    }
+    assert!(forgotten.is_some(), "A never forgot the stalled host B");
+    // Written while B is forgotten: announced to nobody.
+    let task = a.create_task(&json!({"agent": "dev/helper"}));
+    b.resume();
+    let listed = wait_for(Duration::from_secs(30), || {
+        let tasks = b.request("GET", "/v1/tasks").send().json();
+        tasks["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == task.as_str())
+            .then_some(())
+    });
+    assert!(
+        listed.is_some(),
+        "B never lists the task A wrote while B was forgotten"
+    );
+    assert_eq!(registered(), "2", "B registered anew");
+    assert_eq!(a.terminate(), Some(0));
+    assert_eq!(b.terminate(), Some(0));
+}
+
+#[test]
 fn a_host_whose_listening_session_was_lost_lists_what_others_wrote_meanwhile() {
     let TwoHosts {
         pg,

@@ -201,8 +201,10 @@ pub enum Notice<'a> {
     Written(&'a str),
     /// Another host sent this one a message ([`Leases::tell`]).
     Message(&'a str),
-    /// Notices may have been missed (the connection that carries them was lost and is back):
-    /// whatever is kept of other hosts' tasks must be read again.
+    /// Notices may have been missed (the connection that carries them was lost and is back,
+    /// or the other hosts forgot this one, not having heard from it for a lease past its
+    /// expiry, and it registered anew): whatever is kept of other hosts' tasks must be read
+    /// again.
     Missed,
 }
 
@@ -225,7 +227,10 @@ pub trait Leases: Send + Sync {
     /// Takes task `task_id`'s lease for this host unless another live host holds it.
     fn take_lease(&self, task_id: &str) -> Result<Lease>;
 
-    /// Keeps this host live for another lease period; call well within it.
+    /// Keeps this host live for another lease period; call well within it. A host not heard
+    /// from for a lease past its expiry is forgotten by the others' renewals (they announce
+    /// their writes to it no more); renewing then registers it anew and tells it
+    /// [`Notice::Missed`].
     fn renew_host(&self) -> Result<()>;
 
     /// Tasks this host should take over, at most `limit`: those mid-turn or with queued input

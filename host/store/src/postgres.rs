@@ -44,11 +44,12 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 4] = [
+const MIGRATIONS: [&str; 5] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
     include_str!("../migrations/postgres/0004_one_row_a_write.sql"),
+    include_str!("../migrations/postgres/0005_forget_dead_hosts.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
@@ -111,6 +112,8 @@ pub struct PgStore {
     hooks: Arc<Hooks>,
     /// Whether [`Leases::end_host`] ran (else dropping the store runs it).
     ended: std::sync::atomic::AtomicBool,
+    /// Whether this host registered itself once (see [`Leases::renew_host`]).
+    registered: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -232,6 +235,7 @@ impl PgStore {
             flushed: AtomicU64::new(0),
             hooks,
             ended: std::sync::atomic::AtomicBool::new(false),
+            registered: std::sync::atomic::AtomicBool::new(false),
         };
         // Listening before registering: the other hosts' writes tell this one of themselves
         // once it is registered (see the schema's `agentmesh_write`).
@@ -1058,12 +1062,26 @@ impl Leases for PgStore {
     }
 
     fn renew_host(&self) -> Result<()> {
-        // Registers the host when it is not (see the schema's `agentmesh_register_host`).
-        self.row(
-            "SELECT agentmesh_register_host($1, $2)::text",
-            &[&self.host, &self.lease_secs],
-        )
-        .map(drop)
+        // Registers the host when it is not (see the schema's `agentmesh_register_host`): at
+        // its start, or when the other hosts forgot it, not having heard from it for a lease
+        // past its expiry. Then the writes made meanwhile were announced to nobody.
+        let anew: bool = self
+            .row(
+                "SELECT agentmesh_register_host($1, $2)",
+                &[&self.host, &self.lease_secs],
+            )?
+            .get(0);
+        if anew
+            && self.registered.swap(true, Ordering::SeqCst)
+            && let Some(hook) = self.hooks.notice.get()
+        {
+            tracing::warn!(
+                "this host was not heard from for a lease past its expiry and registered anew: \
+                 reading other hosts' tasks again"
+            );
+            hook(Notice::Missed);
+        }
+        Ok(())
     }
 
     fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>> {

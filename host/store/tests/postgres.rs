@@ -384,6 +384,54 @@ fn a_write_is_announced_only_while_another_host_is_registered() {
 }
 
 #[test]
+fn a_host_gone_for_a_lease_past_its_expiry_is_forgotten_and_told_so_when_it_is_back() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let lease = Duration::from_secs(1);
+    let short = PgOptions {
+        lease,
+        ..options(&url)
+    };
+    let a = PgStore::open(&short).unwrap();
+    let b = PgStore::open(&short).unwrap();
+    let (told, b_heard) = mpsc::channel();
+    b.set_notice_hook(Box::new(move |notice| {
+        let _ = told.send(format!("{notice:?}"));
+    }));
+    let (_listening, notices) = notices_on_the_channel(&url);
+    // `b` goes quiet, as a host that was killed does: no clean stop, no more renewals. Its
+    // registration expires after a lease, and a lease later `a` forgets it.
+    std::thread::sleep(2 * lease + Duration::from_millis(500));
+    a.renew_host().unwrap();
+    write(&a, "t_1", 1, false).unwrap();
+    let heard = notices.recv_timeout(Duration::from_millis(500));
+    assert!(
+        heard.is_err(),
+        "a write was announced to a host gone for two leases: {heard:?}"
+    );
+    // `b` was only stalled: back, it registers anew and learns that it may have missed
+    // writes (it did: `a`'s above), so that it reads again what it keeps of other hosts' tasks.
+    b.renew_host().unwrap();
+    assert_eq!(
+        b_heard.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "Missed"
+    );
+    write(&a, "t_1", 2, false).unwrap();
+    assert_eq!(
+        notices.recv_timeout(Duration::from_secs(10)).unwrap(),
+        format!("w {} t_1", a.host_id())
+    );
+    assert_eq!(
+        b_heard.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "Written(\"t_1\")"
+    );
+    // A renewal in time is no new registration.
+    b.renew_host().unwrap();
+    let heard = b_heard.recv_timeout(Duration::from_millis(500));
+    assert!(heard.is_err(), "a renewal in time was told {heard:?}");
+}
+
+#[test]
 fn events_stored_one_a_row_before_schema_4_read_back_and_the_log_goes_on() {
     let pg = Postgres::start();
     let url = pg.new_database();
