@@ -336,6 +336,64 @@ actions:
 }
 
 #[test]
+fn a_full_pool_destroys_the_least_recently_used_idle_session_and_its_next_call_makes_one() {
+    // Two tools' sessions of one task, in a pool of one session: each call of the other tool
+    // takes the place of the idle session, which is destroyed, and made anew at its next call.
+    let (port, received) = session_api(9, |_, _| None);
+    let dir = session_config(port, "10s", "responses: []\n");
+    let tool = std::fs::read_to_string(dir.path().join("tool.yaml")).unwrap();
+    let script = "responses:
+  - tool_calls: [{name: crm, arguments: {q: a}}]
+  - tool_calls: [{name: crm2, arguments: {q: b}}]
+  - tool_calls: [{name: crm, arguments: {q: c}}]
+  - text: done
+";
+    for (name, text) in [
+        ("tool2.yaml", tool.replace("name: crm", "name: crm2")),
+        (
+            "agent.yaml",
+            scripted_agent("t/a", "capabilities: {crm: \"*\", crm2: \"*\"}\n"),
+        ),
+        ("script.yaml", script.to_owned()),
+        (
+            "host.yaml",
+            "kind: agentmesh/v1/host\npolicy: {max_remote_sessions: 1}\n".to_owned(),
+        ),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    let data = dir.path().join("data");
+    let task = run_json(dir.path(), "t/a", "go", &data, &[]);
+    assert_eq!(task["status"], "idle");
+    assert_eq!(
+        observations(&events(&data, &task)),
+        [
+            json!({"session": "s-1", "ran": "a"}),
+            json!({"session": "s-2", "ran": "b"}),
+            json!({"session": "s-3", "ran": "c"}),
+        ]
+    );
+    assert_eq!(
+        lines(&received, 9),
+        [
+            "POST /sessions HTTP/1.1",
+            "POST /sessions/s-1/run HTTP/1.1",
+            "DELETE /sessions/s-1 HTTP/1.1",
+            "POST /sessions HTTP/1.1",
+            "POST /sessions/s-2/run HTTP/1.1",
+            "DELETE /sessions/s-2 HTTP/1.1",
+            "POST /sessions HTTP/1.1",
+            "POST /sessions/s-3/run HTTP/1.1",
+            // `run` stops the host when the task is idle: its live session is destroyed.
+            "DELETE /sessions/s-3 HTTP/1.1",
+        ]
+    );
+}
+
+#[test]
 fn validate_refuses_session_blocks_the_host_cannot_run() {
     let dir = config_dir(&[(
         "tool.yaml",

@@ -16,7 +16,7 @@
 //! - `condense`: condensation of the LLM's view when it passes the host's budget;
 //! - `runtime`: the `cel` and `stateless_http` backends, the dispatch to the others, and
 //!   sub-agent delegation; `outcome`: how an action ended, whichever backend ran it;
-//! - `session`: the `stateful_session` backend, each task's remote sessions; `auth`: the
+//! - `session`: the `stateful_session` backend, each task's remote sessions, pooled; `auth`: the
 //!   header values of auth providers (`{auth.<provider>()}`), OAuth tokens cached;
 //! - `secrets`: the plan's secrets, collected when it is built, and the scrubbing of every
 //!   event by them as it is logged (the published set is [`EngineOptions::secrets`]);
@@ -25,6 +25,8 @@
 //! - `wasm`: the Wasm plugin host of the plan's components and each task's tool sessions;
 //! - `mcp`: each task's sessions with the MCP servers of `mcp` tools, pooled; and
 //!   [`probe`], `validate --probe`'s check of actions against their servers' tools;
+//! - `pool`: the pool both kinds of sessions are kept in, bounded in number (least recently
+//!   used idle session closed to make room);
 //! - `kubernetes`: the `kubernetes_job` backend, a Job per call through the Kubernetes API;
 //! - `poll`: one poll of a `receive.poll` event's endpoint ([`PollKey`]: for one set of
 //!   parameter values), its new items, and what each key keeps between polls;
@@ -67,6 +69,7 @@ pub mod mount;
 mod outcome;
 pub mod plan;
 mod poll;
+mod pool;
 mod providers;
 mod records;
 mod review;
@@ -303,7 +306,7 @@ impl Engine {
                 http: agentmesh_llm::http_client().build().unwrap_or_default(),
                 plugins: OnceLock::new(),
                 mcp: mcp::McpSessions::new(),
-                sessions: session::Sessions::default(),
+                sessions: session::Sessions::new(),
                 auth: auth::AuthTokens::default(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),

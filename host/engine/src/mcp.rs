@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,13 +41,13 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 use tokio::process::ChildStderr;
-use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::time::{Instant, timeout};
 
 use crate::lock;
 use crate::plan::mcp::{HttpServer, McpPlan, McpServer, StdioServer, origin_of};
 use crate::plan::{Runtime, ToolPlan};
+use crate::pool::{Pool, SessionKey, State};
 use crate::runtime::ActionResult;
 
 /// How many sessions may be open at once when the host config does not say.
@@ -73,38 +73,12 @@ const MAX_STDERR_TOTAL: usize = 1024 * 1024;
 /// How much of the end of stderr is kept, to say why a server did not start.
 const STDERR_TAIL: usize = 1024;
 
-/// A session: the task, and the tool with the server block its actions share.
-type SessionKey = (String, String);
-
 /// The open MCP sessions of every task, bounded in number.
 pub(crate) struct McpSessions {
-    /// Every session, open or not yet (re)opened; its count is what the pool bounds.
-    slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
-    /// Woken when a call ends or a session closes: a call waiting for room looks again.
-    room: Notify,
+    /// Every task's sessions (see `pool.rs`).
+    pool: Pool<Session>,
     /// The client of streamable-HTTP servers (`Err`: why it could not be made).
     http: Result<reqwest::Client, String>,
-    /// Stamps of use, for least-recently-used eviction.
-    clock: AtomicU64,
-}
-
-/// A place in the pool: a task's session of one server.
-struct Slot {
-    /// Held through a call (and an opening), so a task's calls of one server take turns.
-    state: Arc<tokio::sync::Mutex<State>>,
-    /// When it was last used (a stamp of [`McpSessions::clock`]).
-    last_used: AtomicU64,
-}
-
-/// What a slot holds.
-enum State {
-    /// No session: not opened yet, or the last one broke; the next call opens one.
-    Closed,
-    /// An open session.
-    Open(Session),
-    /// Evicted or closed for good: the slot is out of the pool, and a caller holding it looks
-    /// for its place again.
-    Evicted,
 }
 
 /// An open MCP session.
@@ -180,14 +154,6 @@ pub enum McpSessionState {
     Closed,
 }
 
-/// What [`McpSessions::reserve`] found in the pool.
-enum Found {
-    /// The session's own slot.
-    Own(Arc<Slot>),
-    /// No room: the least recently used idle slot, taken out (with its session), if any.
-    Full(Option<(SessionKey, Option<Session>)>),
-}
-
 /// Why a session did not open.
 enum OpenError {
     /// The configuration's fault: the task ends.
@@ -208,10 +174,8 @@ impl McpSessions {
             .build()
             .map_err(|e| format!("the HTTP client for MCP servers could not start: {e}"));
         McpSessions {
-            slots: Mutex::new(HashMap::new()),
-            room: Notify::new(),
+            pool: Pool::new(),
             http,
-            clock: AtomicU64::new(0),
         }
     }
 
@@ -230,79 +194,29 @@ impl McpSessions {
         let key = (task.to_owned(), format!("{} {}", tool.id(), plan.session));
         let deadline = Instant::now() + plan.timeout;
         loop {
-            let (slot, mut state) = match self.reserve(&key, max_sessions, deadline).await {
-                Ok(reserved) => reserved,
-                Err(full) => return ActionResult::Recoverable(full),
+            let Ok((slot, mut state)) = self
+                .pool
+                .reserve(&key, max_sessions, deadline, close_evicted)
+                .await
+            else {
+                return ActionResult::Recoverable(format!(
+                    "no MCP session could be opened: all {max_sessions} sessions of the pool \
+                     (policy.max_mcp_sessions) are in calls"
+                ));
             };
-            if matches!(*state, State::Evicted) {
-                continue;
-            }
-            slot.touch(&self.clock);
-            let result = self.call_in(&mut state, task, tool, plan, input).await;
-            slot.touch(&self.clock);
-            drop(state);
-            self.room.notify_waiters();
-            return result;
-        }
-    }
-
-    /// The slot of `key`, held: its own if it has one, else a new one when the pool has room
-    /// (made, if need be, by closing the least recently used session not in a call); waits
-    /// for room until `deadline`.
-    async fn reserve(
-        &self,
-        key: &SessionKey,
-        max_sessions: usize,
-        deadline: Instant,
-    ) -> Result<(Arc<Slot>, OwnedMutexGuard<State>), String> {
-        loop {
-            // Registered before looking, so that room made after the look is not missed.
-            let room = self.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            let found = {
-                let mut slots = lock(&self.slots);
-                match slots.get(key) {
-                    Some(slot) => Found::Own(Arc::clone(slot)),
-                    None if slots.len() < max_sessions => {
-                        let slot = Arc::new(Slot::new());
-                        // A new slot is held before anyone else can see it, so it is never
-                        // taken for an idle one.
-                        let Ok(state) = Arc::clone(&slot.state).try_lock_owned() else {
-                            continue;
-                        };
-                        slots.insert(key.clone(), Arc::clone(&slot));
-                        return Ok((slot, state));
-                    }
-                    None => Found::Full(evict_idle(&mut slots)),
-                }
-            };
-            let evicted = match found {
-                Found::Own(slot) => {
-                    let state = Arc::clone(&slot.state).lock_owned().await;
-                    return Ok((slot, state));
-                }
-                Found::Full(evicted) => evicted,
-            };
-            match evicted {
-                Some((evicted, session)) => {
-                    tracing::info!(
-                        task.id = evicted.0,
-                        "MCP session pool full: closing the least recently used idle session"
-                    );
-                    if let Some(session) = session {
-                        session.close().await;
-                    }
-                }
-                None if timeout_at(deadline, room).await.is_err() => {
-                    return Err(format!(
-                        "no MCP session could be opened: all {} sessions of the pool \
-                         (policy.max_mcp_sessions) are in calls",
-                        max_sessions
+            match *state {
+                State::Evicted => continue,
+                State::Ended => {
+                    return ActionResult::Recoverable(format!(
+                        "the task's session of MCP tool `{}` was closed",
+                        tool.id()
                     ));
                 }
-                None => {}
+                State::Closed | State::Open(_) => {}
             }
+            let result = self.call_in(&mut state, task, tool, plan, input).await;
+            self.pool.release((slot, state));
+            return result;
         }
     }
 
@@ -310,7 +224,7 @@ impl McpSessions {
     /// that broke.
     async fn call_in(
         &self,
-        state: &mut State,
+        state: &mut State<Session>,
         task: &str,
         tool: &ToolPlan,
         plan: &McpPlan,
@@ -424,105 +338,54 @@ impl McpSessions {
     /// Task `task`'s sessions in the pool, by tool, without waiting for any (one in a call is
     /// [`McpSessionState::Busy`]).
     pub(crate) fn of_task(&self, task: &str) -> Vec<McpSessionView> {
-        let mut views: Vec<McpSessionView> = lock(&self.slots)
-            .iter()
-            .filter(|((t, _), _)| t == task)
-            .map(|((_, key), slot)| {
-                let (tool, session) = key.split_once(' ').unwrap_or((key, ""));
-                let (state, pid) = match slot.state.try_lock() {
-                    Err(_) => (McpSessionState::Busy, None),
-                    Ok(state) => match &*state {
-                        State::Open(open) => (
-                            McpSessionState::Open,
-                            open.process.as_ref().and_then(ServerProcess::pid),
-                        ),
-                        State::Closed | State::Evicted => (McpSessionState::Closed, None),
-                    },
-                };
-                McpSessionView {
-                    tool: tool.to_owned(),
-                    session: session.to_owned(),
-                    state,
-                    pid,
+        let mut views = self.pool.of_task(task, |key, state| {
+            let (tool, session) = key.split_once(' ').unwrap_or((key, ""));
+            let (state, pid) = match state {
+                None => (McpSessionState::Busy, None),
+                Some(State::Open(open)) => (
+                    McpSessionState::Open,
+                    open.process.as_ref().and_then(ServerProcess::pid),
+                ),
+                Some(State::Closed | State::Evicted | State::Ended) => {
+                    (McpSessionState::Closed, None)
                 }
-            })
-            .collect();
+            };
+            McpSessionView {
+                tool: tool.to_owned(),
+                session: session.to_owned(),
+                state,
+                pid,
+            }
+        });
         views.sort_by(|a, b| (&a.tool, &a.session).cmp(&(&b.tool, &b.session)));
         views
     }
 
     /// Tears down every session of `task` (when it ends).
     pub(crate) async fn close_task(&self, task: &str) {
-        let slots: Vec<Arc<Slot>> = {
-            let mut all = lock(&self.slots);
-            let keys: Vec<SessionKey> = all.keys().filter(|(t, _)| t == task).cloned().collect();
-            keys.iter().filter_map(|k| all.remove(k)).collect()
-        };
-        close_slots(slots).await;
-        self.room.notify_waiters();
+        self.pool
+            .close_task(task, |_, session| close(session))
+            .await;
     }
 
     /// Tears down every open session (the host stops).
     pub(crate) async fn close_all(&self) {
-        let slots: Vec<Arc<Slot>> = lock(&self.slots).drain().map(|(_, s)| s).collect();
-        close_slots(slots).await;
-        self.room.notify_waiters();
+        self.pool.close_all(|_, session| close(session)).await;
     }
 }
 
-/// Closes the sessions of `slots` (taken out of the pool) at once, each after the call it may
-/// be in (bounded by its timeout).
-async fn close_slots(slots: Vec<Arc<Slot>>) {
-    let mut closing = JoinSet::new();
-    for slot in slots {
-        closing.spawn(async move {
-            let mut state = slot.state.lock().await;
-            if let State::Open(session) = std::mem::replace(&mut *state, State::Evicted) {
-                session.close().await;
-            }
-        });
-    }
-    while closing.join_next().await.is_some() {}
+/// Closes a session taken out of the pool (each after the call it may have been in).
+async fn close(session: Session) {
+    session.close().await;
 }
 
-/// Takes the least recently used slot not in a call out of `slots`, with its session.
-fn evict_idle(slots: &mut HashMap<SessionKey, Arc<Slot>>) -> Option<(SessionKey, Option<Session>)> {
-    let mut by_age: Vec<(u64, SessionKey)> = slots
-        .iter()
-        .map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone()))
-        .collect();
-    by_age.sort();
-    for (_, key) in by_age {
-        let Some(slot) = slots.get(&key).cloned() else {
-            continue;
-        };
-        let Ok(mut state) = slot.state.try_lock() else {
-            continue;
-        };
-        let session = match std::mem::replace(&mut *state, State::Evicted) {
-            State::Open(session) => Some(session),
-            _ => None,
-        };
-        drop(state);
-        slots.remove(&key);
-        return Some((key, session));
-    }
-    None
-}
-
-impl Slot {
-    fn new() -> Slot {
-        Slot {
-            state: Arc::new(tokio::sync::Mutex::new(State::Closed)),
-            last_used: AtomicU64::new(0),
-        }
-    }
-
-    /// Records a use now.
-    fn touch(&self, clock: &AtomicU64) {
-        let now = clock.fetch_add(1, Ordering::Relaxed);
-        self.last_used.store(now, Ordering::Relaxed);
-    }
+/// Closes the least recently used idle session `key` to make room in the pool.
+async fn close_evicted((task, _): SessionKey, session: Session) {
+    tracing::info!(
+        task.id = task,
+        "MCP session pool full: closing the least recently used idle session"
+    );
+    session.close().await;
 }
 
 impl Session {
@@ -1306,39 +1169,6 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-
-    #[tokio::test]
-    async fn a_full_pool_waits_for_a_call_to_end_and_refuses_when_none_does() {
-        let pool = Arc::new(McpSessions::new());
-        let key = |task: &str| (task.to_owned(), "t/x {}".to_owned());
-        let soon = || Instant::now() + Duration::from_secs(30);
-        let (_, busy) = pool.reserve(&key("t1"), 1, soon()).await.unwrap();
-
-        // The only session is in a call: a call of another task waits, then is refused.
-        let refused = pool
-            .reserve(&key("t2"), 1, Instant::now() + Duration::from_millis(20))
-            .await;
-        assert!(
-            matches!(&refused, Err(e) if e.contains("are in calls")),
-            "{:?}",
-            refused.err()
-        );
-
-        // A waiting call takes the place once the call ends.
-        let waiting = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move {
-                let (_, state) = pool.reserve(&key("t3"), 1, soon()).await.unwrap();
-                matches!(*state, State::Closed)
-            })
-        };
-        tokio::task::yield_now().await;
-        drop(busy);
-        pool.room.notify_waiters();
-        assert!(waiting.await.unwrap());
-        let slots = lock(&pool.slots);
-        assert!(slots.contains_key(&key("t3")) && !slots.contains_key(&key("t1")));
-    }
 
     #[tokio::test]
     async fn line_cap_ends_the_stream_at_a_line_over_the_bound() {

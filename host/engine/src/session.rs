@@ -14,37 +14,31 @@
 //! made anew and the request made again, once. Every other failure of `execute` is an
 //! observation and keeps the session. A task's calls of one session take turns.
 //!
+//! Sessions are pooled (`pool.rs`): at most `policy.max_remote_sessions` are kept at once; to
+//! make room, the least recently used session not in a call is destroyed, and its task's next
+//! call makes a new one. A call that finds every session in a call waits for one up to its
+//! `execute` request's timeout.
+//!
 //! Sessions live in memory: a host that stops without shutting down leaves its sessions to
 //! expire on the remote side.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use agentmesh_expr::Activation;
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 
 use crate::Engine;
-use crate::lock;
 use crate::plan::{SessionPlan, ToolPlan};
+use crate::pool::{Pool, SessionKey, State};
 use crate::runtime::{ActionResult, http_result, http_send, select, snippet};
 
-/// A session: the task, and the tool with the session's identity within it.
-type SessionKey = (String, String);
+/// How many sessions may be kept at once when the host config does not say.
+const DEFAULT_MAX_SESSIONS: usize = 1024;
 
 /// The live sessions of every task.
-#[derive(Default)]
 pub(crate) struct Sessions {
-    slots: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Slot>>>>,
-}
-
-/// What a task's place for one session holds.
-enum Slot {
-    /// No session: not made yet, or its create failed, or the remote side dropped it.
-    Empty,
-    /// A live session.
-    Live(Live),
-    /// Torn down with its task: a call that waited for it makes nothing.
-    Closed,
+    pool: Pool<Live>,
 }
 
 /// A live session.
@@ -58,6 +52,10 @@ struct Live {
 }
 
 impl Sessions {
+    pub(crate) fn new() -> Sessions {
+        Sessions { pool: Pool::new() }
+    }
+
     /// Calls action `plan` of `tool` in task `task`'s session (made first if need be), with
     /// the request variables `act`.
     pub(crate) async fn call(
@@ -68,78 +66,100 @@ impl Sessions {
         plan: &Arc<SessionPlan>,
         act: Activation,
     ) -> ActionResult {
+        let max_sessions = engine
+            .plan()
+            .host
+            .policy
+            .max_remote_sessions
+            .map_or(DEFAULT_MAX_SESSIONS, |n| n.max(1) as usize);
         let key = (task.to_owned(), format!("{} {}", tool.id(), plan.session));
-        let slot = Arc::clone(
-            lock(&self.slots)
-                .entry(key)
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Slot::Empty))),
-        );
-        let mut slot = slot.lock().await;
-        let mut made_now = false;
+        let deadline = Instant::now() + plan.execute.timeout;
+        let evict = |(task, _): SessionKey, live: Live| {
+            tracing::info!(
+                task.id = task,
+                "remote session pool full: destroying the least recently used idle session"
+            );
+            destroy(engine, live)
+        };
         loop {
-            if matches!(*slot, Slot::Closed) {
-                return ActionResult::Recoverable("the task's session was torn down".into());
-            }
-            if matches!(*slot, Slot::Empty) {
-                match create(engine, plan, &act).await {
-                    Ok(live) => {
-                        *slot = Slot::Live(live);
-                        made_now = true;
-                    }
-                    Err(failed) => return failed,
+            let Ok((slot, mut state)) =
+                self.pool.reserve(&key, max_sessions, deadline, evict).await
+            else {
+                return ActionResult::Recoverable(format!(
+                    "no remote session could be made: all {max_sessions} sessions of the host \
+                     (policy.max_remote_sessions) are in calls"
+                ));
+            };
+            let result = match *state {
+                State::Evicted => continue,
+                State::Ended => {
+                    ActionResult::Recoverable("the task's session was torn down".into())
                 }
-            }
-            let Slot::Live(live) = &*slot else {
-                continue;
+                State::Closed | State::Open(_) => {
+                    call_in(engine, &mut state, task, tool, plan, &act).await
+                }
             };
-            let mut call = act.clone();
-            call.set("session", live.values.clone());
-            let answer = match http_send(engine, &plan.execute, &call).await {
-                Ok(answer) => answer,
-                Err(failed) => return failed,
-            };
-            let gone = matches!(answer.status.as_u16(), 401 | 404);
-            if gone && !made_now {
-                tracing::info!(
-                    task.id = task,
-                    tool.name = %tool.id(),
-                    status = answer.status.as_u16(),
-                    "the remote side dropped the session: making it anew"
-                );
-                *slot = Slot::Empty;
-                continue;
-            }
-            return http_result(&plan.execute, answer);
+            self.pool.release((slot, state));
+            return result;
         }
     }
 
     /// Tears down every session of `task` (it ended).
     pub(crate) async fn close_task(&self, engine: &Engine, task: &str) {
-        let slots: Vec<_> = {
-            let mut all = lock(&self.slots);
-            let keys: Vec<SessionKey> = all.keys().filter(|(t, _)| t == task).cloned().collect();
-            keys.iter().filter_map(|k| all.remove(k)).collect()
-        };
-        close(engine, slots).await;
+        self.pool
+            .close_task(task, |_, live| destroy(engine, live))
+            .await;
     }
 
     /// Tears down every session (the host shuts down).
     pub(crate) async fn close_all(&self, engine: &Engine) {
-        let slots: Vec<_> = lock(&self.slots).drain().map(|(_, s)| s).collect();
-        close(engine, slots).await;
+        self.pool.close_all(|_, live| destroy(engine, live)).await;
     }
 }
 
-/// Destroys the live sessions of `slots` (taken out of the pool), all at once, each after the
-/// call it may be in.
-async fn close(engine: &Engine, slots: Vec<Arc<tokio::sync::Mutex<Slot>>>) {
-    let closing = slots.into_iter().map(|slot| async move {
-        let mut slot = slot.lock().await;
-        if let Slot::Live(live) = std::mem::replace(&mut *slot, Slot::Closed) {
-            destroy(engine, live).await;
+/// One call in a held slot: makes the session if it has none, then the `execute` request;
+/// once more on a new session when the remote side dropped one an earlier call made.
+async fn call_in(
+    engine: &Engine,
+    state: &mut State<Live>,
+    task: &str,
+    tool: &ToolPlan,
+    plan: &Arc<SessionPlan>,
+    act: &Activation,
+) -> ActionResult {
+    let mut made_now = false;
+    loop {
+        if matches!(state, State::Closed) {
+            match create(engine, plan, act).await {
+                Ok(live) => {
+                    *state = State::Open(live);
+                    made_now = true;
+                }
+                Err(failed) => return failed,
+            }
         }
-    });
-    futures::future::join_all(closing).await;
+        let State::Open(live) = &*state else {
+            return ActionResult::Recoverable("the task's session was torn down".into());
+        };
+        let mut call = act.clone();
+        call.set("session", live.values.clone());
+        let answer = match http_send(engine, &plan.execute, &call).await {
+            Ok(answer) => answer,
+            Err(failed) => return failed,
+        };
+        let gone = matches!(answer.status.as_u16(), 401 | 404);
+        if gone && !made_now {
+            tracing::info!(
+                task.id = task,
+                tool.name = %tool.id(),
+                status = answer.status.as_u16(),
+                "the remote side dropped the session: making it anew"
+            );
+            *state = State::Closed;
+            continue;
+        }
+        return http_result(&plan.execute, answer);
+    }
 }
 
 /// Makes a session (Initialize).

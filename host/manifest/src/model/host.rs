@@ -319,4 +319,11 @@ pub struct Policy {
     /// task's next call opens a new one), and a call that finds every session in a call waits
     /// up to its `timeout` for one, then is an error the LLM sees. Applies at once on a reload.
     pub max_mcp_sessions: Option<u32>,
+    /// How many remote sessions (`stateful_session`) may be kept at once (default 1024). Each
+    /// task has its own session of a tool's session block; when all are taken, the least
+    /// recently used session not in a call is destroyed to make room (its task's next call
+    /// creates a new one), and a call that finds every session in a call waits up to its
+    /// `execute` request's `timeout` for one, then is an error the LLM sees. Applies at once on
+    /// a reload.
+    pub max_remote_sessions: Option<u32>,
 }

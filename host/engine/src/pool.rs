@@ -1,0 +1,342 @@
+//! A pool of sessions kept per task, bounded in number: MCP sessions (`mcp.rs`) and remote
+//! sessions (`session.rs`).
+//!
+//! Each task has a slot per session key; a slot is held through a call, so a task's calls of
+//! one session take turns. When the pool is full, a call that needs a new slot closes the
+//! least recently used session not in a call to make room, or, when every one is in a call,
+//! waits for one to end until its deadline.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::time::{Instant, timeout_at};
+
+use crate::lock;
+
+/// A session's place: the task, and the session's key within it.
+pub(crate) type SessionKey = (String, String);
+
+/// Sessions of type `S` of every task, bounded in number.
+pub(crate) struct Pool<S> {
+    /// Every slot, its session open or not (yet); their count is what the pool bounds.
+    slots: Mutex<HashMap<SessionKey, Arc<Slot<S>>>>,
+    /// Woken when a call ends or a session closes: a call waiting for room looks again.
+    room: Notify,
+    /// Stamps of use, for least-recently-used eviction.
+    clock: AtomicU64,
+}
+
+/// A place in the pool: a task's session of one key.
+pub(crate) struct Slot<S> {
+    /// Held through a call (and an opening).
+    state: Arc<tokio::sync::Mutex<State<S>>>,
+    /// When it was last used (a stamp of [`Pool::clock`]).
+    last_used: AtomicU64,
+}
+
+/// What a slot holds.
+pub(crate) enum State<S> {
+    /// No session: not opened yet, or the last one broke; the next call opens one.
+    Closed,
+    /// An open session.
+    Open(S),
+    /// Evicted to make room: the slot is out of the pool, and a caller that held on to it
+    /// looks for its place again.
+    Evicted,
+    /// Closed with its task (or the host): a caller that held on to it opens nothing.
+    Ended,
+}
+
+/// A slot held for a call; give it back with [`Pool::release`].
+pub(crate) type Held<S> = (Arc<Slot<S>>, OwnedMutexGuard<State<S>>);
+
+/// What [`Pool::reserve`] found.
+enum Found<S> {
+    /// The session's own slot.
+    Own(Arc<Slot<S>>),
+    /// No room: the least recently used idle slot, taken out (with its session), if any.
+    Full(Option<(SessionKey, Option<S>)>),
+}
+
+impl<S: Send + 'static> Pool<S> {
+    pub(crate) fn new() -> Pool<S> {
+        Pool {
+            slots: Mutex::new(HashMap::new()),
+            room: Notify::new(),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot of `key`, held: its own if it has one, else a new one when the pool (of at
+    /// most `max` slots) has room, made if need be by closing the least recently used session
+    /// not in a call with `close`; waits for room until `deadline`, then is `Err(())`. The
+    /// slot held may be [`State::Evicted`] (reserve again) or [`State::Ended`].
+    pub(crate) async fn reserve<F, C>(
+        &self,
+        key: &SessionKey,
+        max: usize,
+        deadline: Instant,
+        close: C,
+    ) -> Result<Held<S>, ()>
+    where
+        C: Fn(SessionKey, S) -> F,
+        F: Future<Output = ()>,
+    {
+        loop {
+            // Registered before looking, so that room made after the look is not missed.
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let found = {
+                let mut slots = lock(&self.slots);
+                match slots.get(key) {
+                    Some(slot) => Found::Own(Arc::clone(slot)),
+                    None if slots.len() < max.max(1) => {
+                        let slot = Arc::new(Slot::new());
+                        // A new slot is held before anyone else can see it, so it is never
+                        // taken for an idle one.
+                        let Ok(state) = Arc::clone(&slot.state).try_lock_owned() else {
+                            continue;
+                        };
+                        slot.touch(&self.clock);
+                        slots.insert(key.clone(), Arc::clone(&slot));
+                        return Ok((slot, state));
+                    }
+                    None => Found::Full(evict_idle(&mut slots)),
+                }
+            };
+            match found {
+                Found::Own(slot) => {
+                    let state = Arc::clone(&slot.state).lock_owned().await;
+                    slot.touch(&self.clock);
+                    return Ok((slot, state));
+                }
+                Found::Full(Some((evicted, session))) => {
+                    if let Some(session) = session {
+                        close(evicted, session).await;
+                    }
+                }
+                Found::Full(None) => {
+                    if timeout_at(deadline, room).await.is_err() {
+                        return Err(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives back a slot held for a call: it counts as used now, and a call waiting for room
+    /// looks again.
+    pub(crate) fn release(&self, (slot, state): Held<S>) {
+        slot.touch(&self.clock);
+        drop(state);
+        self.room.notify_waiters();
+    }
+
+    /// Looks at task `task`'s slots without waiting for any: `f` gets each one's key within
+    /// the task and its state (`None`: in a call).
+    pub(crate) fn of_task<V>(
+        &self,
+        task: &str,
+        f: impl Fn(&str, Option<&State<S>>) -> V,
+    ) -> Vec<V> {
+        lock(&self.slots)
+            .iter()
+            .filter(|((t, _), _)| t == task)
+            .map(|((_, key), slot)| match slot.state.try_lock() {
+                Ok(state) => f(key, Some(&state)),
+                Err(_) => f(key, None),
+            })
+            .collect()
+    }
+
+    /// Closes every session of `task` with `close` (the task ended), each after the call it
+    /// may be in.
+    pub(crate) async fn close_task<F, C>(&self, task: &str, close: C)
+    where
+        C: Fn(SessionKey, S) -> F,
+        F: Future<Output = ()>,
+    {
+        let slots: Vec<_> = {
+            let mut all = lock(&self.slots);
+            let keys: Vec<SessionKey> = all.keys().filter(|(t, _)| t == task).cloned().collect();
+            keys.into_iter()
+                .filter_map(|k| all.remove(&k).map(|slot| (k, slot)))
+                .collect()
+        };
+        self.close_slots(slots, close).await;
+    }
+
+    /// Closes every session with `close` (the host stops).
+    pub(crate) async fn close_all<F, C>(&self, close: C)
+    where
+        C: Fn(SessionKey, S) -> F,
+        F: Future<Output = ()>,
+    {
+        let slots: Vec<_> = lock(&self.slots).drain().collect();
+        self.close_slots(slots, close).await;
+    }
+
+    /// Closes the sessions of `slots` (taken out of the pool) at once, each after the call it
+    /// may be in.
+    async fn close_slots<F, C>(&self, slots: Vec<(SessionKey, Arc<Slot<S>>)>, close: C)
+    where
+        C: Fn(SessionKey, S) -> F,
+        F: Future<Output = ()>,
+    {
+        let closing = slots.into_iter().map(|(key, slot)| {
+            let close = &close;
+            async move {
+                let mut state = slot.state.lock().await;
+                if let State::Open(session) = std::mem::replace(&mut *state, State::Ended) {
+                    close(key, session).await;
+                }
+            }
+        });
+        futures::future::join_all(closing).await;
+        self.room.notify_waiters();
+    }
+}
+
+/// Takes the least recently used slot not in a call out of `slots`, with its session.
+fn evict_idle<S>(slots: &mut HashMap<SessionKey, Arc<Slot<S>>>) -> Option<(SessionKey, Option<S>)> {
+    let mut by_age: Vec<(u64, SessionKey)> = slots
+        .iter()
+        .map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone()))
+        .collect();
+    by_age.sort();
+    for (_, key) in by_age {
+        let Some(slot) = slots.get(&key).cloned() else {
+            continue;
+        };
+        let Ok(mut state) = slot.state.try_lock() else {
+            continue;
+        };
+        let session = match std::mem::replace(&mut *state, State::Evicted) {
+            State::Open(session) => Some(session),
+            _ => None,
+        };
+        drop(state);
+        slots.remove(&key);
+        return Some((key, session));
+    }
+    None
+}
+
+impl<S> Slot<S> {
+    fn new() -> Slot<S> {
+        Slot {
+            state: Arc::new(tokio::sync::Mutex::new(State::Closed)),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a use now.
+    fn touch(&self, clock: &AtomicU64) {
+        let now = clock.fetch_add(1, Ordering::Relaxed);
+        self.last_used.store(now, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use super::*;
+
+    fn key(task: &str) -> SessionKey {
+        (task.to_owned(), "t/x {}".to_owned())
+    }
+
+    async fn nothing(_: SessionKey, _: &'static str) {}
+
+    #[tokio::test]
+    async fn a_full_pool_waits_for_a_call_to_end_and_refuses_when_none_does() {
+        let pool = Arc::new(Pool::<&'static str>::new());
+        let soon = || Instant::now() + Duration::from_secs(30);
+        let busy = pool.reserve(&key("t1"), 1, soon(), nothing).await.unwrap();
+
+        // The only session is in a call: a call of another task waits, then is refused.
+        let refused = pool
+            .reserve(
+                &key("t2"),
+                1,
+                Instant::now() + Duration::from_millis(20),
+                nothing,
+            )
+            .await;
+        assert!(refused.is_err());
+
+        // A waiting call takes the place once the call ends.
+        let waiting = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let (_, state) = pool.reserve(&key("t3"), 1, soon(), nothing).await.unwrap();
+                matches!(*state, State::Closed)
+            })
+        };
+        tokio::task::yield_now().await;
+        pool.release(busy);
+        assert!(waiting.await.unwrap());
+        let slots = lock(&pool.slots);
+        assert!(slots.contains_key(&key("t3")) && !slots.contains_key(&key("t1")));
+    }
+
+    #[tokio::test]
+    async fn room_is_made_by_closing_the_least_recently_used_idle_session() {
+        let pool = Pool::<&'static str>::new();
+        let soon = || Instant::now() + Duration::from_secs(30);
+        for (task, session) in [("t1", "s1"), ("t2", "s2")] {
+            let (slot, mut state) = pool.reserve(&key(task), 2, soon(), nothing).await.unwrap();
+            *state = State::Open(session);
+            pool.release((slot, state));
+        }
+        // t1 used again: t2's session is now the least recently used.
+        let held = pool.reserve(&key("t1"), 2, soon(), nothing).await.unwrap();
+        pool.release(held);
+        let closed = Mutex::new(Vec::new());
+        let (_, state) = pool
+            .reserve(&key("t3"), 2, soon(), |key: SessionKey, session| {
+                lock(&closed).push((key.0, session));
+                async {}
+            })
+            .await
+            .unwrap();
+        assert!(matches!(*state, State::Closed));
+        assert_eq!(*lock(&closed), [("t2".to_owned(), "s2")]);
+        let slots = lock(&pool.slots);
+        assert!(slots.contains_key(&key("t1")) && !slots.contains_key(&key("t2")));
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_waited_on_a_slot_closed_with_its_task_finds_it_ended() {
+        let pool = Arc::new(Pool::<&'static str>::new());
+        let soon = || Instant::now() + Duration::from_secs(30);
+        let (slot, mut state) = pool.reserve(&key("t1"), 4, soon(), nothing).await.unwrap();
+        *state = State::Open("s1");
+        let closing = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let closed = Mutex::new(Vec::new());
+                pool.close_task("t1", |_, session| {
+                    lock(&closed).push(session);
+                    async {}
+                })
+                .await;
+                closed.into_inner().unwrap()
+            })
+        };
+        tokio::task::yield_now().await;
+        // The call in progress ends; the task's session is closed after it.
+        pool.release((Arc::clone(&slot), state));
+        assert_eq!(closing.await.unwrap(), ["s1"]);
+        assert!(matches!(*slot.state.lock().await, State::Ended));
+        assert!(lock(&pool.slots).is_empty());
+    }
+}
