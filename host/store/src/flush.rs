@@ -15,7 +15,9 @@ pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(5);
 /// becomes the leader and flushes for everyone waiting behind it; otherwise it waits for the
 /// running one, at most [`STUCK_AFTER`]. sled's `flush` is an fsync (~135 µs here), so under
 /// concurrent acknowledgements this turns N fsyncs into about one per round. An async caller
-/// ([`GroupFlush::durable`]) waits holding no thread, and leads on a blocking thread.
+/// ([`GroupFlush::durable`]) waits holding no thread, and leads on a blocking thread, waiting
+/// for its flush at most [`STUCK_AFTER`] too; a caller of [`GroupFlush::flush`] that leads
+/// flushes on its own thread, for as long as the flush takes.
 pub(crate) struct GroupFlush {
     state: Mutex<Flushes>,
     finished: Condvar,
@@ -85,10 +87,16 @@ impl GroupFlush {
                 !std::mem::replace(&mut state.running, true)
             };
             if lead {
+                // Bounded as a wait behind another's flush is: a flush the disk never
+                // finishes goes on for the others, and this caller hears the disk is stuck.
                 let flushes = Arc::clone(&self);
-                return tokio::task::spawn_blocking(move || flushes.lead(flush))
-                    .await
-                    .map_err(|e| StoreError::Io(format!("a flush did not finish: {e}")))?;
+                let leading = tokio::task::spawn_blocking(move || flushes.lead(flush));
+                return match tokio::time::timeout(stuck_in(started)?, leading).await {
+                    Ok(led) => {
+                        led.map_err(|e| StoreError::Io(format!("a flush did not finish: {e}")))?
+                    }
+                    Err(_) => Err(stuck()),
+                };
             }
             let left = stuck_in(started)?;
             // Ends when a flush ends (however it went) or at the deadline, checked above.
@@ -121,16 +129,21 @@ impl GroupFlush {
 fn stuck_in(started: Instant) -> Result<Duration> {
     let left = STUCK_AFTER.saturating_sub(started.elapsed());
     if left.is_zero() {
-        return Err(StoreError::Io(format!(
-            "the disk did not finish a flush in {STUCK_AFTER:?}"
-        )));
+        return Err(stuck());
     }
     Ok(left)
 }
 
+/// The error of a caller that gave up on a flush.
+fn stuck() -> StoreError {
+    StoreError::Io(format!(
+        "the disk did not finish a flush in {STUCK_AFTER:?}"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use std::sync::mpsc;
 
@@ -174,6 +187,26 @@ mod tests {
         assert!(matches!(waited, Err(StoreError::Io(_))), "{waited:?}");
         release.send(()).unwrap();
         leader.join().unwrap().unwrap();
+    }
+
+    /// An async caller that leads a flush that never ends is told the disk is stuck after
+    /// `STUCK_AFTER`, as a caller waiting behind it is; the flush, once it ends, still counts.
+    #[test]
+    fn an_async_leader_whose_flush_never_ends_hears_an_error_not_durable() {
+        let flushes = Arc::new(GroupFlush::default());
+        // Made before the channel, so that a failing test drops `release` (ending the flush)
+        // before the runtime, which waits for its blocking threads.
+        let rt = runtime();
+        let (release, stuck) = mpsc::channel::<()>();
+        let leading = Arc::clone(&flushes).durable(1, move || {
+            stuck.recv().unwrap();
+            Ok(1)
+        });
+        let waited = rt.block_on(async { tokio::time::timeout(3 * STUCK_AFTER, leading).await });
+        let waited = waited.expect("the leader still waits for its stuck flush");
+        assert!(matches!(waited, Err(StoreError::Io(_))), "{waited:?}");
+        release.send(()).unwrap();
+        flushes.flush(1, || panic!("flushed again")).unwrap();
     }
 
     /// A flush that fails makes nothing durable: the leader hears the error, and the next

@@ -593,7 +593,8 @@ impl PluginKv for SledStore {
 impl Durability for SledStore {
     /// Concurrent callers share one fsync; one that waits for another's flush gives up after
     /// 5 s with an I/O error (a file system that stopped answering holds up the one caller
-    /// flushing, not every caller).
+    /// flushing on its thread, not every caller; an acknowledgement's flush, awaited by
+    /// `queue_deferred`'s future, gives up after 5 s as well).
     fn flush(&self) -> Result<()> {
         let ticket = self.writes.load(Ordering::SeqCst);
         self.flusher.flush(ticket, self.flush_job())
