@@ -236,6 +236,16 @@ fn a_server_that_stops_is_subscribed_again() {
         (subscriptions() >= 2).then_some(())
     })
     .expect("the host subscribed again");
+    // `/v1/status` shows the session working again, and why it was opened anew.
+    let source = wait_for(Duration::from_secs(30), || {
+        let status = server.request("GET", "/v1/status").send().json();
+        let source = status["event_sources"][0].clone();
+        (source["last_error"].is_string() && source["failures"] == 0).then_some(source)
+    })
+    .expect("/v1/status never showed the session ended and subscribed again");
+    assert_eq!(source["kind"], "mcp", "{source}");
+    assert_eq!(source["last_error"], "the session ended", "{source}");
+    assert!(source["last_ok_at"].is_string(), "{source}");
     std::fs::write(at.files.join("a.txt"), "two").unwrap();
     let got = wait_for(Duration::from_secs(30), || {
         let messages = mcp_messages(&server, &watch);

@@ -288,16 +288,44 @@ fn a_failing_feed_is_polled_again_and_loses_nothing() {
     let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let task = server.create_task(&json!({"agent": "t/alpha"}));
     // Three failures, then the first good poll, which records what is there.
-    for _ in 0..4 {
+    received
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the host polls the feed");
+    // `/v1/status` shows the poller failing, and why.
+    let failing = wait_for(Duration::from_secs(30), || {
+        poll_source(&server).filter(|s| s["failures"].as_u64() >= Some(1))
+    })
+    .expect("/v1/status never showed the failed poll");
+    assert!(
+        failing["last_error"].as_str().unwrap().contains("500"),
+        "{failing}"
+    );
+    assert!(failing["last_error_at"].is_string(), "{failing}");
+    for _ in 0..3 {
         received
             .recv_timeout(Duration::from_secs(60))
             .expect("the host polls the feed again after a failure");
     }
     add(&items, "alpha", "late");
     wait_for_messages(&server, &task, &["new late in alpha-1"]);
+    // Working again: no failures since, the last error still shown.
+    let working = poll_source(&server).expect("the poller is in /v1/status");
+    assert_eq!(working["failures"], 0, "{working}");
+    assert!(working["last_ok_at"].is_string(), "{working}");
+    assert!(working["last_error"].is_string(), "{working}");
     let record = server
         .request("GET", &format!("/v1/tasks/{task}"))
         .send()
         .json();
     assert_ne!(record["status"], "terminated", "{record}");
+}
+
+/// The poller `/v1/status` lists, if it lists one.
+fn poll_source(server: &Server) -> Option<Value> {
+    let status = server.request("GET", "/v1/status").send().json();
+    let sources = status["event_sources"].as_array()?;
+    assert!(sources.len() <= 1, "{status}");
+    let source = sources.first()?.clone();
+    assert_eq!(source["kind"], "poll", "{source}");
+    Some(source)
 }

@@ -30,6 +30,8 @@
 //! - `kubernetes`: the `kubernetes_job` backend, a Job per call through the Kubernetes API;
 //! - `poll`: one poll of a `receive.poll` event's endpoint ([`PollKey`]: for one set of
 //!   parameter values), its new items, and what each key keeps between polls;
+//! - [`sources`]: what the pollers and the sessions receiving MCP resource updates are doing
+//!   (their last success, their last error), for `/v1/status`;
 //! - [`subscription`]: a task's subscriptions to tool events and their expiry;
 //! - `door`: the one door every arrival enters by: dedupe (a delivery's id held while the
 //!   caller's admission runs: [`Engine::arrive`], [`Admitted`], [`Through`]), the trigger
@@ -76,6 +78,7 @@ mod review;
 mod runtime;
 mod secrets;
 mod session;
+pub mod sources;
 mod steps;
 pub mod subscription;
 pub mod task;
@@ -249,6 +252,8 @@ struct Inner {
     mcp: mcp::McpSessions,
     /// Each task's remote sessions of `stateful_session` tools.
     sessions: session::Sessions,
+    /// What the pollers and the MCP event sessions are doing.
+    sources: sources::Sources,
     /// The tokens of auth providers.
     auth: auth::AuthTokens,
     /// The host tools another crate runs (see [`watch`]).
@@ -291,6 +296,7 @@ impl Engine {
         }
         let store: Arc<dyn Backend> = Arc::new(Offloaded::new(store, threads::store_call));
         let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
+        let sources = sources::Sources::new(options.secrets.clone());
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -307,6 +313,7 @@ impl Engine {
                 plugins: OnceLock::new(),
                 mcp: mcp::McpSessions::new(),
                 sessions: session::Sessions::new(),
+                sources,
                 auth: auth::AuthTokens::default(),
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),
@@ -486,6 +493,12 @@ impl Engine {
     /// tool.
     pub fn mcp_sessions(&self, id: &str) -> Vec<McpSessionView> {
         self.inner.mcp.of_task(id)
+    }
+
+    /// What the pollers of `receive.poll` events and the sessions receiving MCP resource
+    /// updates are doing; they report to it.
+    pub fn event_sources(&self) -> &sources::Sources {
+        &self.inner.sources
     }
 
     /// Task `id`'s queued inputs, the next first, at most `limit`.

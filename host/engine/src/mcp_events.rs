@@ -20,6 +20,8 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Engine;
 use crate::plan::{ToolPlan, Via};
+use crate::sources::SourceKind;
+use agentmesh_store::now_ms;
 
 /// The first pause before a session is opened again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -61,6 +63,7 @@ impl Engine {
                 let keep = wanted.get(id).is_some_and(|t| Arc::ptr_eq(t, tool));
                 if !keep {
                     task.abort();
+                    self.event_sources().stopped(SourceKind::Mcp, id);
                 }
                 keep
             });
@@ -95,15 +98,19 @@ impl Drop for Watches {
 /// Keeps `tool`'s session open, opening it again after a pause whenever it fails or ends.
 async fn watch_tool(engine: Engine, tool: Arc<ToolPlan>, updates: mpsc::Sender<ResourceUpdate>) {
     let id = tool.id();
+    let sources = engine.event_sources();
+    sources.started(SourceKind::Mcp, &id);
     let mut pause = FIRST_RETRY;
     loop {
         let opened = Instant::now();
         match watch_session(&engine, &tool, &updates).await {
             Ok(()) if updates.is_closed() => return,
             Ok(()) => {
+                sources.failed(SourceKind::Mcp, &id, now_ms(), "the session ended");
                 tracing::warn!(tool.name = %id, "the MCP session of the tool's events ended; it is opened again in {pause:?}")
             }
             Err(why) => {
+                sources.failed(SourceKind::Mcp, &id, now_ms(), &why);
                 tracing::warn!(tool.name = %id, "MCP resource updates of the tool's events: {why}; trying again in {pause:?}")
             }
         }
@@ -156,6 +163,9 @@ async fn watch_session(
         }
     }
     let id = tool.id();
+    engine
+        .event_sources()
+        .worked(SourceKind::Mcp, &id, now_ms());
     tracing::info!(tool.name = %id, resources = watched.len(), "subscribed to the MCP server's resource updates");
     let crate::mcp::Session {
         client, process, ..

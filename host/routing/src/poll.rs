@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_engine::plan::{EventPlan, PollPlan, Via};
+use agentmesh_engine::sources::SourceKind;
 use agentmesh_engine::{EngineError, PollError, PollKey, PolledItem};
 use agentmesh_store::now_ms;
 use tokio::task::JoinHandle;
@@ -44,6 +45,9 @@ impl EventRouter {
                 let keep = wanted.get(key).is_some_and(|p| Arc::ptr_eq(p, poll));
                 if !keep {
                     task.abort();
+                    self.engine
+                        .event_sources()
+                        .stopped(SourceKind::Poll, &key.id());
                 }
                 keep
             });
@@ -111,15 +115,19 @@ impl Drop for Pollers {
 /// Polls `key` every `interval`, backing off after failures (see the module docs).
 async fn run_poller(router: EventRouter, key: PollKey, poll: Arc<PollPlan>) {
     let id = key.id();
+    let sources = router.engine.event_sources();
+    sources.started(SourceKind::Poll, &id);
     let longest = LONGEST_PAUSE.max(poll.interval);
     let mut pause = poll.interval;
     loop {
         match router.poll_once(&key, &poll).await {
             Ok(new) => {
+                sources.worked(SourceKind::Poll, &id, now_ms());
                 tracing::debug!(poll = %id, new, "polled");
                 pause = poll.interval;
             }
             Err(e) => {
+                sources.failed(SourceKind::Poll, &id, now_ms(), &e.to_string());
                 pause = (pause * 2).min(longest);
                 tracing::warn!(poll = %id, "poll failed: {e}; polling again in {pause:?}");
             }

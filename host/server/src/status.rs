@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 
-/// `GET /v1/status`: loaded resources, component versions, the last reload's outcome.
+/// `GET /v1/status`: loaded resources, component versions, what the pollers and the MCP event
+/// sessions are doing, the last reload's outcome.
 pub async fn status(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -29,6 +30,24 @@ pub async fn status(
         .into_iter()
         .map(|(name, path, hash)| json!({"name": name, "path": path, "hash": hash}))
         .collect();
+    let event_sources: Vec<Value> = engine
+        .event_sources()
+        .list()
+        .into_iter()
+        .map(|s| {
+            let (failed_at, error) = s.last_error.map_or((None, None), |(at, why)| {
+                (Some(agentmesh_engine::task::rfc3339(at)), Some(why))
+            });
+            json!({
+                "kind": s.kind.as_str(),
+                "id": s.id,
+                "last_ok_at": s.last_ok_ms.map(agentmesh_engine::task::rfc3339),
+                "last_error_at": failed_at,
+                "last_error": error,
+                "failures": s.failures,
+            })
+        })
+        .collect();
     let reload = state
         .reload
         .lock()
@@ -39,6 +58,7 @@ pub async fn status(
         "agents": agents,
         "tools": tools,
         "components": components,
+        "event_sources": event_sources,
         "reload": reload,
     })))
 }
