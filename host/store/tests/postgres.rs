@@ -384,6 +384,64 @@ fn a_write_is_announced_only_while_another_host_is_registered() {
 }
 
 #[test]
+fn a_host_registering_waits_for_a_write_that_looked_before_it_then_reads_it() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let db = url.rsplit('/').next().unwrap();
+    let a = PgStore::open(&options(&url)).unwrap();
+    // A write held at its commit, after it looked for other hosts and found none: a deferred
+    // trigger (this test's, not the schema's) waits there for a lock the test holds.
+    pg.psql(
+        db,
+        "CREATE FUNCTION held_at_commit() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_advisory_xact_lock(42); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER held_at_commit AFTER INSERT OR UPDATE ON agentmesh_tasks \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION held_at_commit()",
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (holder, connection) = runtime
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    runtime.spawn(connection);
+    runtime
+        .block_on(holder.query("SELECT pg_advisory_lock(42)", &[]))
+        .unwrap();
+    let held = || {
+        pg.psql(
+            db,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 42 \
+             AND NOT granted",
+        ) == "1"
+    };
+    std::thread::scope(|s| {
+        let writing = s.spawn(|| write(&a, "t_1", 1, false));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !held() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the write never reached its commit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Another host starts now: registering, it waits for the write that did not see it.
+        let joining = s.spawn(|| PgStore::open(&options(&url)));
+        std::thread::sleep(Duration::from_millis(1500));
+        let early = joining.is_finished();
+        runtime
+            .block_on(holder.query("SELECT pg_advisory_unlock(42)", &[]))
+            .unwrap();
+        writing.join().unwrap().unwrap();
+        let b = joining.join().unwrap().unwrap();
+        assert!(
+            !early,
+            "a host registered while a write that did not announce itself to it was uncommitted"
+        );
+        // What it reads once registered holds that write.
+        assert_eq!(b.last_event_seq("t_1").unwrap(), 1);
+    });
+}
+
+#[test]
 fn a_host_gone_for_a_lease_past_its_expiry_is_forgotten_and_told_so_when_it_is_back() {
     let pg = Postgres::start();
     let url = pg.new_database();
