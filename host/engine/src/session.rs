@@ -15,23 +15,24 @@
 //! observation and keeps the session. A task's calls of one session take turns.
 //!
 //! Sessions are pooled (`pool.rs`): at most `policy.max_remote_sessions` are kept at once; to
-//! make room, the least recently used session not in a call is destroyed, and its task's next
-//! call makes a new one. A call that finds every session in a call waits for one up to its
+//! make room, the least recently used session not in a call is destroyed (its `destroy`
+//! request made in the background), and its task's next call makes a new one. A call that finds every session in a call waits for one up to its
 //! `execute` request's timeout.
 //!
 //! Sessions live in memory: a host that stops without shutting down leaves its sessions to
 //! expire on the remote side.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentmesh_expr::Activation;
 use serde_json::{Map, Value};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::Engine;
 use crate::plan::{SessionPlan, ToolPlan};
 use crate::pool::{Pool, SessionKey, State};
 use crate::runtime::{ActionResult, http_result, http_send, select, snippet};
+use crate::{Engine, lock};
 
 /// How many sessions may be kept at once when the host config does not say.
 const DEFAULT_MAX_SESSIONS: usize = 1024;
@@ -39,6 +40,8 @@ const DEFAULT_MAX_SESSIONS: usize = 1024;
 /// The live sessions of every task.
 pub(crate) struct Sessions {
     pool: Pool<Live>,
+    /// The destroys of evicted sessions, under way (awaited when the host stops).
+    evicted: Mutex<JoinSet<()>>,
 }
 
 /// A live session.
@@ -53,7 +56,10 @@ struct Live {
 
 impl Sessions {
     pub(crate) fn new() -> Sessions {
-        Sessions { pool: Pool::new() }
+        Sessions {
+            pool: Pool::new(),
+            evicted: Mutex::new(JoinSet::new()),
+        }
     }
 
     /// Calls action `plan` of `tool` in task `task`'s session (made first if need be), with
@@ -74,12 +80,18 @@ impl Sessions {
             .map_or(DEFAULT_MAX_SESSIONS, |n| n.max(1) as usize);
         let key = (task.to_owned(), format!("{} {}", tool.id(), plan.session));
         let deadline = Instant::now() + plan.execute.timeout;
+        // The evicted session's destroy runs on its own: this call does not wait for another
+        // task's remote side (up to its request's timeout).
         let evict = |(task, _): SessionKey, live: Live| {
             tracing::info!(
                 task.id = task,
                 "remote session pool full: destroying the least recently used idle session"
             );
-            destroy(engine, live)
+            let engine = engine.clone();
+            let mut evicted = lock(&self.evicted);
+            while evicted.try_join_next().is_some() {}
+            evicted.spawn(async move { destroy(&engine, live).await });
+            std::future::ready(())
         };
         loop {
             let Ok((slot, mut state)) =
@@ -114,6 +126,8 @@ impl Sessions {
     /// Tears down every session (the host shuts down).
     pub(crate) async fn close_all(&self, engine: &Engine) {
         self.pool.close_all(|_, live| destroy(engine, live)).await;
+        let mut evicted = std::mem::take(&mut *lock(&self.evicted));
+        while evicted.join_next().await.is_some() {}
     }
 }
 
