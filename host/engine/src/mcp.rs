@@ -194,7 +194,7 @@ impl McpSessions {
         let key = (task.to_owned(), format!("{} {}", tool.id(), plan.session));
         let deadline = Instant::now() + plan.timeout;
         loop {
-            let Ok((slot, mut state)) = self
+            let Ok(mut held) = self
                 .pool
                 .reserve(&key, max_sessions, deadline, close_evicted)
                 .await
@@ -204,7 +204,7 @@ impl McpSessions {
                      (policy.max_mcp_sessions) are in calls"
                 ));
             };
-            match *state {
+            match *held {
                 State::Evicted => continue,
                 State::Ended => {
                     return ActionResult::Recoverable(format!(
@@ -214,9 +214,7 @@ impl McpSessions {
                 }
                 State::Closed | State::Open(_) => {}
             }
-            let result = self.call_in(&mut state, task, tool, plan, input).await;
-            self.pool.release((slot, state));
-            return result;
+            return self.call_in(&mut held, task, tool, plan, input).await;
         }
     }
 

@@ -51,8 +51,39 @@ pub(crate) enum State<S> {
     Ended,
 }
 
-/// A slot held for a call; give it back with [`Pool::release`].
-pub(crate) type Held<S> = (Arc<Slot<S>>, OwnedMutexGuard<State<S>>);
+/// A slot held for a call, its state at hand (`*held`). Dropped — the call ended, or was
+/// dropped itself — it counts as used now, and a call waiting for room looks again.
+pub(crate) struct Held<'p, S> {
+    pool: &'p Pool<S>,
+    slot: Arc<Slot<S>>,
+    state: Option<OwnedMutexGuard<State<S>>>,
+}
+
+impl<S> std::ops::Deref for Held<'_, S> {
+    type Target = State<S>;
+
+    fn deref(&self) -> &State<S> {
+        // Taken only by `drop`.
+        self.state.as_deref().unwrap_or(&State::Ended)
+    }
+}
+
+impl<S> std::ops::DerefMut for Held<'_, S> {
+    fn deref_mut(&mut self) -> &mut State<S> {
+        match self.state.as_deref_mut() {
+            Some(state) => state,
+            None => unreachable!("a held slot's state is taken only when it is dropped"),
+        }
+    }
+}
+
+impl<S> Drop for Held<'_, S> {
+    fn drop(&mut self) {
+        self.slot.touch(&self.pool.clock);
+        drop(self.state.take());
+        self.pool.room.notify_waiters();
+    }
+}
 
 /// What [`Pool::reserve`] found.
 enum Found<S> {
@@ -81,7 +112,7 @@ impl<S: Send + 'static> Pool<S> {
         max: usize,
         deadline: Instant,
         close: C,
-    ) -> Result<Held<S>, ()>
+    ) -> Result<Held<'_, S>, ()>
     where
         C: Fn(SessionKey, S) -> F,
         F: Future<Output = ()>,
@@ -104,7 +135,7 @@ impl<S: Send + 'static> Pool<S> {
                         };
                         slot.touch(&self.clock);
                         slots.insert(key.clone(), Arc::clone(&slot));
-                        return Ok((slot, state));
+                        return Ok(self.held(slot, state));
                     }
                     None => Found::Full(evict_idle(&mut slots)),
                 }
@@ -113,7 +144,7 @@ impl<S: Send + 'static> Pool<S> {
                 Found::Own(slot) => {
                     let state = Arc::clone(&slot.state).lock_owned().await;
                     slot.touch(&self.clock);
-                    return Ok((slot, state));
+                    return Ok(self.held(slot, state));
                 }
                 Found::Full(Some((evicted, session))) => {
                     if let Some(session) = session {
@@ -129,12 +160,12 @@ impl<S: Send + 'static> Pool<S> {
         }
     }
 
-    /// Gives back a slot held for a call: it counts as used now, and a call waiting for room
-    /// looks again.
-    pub(crate) fn release(&self, (slot, state): Held<S>) {
-        slot.touch(&self.clock);
-        drop(state);
-        self.room.notify_waiters();
+    fn held(&self, slot: Arc<Slot<S>>, state: OwnedMutexGuard<State<S>>) -> Held<'_, S> {
+        Held {
+            pool: self,
+            slot,
+            state: Some(state),
+        }
     }
 
     /// Looks at task `task`'s slots without waiting for any: `f` gets each one's key within
@@ -277,12 +308,12 @@ mod tests {
         let waiting = {
             let pool = Arc::clone(&pool);
             tokio::spawn(async move {
-                let (_, state) = pool.reserve(&key("t3"), 1, soon(), nothing).await.unwrap();
-                matches!(*state, State::Closed)
+                let held = pool.reserve(&key("t3"), 1, soon(), nothing).await.unwrap();
+                matches!(*held, State::Closed)
             })
         };
         tokio::task::yield_now().await;
-        pool.release(busy);
+        drop(busy);
         assert!(waiting.await.unwrap());
         let slots = lock(&pool.slots);
         assert!(slots.contains_key(&key("t3")) && !slots.contains_key(&key("t1")));
@@ -293,33 +324,32 @@ mod tests {
         let pool = Pool::<&'static str>::new();
         let soon = || Instant::now() + Duration::from_secs(30);
         for (task, session) in [("t1", "s1"), ("t2", "s2")] {
-            let (slot, mut state) = pool.reserve(&key(task), 2, soon(), nothing).await.unwrap();
-            *state = State::Open(session);
-            pool.release((slot, state));
+            let mut held = pool.reserve(&key(task), 2, soon(), nothing).await.unwrap();
+            *held = State::Open(session);
         }
         // t1 used again: t2's session is now the least recently used.
-        let held = pool.reserve(&key("t1"), 2, soon(), nothing).await.unwrap();
-        pool.release(held);
+        drop(pool.reserve(&key("t1"), 2, soon(), nothing).await.unwrap());
         let closed = Mutex::new(Vec::new());
-        let (_, state) = pool
+        let held = pool
             .reserve(&key("t3"), 2, soon(), |key: SessionKey, session| {
                 lock(&closed).push((key.0, session));
                 async {}
             })
             .await
             .unwrap();
-        assert!(matches!(*state, State::Closed));
+        assert!(matches!(*held, State::Closed));
         assert_eq!(*lock(&closed), [("t2".to_owned(), "s2")]);
         let slots = lock(&pool.slots);
         assert!(slots.contains_key(&key("t1")) && !slots.contains_key(&key("t2")));
     }
 
     #[tokio::test]
-    async fn a_caller_that_waited_on_a_slot_closed_with_its_task_finds_it_ended() {
+    async fn closing_a_task_waits_for_its_call_then_ends_its_session() {
         let pool = Arc::new(Pool::<&'static str>::new());
         let soon = || Instant::now() + Duration::from_secs(30);
-        let (slot, mut state) = pool.reserve(&key("t1"), 4, soon(), nothing).await.unwrap();
-        *state = State::Open("s1");
+        let mut held = pool.reserve(&key("t1"), 4, soon(), nothing).await.unwrap();
+        *held = State::Open("s1");
+        let slot = Arc::clone(&held.slot);
         let closing = {
             let pool = Arc::clone(&pool);
             tokio::spawn(async move {
@@ -334,9 +364,34 @@ mod tests {
         };
         tokio::task::yield_now().await;
         // The call in progress ends; the task's session is closed after it.
-        pool.release((Arc::clone(&slot), state));
+        drop(held);
         assert_eq!(closing.await.unwrap(), ["s1"]);
         assert!(matches!(*slot.state.lock().await, State::Ended));
         assert!(lock(&pool.slots).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_midway_makes_room_for_a_waiting_one_at_once() {
+        let pool = Arc::new(Pool::<&'static str>::new());
+        let soon = || Instant::now() + Duration::from_secs(60);
+        let busy = pool.reserve(&key("t1"), 1, soon(), nothing).await.unwrap();
+        let waiting = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.reserve(&key("t2"), 1, soon(), nothing).await.is_ok() })
+        };
+        // The call is a future that holds the slot and is dropped midway (its task was
+        // interrupted), never giving the slot back itself.
+        let mut call = Box::pin(async move {
+            let _busy = busy;
+            std::future::pending::<()>().await;
+        });
+        assert!(futures::poll!(call.as_mut()).is_pending());
+        tokio::task::yield_now().await;
+        drop(call);
+        let took = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        assert!(
+            matches!(took, Ok(Ok(true))),
+            "the waiting call did not get the room a dropped call left: {took:?}"
+        );
     }
 }

@@ -94,25 +94,21 @@ impl Sessions {
             std::future::ready(())
         };
         loop {
-            let Ok((slot, mut state)) =
-                self.pool.reserve(&key, max_sessions, deadline, evict).await
-            else {
+            let Ok(mut held) = self.pool.reserve(&key, max_sessions, deadline, evict).await else {
                 return ActionResult::Recoverable(format!(
                     "no remote session could be made: all {max_sessions} sessions of the host \
                      (policy.max_remote_sessions) are in calls"
                 ));
             };
-            let result = match *state {
+            return match *held {
                 State::Evicted => continue,
                 State::Ended => {
                     ActionResult::Recoverable("the task's session was torn down".into())
                 }
                 State::Closed | State::Open(_) => {
-                    call_in(engine, &mut state, task, tool, plan, &act).await
+                    call_in(engine, &mut held, task, tool, plan, &act).await
                 }
             };
-            self.pool.release((slot, state));
-            return result;
         }
     }
 
