@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentmesh_store::now_ms;
 use rmcp::model::SubscribeRequestParams;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -21,7 +22,6 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::Engine;
 use crate::plan::{ToolPlan, Via};
 use crate::sources::SourceKind;
-use agentmesh_store::now_ms;
 
 /// The first pause before a session is opened again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);

@@ -284,10 +284,7 @@ impl PgStore {
                 // The session went back to the pool with its call unanswered; so may others
                 // of a database that stopped answering: open them anew when needed.
                 self.pool.retain(|_, _| false);
-                Err(StoreError::Io(format!(
-                    "PostgreSQL did not answer a call within {:.1}s",
-                    limit.as_secs_f64()
-                )))
+                Err(inline::unanswered("a call", limit))
             }
         }
     }

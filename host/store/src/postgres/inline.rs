@@ -289,14 +289,18 @@ impl Deadline {
     fn left(&self) -> Result<Duration> {
         let left = self.at.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(StoreError::Io(format!(
-                "PostgreSQL did not answer {} within {:.1}s",
-                self.waited_for,
-                self.given.as_secs_f64()
-            )));
+            return Err(unanswered(self.waited_for, self.given));
         }
         Ok(left)
     }
+}
+
+/// The error of a wait for the database (`waited_for`) that gave up after `given`.
+pub(crate) fn unanswered(waited_for: &str, given: Duration) -> StoreError {
+    StoreError::Io(format!(
+        "PostgreSQL did not answer {waited_for} within {:.1}s",
+        given.as_secs_f64()
+    ))
 }
 
 /// Connects to the first of `config`'s hosts that answers, over a nonblocking socket.
