@@ -384,6 +384,35 @@ fn a_write_is_announced_only_while_another_host_is_registered() {
 }
 
 #[test]
+fn a_host_that_lapsed_cannot_write_a_task_taken_over_by_another_that_lapsed_too() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let lease = Duration::from_secs(1);
+    let short = PgOptions {
+        lease,
+        ..options(&url)
+    };
+    let a = PgStore::open(&short).unwrap();
+    let b = PgStore::open(&short).unwrap();
+    assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
+    write(&a, "t", 1, true).unwrap();
+    // A stalls past its lease; B takes the task over and starts a turn, then stalls as well.
+    std::thread::sleep(lease + Duration::from_millis(300));
+    b.renew_host().unwrap();
+    assert!(matches!(b.take_lease("t"), Ok(Lease::Held { .. })));
+    write(&b, "t", b.last_event_seq("t").unwrap() + 1, true).unwrap();
+    let ends = b.last_event_seq("t").unwrap();
+    std::thread::sleep(lease + Duration::from_millis(300));
+    // A wakes, still lapsed: its turn's write must not land in B's turn.
+    let late = write(&a, "t", ends + 1, false);
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost(_))),
+        "a lapsed host wrote into a task another host had taken over: {late:?}"
+    );
+    assert_eq!(a.last_event_seq("t").unwrap(), ends);
+}
+
+#[test]
 fn a_host_registering_waits_for_a_write_that_looked_before_it_then_reads_it() {
     let pg = Postgres::start();
     let url = pg.new_database();
