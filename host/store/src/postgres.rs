@@ -44,13 +44,14 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
     include_str!("../migrations/postgres/0004_one_row_a_write.sql"),
     include_str!("../migrations/postgres/0005_forget_dead_hosts.sql"),
     include_str!("../migrations/postgres/0006_a_lapsed_writer_takes_nothing.sql"),
+    include_str!("../migrations/postgres/0007_a_lapsed_writer_takes_no_free_lease.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").

@@ -413,6 +413,39 @@ fn a_host_that_lapsed_cannot_write_a_task_taken_over_by_another_that_lapsed_too(
 }
 
 #[test]
+fn a_host_that_lapsed_cannot_write_a_task_another_host_took_over_and_let_go() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let lease = Duration::from_secs(1);
+    let short = PgOptions {
+        lease,
+        ..options(&url)
+    };
+    let a = PgStore::open(&short).unwrap();
+    let b = PgStore::open(&short).unwrap();
+    assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
+    write(&a, "t", 1, true).unwrap();
+    // A stalls past its lease; B takes the task over, runs a turn to its end and stops, which
+    // lets the idle task's lease go.
+    std::thread::sleep(lease + Duration::from_millis(300));
+    b.renew_host().unwrap();
+    assert!(matches!(b.take_lease("t"), Ok(Lease::Held { .. })));
+    write(&b, "t", b.last_event_seq("t").unwrap() + 1, false).unwrap();
+    let ends = b.last_event_seq("t").unwrap();
+    b.end_host().unwrap();
+    // A wakes, still lapsed: a lease nobody holds is not its to take.
+    let late = write(&a, "t", ends + 1, false);
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost(_))),
+        "a lapsed host wrote into a task another host had taken over and let go: {late:?}"
+    );
+    assert_eq!(a.last_event_seq("t").unwrap(), ends);
+    // Once A is heard from again it may take the task as any live host may.
+    a.renew_host().unwrap();
+    write(&a, "t", ends + 1, false).unwrap();
+}
+
+#[test]
 fn a_host_registering_waits_for_a_write_that_looked_before_it_then_reads_it() {
     let pg = Postgres::start();
     let url = pg.new_database();
