@@ -11,7 +11,8 @@ use agentmesh_manifest::model::tool::WasmRuntime;
 use agentmesh_manifest::{Diagnostic, Report};
 use agentmesh_plugins::{
     KvError, KvScope, KvStore, Limits, LoadedComponent, MemoryKv, MiddlewareCall,
-    MiddlewareVerdict, PluginConfig, PluginError, PluginHost, PoolMetrics, Sandbox, ToolSession,
+    MiddlewareVerdict, MountDir, PluginConfig, PluginError, PluginHost, PoolMetrics, Sandbox,
+    ToolSession,
 };
 use agentmesh_store::Backend;
 use serde_json::Value;
@@ -294,7 +295,7 @@ impl Plugins {
         tool: &str,
         path: &Path,
         runtime: &WasmRuntime,
-        mount: Option<PathBuf>,
+        mount: Option<MountDir>,
         settings: &Value,
         parameters: &Value,
         action: &str,

@@ -83,5 +83,5 @@ pub use kv::{KvError, KvScope, KvStore, MemoryKv};
 pub use middleware::{MiddlewareCall, MiddlewareVerdict};
 pub use plugin_host::{CacheStats, PluginConfig, PluginHost};
 pub use registry::ComponentRegistry;
-pub use sandbox::{Limits, Sandbox};
+pub use sandbox::{Limits, MountDir, Sandbox};
 pub use tool::ToolSession;

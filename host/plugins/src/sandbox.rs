@@ -5,7 +5,9 @@
 //! arguments, no sockets, no stdin, no files except its mount, and its stdout/stderr go to the
 //! host's log.
 
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_manifest::model::tool::WasmRuntime;
@@ -53,13 +55,69 @@ pub struct Sandbox {
     pub allowed_hosts: Vec<Origin>,
     /// A host directory preopened at [`MOUNT_GUEST_PATH`] (the agent's mount prefix); `None`
     /// means the component sees no files at all.
-    pub mount: Option<PathBuf>,
+    pub mount: Option<MountDir>,
 }
+
+/// A host directory given to a component as its mount, held open: the sandbox preopens this
+/// very directory (through its handle's name under `/proc/self/fd`), whatever is put at its
+/// path after it was opened — a symbolic link there leads the component nowhere else.
+#[derive(Debug, Clone)]
+pub struct MountDir {
+    handle: Arc<OwnedFd>,
+    /// The directory's path, for messages.
+    shown: PathBuf,
+}
+
+impl MountDir {
+    /// The directory `handle` refers to (a directory the caller opened as it sees fit), shown
+    /// in messages as `shown`.
+    pub fn new(handle: OwnedFd, shown: PathBuf) -> MountDir {
+        MountDir {
+            handle: Arc::new(handle),
+            shown,
+        }
+    }
+
+    /// Opens the directory at `path`, following links on the way: for a path the caller
+    /// trusts whole.
+    pub fn open(path: &Path) -> Result<MountDir> {
+        let refused = |e: std::io::Error| {
+            PluginError::Sandbox(format!("cannot open mount {}: {e}", path.display()))
+        };
+        let file = std::fs::File::open(path).map_err(refused)?;
+        if !file.metadata().map_err(refused)?.is_dir() {
+            return Err(PluginError::Sandbox(format!(
+                "mount {} is not a directory",
+                path.display()
+            )));
+        }
+        Ok(MountDir::new(file.into(), path.to_path_buf()))
+    }
+
+    /// A path that names the opened directory itself.
+    pub(crate) fn handle_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.handle.as_raw_fd()))
+    }
+
+    /// The directory's path, for messages.
+    pub(crate) fn shown(&self) -> &Path {
+        &self.shown
+    }
+}
+
+/// Mounts are the same when they hold the same open directory.
+impl PartialEq for MountDir {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.handle, &other.handle)
+    }
+}
+
+impl Eq for MountDir {}
 
 impl Sandbox {
     /// The sandbox a tool manifest's `wasm:` block describes, with the agent's mount prefix
     /// (a directory on the host), if the agent has a mount.
-    pub fn from_runtime(runtime: &WasmRuntime, mount: Option<PathBuf>) -> Result<Sandbox> {
+    pub fn from_runtime(runtime: &WasmRuntime, mount: Option<MountDir>) -> Result<Sandbox> {
         let allowed_hosts = runtime
             .allowed_hosts
             .iter()
@@ -103,8 +161,8 @@ impl Sandbox {
     }
 
     /// Preopens `dir` at [`MOUNT_GUEST_PATH`].
-    pub fn with_mount(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.mount = Some(dir.into());
+    pub fn with_mount(mut self, dir: MountDir) -> Self {
+        self.mount = Some(dir);
         self
     }
 }

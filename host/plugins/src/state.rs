@@ -14,7 +14,7 @@ use crate::capacity::Capacity;
 use crate::error::{Fault, PluginError, Result};
 use crate::http::{Origin, OutgoingPolicy};
 use crate::kv::{KvError, KvScope, KvStore};
-use crate::sandbox::{Limits, MOUNT_GUEST_PATH};
+use crate::sandbox::{Limits, MOUNT_GUEST_PATH, MountDir};
 use crate::stdio::{LogStream, Output, Stream};
 
 /// The most table elements a component may grow a table to.
@@ -140,7 +140,7 @@ pub(crate) struct Shared {
 pub(crate) struct StoreSpec<'a> {
     pub(crate) limits: &'a Limits,
     pub(crate) allowed_hosts: &'a [Origin],
-    pub(crate) mount: Option<&'a std::path::Path>,
+    pub(crate) mount: Option<&'a MountDir>,
     pub(crate) kv_scope: Option<KvScope>,
 }
 
@@ -169,9 +169,9 @@ pub(crate) fn new_store(
         .allow_ip_name_lookup(false)
         .socket_addr_check(|_, _| Box::pin(async { false }));
     if let Some(dir) = spec.mount {
-        wasi.preopened_dir(dir, MOUNT_GUEST_PATH, FsPerms::ReadWrite)
+        wasi.preopened_dir(dir.handle_path(), MOUNT_GUEST_PATH, FsPerms::ReadWrite)
             .map_err(|e| {
-                PluginError::Sandbox(format!("cannot open mount {}: {e}", dir.display()))
+                PluginError::Sandbox(format!("cannot open mount {}: {e}", dir.shown().display()))
             })?;
     }
 

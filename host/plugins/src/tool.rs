@@ -96,7 +96,8 @@ struct Spec {
 }
 
 impl Spec {
-    /// Checks that `component` is a tool and the sandbox's mount a directory.
+    /// Checks that `component` is a tool (a [`MountDir`](crate::MountDir) is a directory
+    /// already).
     fn new(
         component: Arc<LoadedComponent>,
         sandbox: Sandbox,
@@ -106,14 +107,6 @@ impl Spec {
     ) -> Result<Spec> {
         if component.world() != World::Tool {
             return Err(component.wrong_world(World::Tool));
-        }
-        if let Some(dir) = &sandbox.mount
-            && !dir.is_dir()
-        {
-            return Err(PluginError::Sandbox(format!(
-                "mount {} is not a directory",
-                dir.display()
-            )));
         }
         Ok(Spec {
             component,
@@ -350,7 +343,7 @@ async fn start(spec: &Spec) -> Result<Live> {
         StoreSpec {
             limits: &limits,
             allowed_hosts: &spec.sandbox.allowed_hosts,
-            mount: spec.sandbox.mount.as_deref(),
+            mount: spec.sandbox.mount.as_ref(),
             kv_scope: Some(KvScope::new(spec.component.name(), spec.task.as_str())),
         },
     )?;

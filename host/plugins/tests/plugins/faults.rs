@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentmesh_plugins::{
-    Fault, MemoryKv, PluginConfig, PluginHost, Sandbox, ToolError, ToolSession,
+    Fault, MemoryKv, MountDir, PluginConfig, PluginHost, Sandbox, ToolError, ToolSession,
 };
 use serde_json::{Value, json};
 
@@ -148,7 +148,7 @@ async fn requests_outside_allowed_hosts_never_leave_the_host() {
 async fn the_probe_finds_nothing_outside_its_mount() {
     let mount = tempfile::tempdir().unwrap();
     std::fs::write(mount.path().join("inside.txt"), "mine").unwrap();
-    let sandbox = Sandbox::default().with_mount(mount.path());
+    let sandbox = Sandbox::default().with_mount(MountDir::open(mount.path()).unwrap());
     let mut session = ToolSession::lazy(load("test-probe"), sandbox, "{}", "{}", "t_probe")
         .unwrap()
         .open()
