@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use agentmesh_testkit::client::Response;
-use agentmesh_testkit::fixtures::{API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, scripted_agent};
+use agentmesh_testkit::fixtures::{
+    API_TOKEN_ENV, API_TOKENS, config_dir, dirs, echo_tool, scripted_agent,
+};
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
@@ -928,4 +930,77 @@ prompt: Help.
             .contains("host.yaml:6:17: error: environment variable `AM_TTL` is not set"),
         "{out}{err}"
     );
+}
+
+/// A binding scopes a tool to its value: a value the LLM gives another parameter of the URL
+/// cannot climb out of it (`../`), add to the query or cut the URL short.
+#[test]
+fn a_url_value_cannot_walk_around_a_bound_parameter() {
+    let (port, received) = agentmesh_testkit::serve(4, |r| {
+        ("200 OK", json!({"got": r.request_line}).to_string())
+    });
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: files
+description: Files of a repository.
+parameters:
+  type: object
+  properties:
+    owner: {{type: string, require_binding: true}}
+    repo: {{type: string, require_binding: true}}
+    path: {{type: string}}
+stateless_http:
+  method: GET
+  url: \"http://127.0.0.1:{port}/repos/{{parameters.owner}}/{{parameters.repo}}/contents/{{parameters.path}}?ref=main\"
+actions:
+  - name: read
+    description: Read a file.
+    execute: {{stateless_http: {{}}}}
+"
+    );
+    let agent = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Reads files of one repository.
+prompt: Read.
+model: scripted/script.yaml
+capabilities:
+  files:
+    bindings: {owner: \"'bound-org'\", repo: \"'bound-repo'\"}
+";
+    let script = "responses:
+  - tool_calls:
+      - {name: files, arguments: {path: src/lib.rs}}
+      - {name: files, arguments: {path: ../../../victim-org/private/contents/secrets.env}}
+      - {name: files, arguments: {path: \"..\\\\..\\\\..\\\\victim-org\"}}
+      - {name: files, arguments: {path: \"x?ref=evil#\"}}
+  - text: done
+";
+    let dir = config_dir(&[
+        ("tool.yaml", &tool),
+        ("agent.yaml", agent),
+        ("script.yaml", script),
+    ]);
+    let data = dir.path().join("data");
+    run_json(dir.path(), "t/a", "go", &data, &[]);
+    let lines: Vec<String> = std::iter::from_fn(|| {
+        received
+            .recv_timeout(Duration::from_millis(500))
+            .ok()
+            .map(|r| r.request_line)
+    })
+    .collect();
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("GET /repos/bound-org/bound-repo/contents/src/lib.rs?ref=main HTTP/1.1"),
+        "the plain call should reach the bound repository: {lines:?}"
+    );
+    for line in &lines {
+        assert!(
+            line.starts_with("GET /repos/bound-org/bound-repo/contents/")
+                && line.ends_with("?ref=main HTTP/1.1"),
+            "a request left the bound repository or changed its query: {line}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! delegation.
 
 mod openapi;
+mod url;
 
 use std::sync::Arc;
 
@@ -113,11 +114,11 @@ pub(crate) async fn run_action(
                 Ok(p) => p,
                 Err(e) => return ActionResult::Fatal(e),
             };
-            let mount = mount_of(engine, agent, record).map(|m| {
-                let dir = m.dir();
-                let _ = std::fs::create_dir_all(&dir);
-                dir
-            });
+            let mount = match mount_of(engine, agent, record).map(|m| m.open_dir()) {
+                Some(Ok(dir)) => Some(dir),
+                Some(Err(e)) => return ActionResult::Recoverable(format!("mount: {e}")),
+                None => None,
+            };
             let root_params: Map<String, Value> = match input {
                 Value::Object(m) => m
                     .iter()
@@ -293,7 +294,7 @@ async fn send(
     http: &HttpPlan,
     act: &Activation,
 ) -> Result<HttpAnswer, ActionResult> {
-    let url = match http.url.render(act) {
+    let url = match url::render(&http.url, act) {
         Ok(u) => u,
         Err(e) => return Err(ActionResult::Recoverable(format!("url: {e}"))),
     };

@@ -58,4 +58,4 @@ pub use expression::{
 pub use members::Member;
 pub use needs::Needs;
 pub use scope::{Scope, ScopeError};
-pub use template::{Segment, Template};
+pub use template::{Rendered, Segment, Template};

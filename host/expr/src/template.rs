@@ -29,6 +29,15 @@ pub enum Segment {
     Expr(usize, Expression),
 }
 
+/// A rendered piece of a template.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rendered<'t> {
+    /// The template's own text.
+    Text(&'t str),
+    /// A hole's value: a string as it is, any other value as JSON.
+    Value(String),
+}
+
 impl Template {
     /// Parses and compiles every hole of `source`. The error's offset is in characters from the
     /// start of the template.
@@ -119,26 +128,43 @@ impl Template {
     /// Renders the template: strings are inserted as they are, other values as JSON.
     pub fn render(&self, activation: &Activation) -> Result<String, EvalError> {
         let mut out = String::new();
-        for segment in &self.segments {
-            match segment {
-                Segment::Text(t) => out.push_str(t),
-                Segment::Expr(_, e) => crate::budget::offloaded(e.iterates(), || {
-                    activation.eval(e.metered(), |value| {
-                        match value.downcast_ref::<CelString>() {
-                            Some(s) => out.push_str(s.inner()),
-                            None => {
-                                let json = result_json(value)?;
-                                // Writing to a `String` cannot fail.
-                                let _ = write!(out, "{json}");
-                            }
-                        }
-                        Ok(())
-                    })
-                })
-                .map_err(|err| hole_error(e, &err))?,
+        for piece in self.render_pieces(activation)? {
+            match piece {
+                Rendered::Text(t) => out.push_str(t),
+                Rendered::Value(v) => out.push_str(&v),
             }
         }
         Ok(out)
+    }
+
+    /// Renders each hole as [`Template::render`] inserts it, keeping the template's text and
+    /// the values apart: for a caller that escapes each value for where it lands (a URL).
+    pub fn render_pieces(&self, activation: &Activation) -> Result<Vec<Rendered<'_>>, EvalError> {
+        let mut pieces = Vec::with_capacity(self.segments.len());
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(t) => pieces.push(Rendered::Text(t)),
+                Segment::Expr(_, e) => {
+                    let mut value = String::new();
+                    crate::budget::offloaded(e.iterates(), || {
+                        activation.eval(e.metered(), |v| {
+                            match v.downcast_ref::<CelString>() {
+                                Some(s) => value.push_str(s.inner()),
+                                None => {
+                                    let json = result_json(v)?;
+                                    // Writing to a `String` cannot fail.
+                                    let _ = write!(value, "{json}");
+                                }
+                            }
+                            Ok(())
+                        })
+                    })
+                    .map_err(|err| hole_error(e, &err))?;
+                    pieces.push(Rendered::Value(value));
+                }
+            }
+        }
+        Ok(pieces)
     }
 
     /// Renders a template that is exactly one hole to the hole's value, keeping its type

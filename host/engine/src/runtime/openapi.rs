@@ -59,7 +59,7 @@ fn request(
         };
         match place {
             Place::Path => {
-                path = path.replace(&format!("{{{name}}}"), &encode_segment(&text(value)));
+                path = path.replace(&format!("{{{name}}}"), &super::url::encode(&text(value)));
             }
             // An array is sent as the parameter repeated (OpenAPI's default `form`, exploded).
             Place::Query => match value {
@@ -101,6 +101,9 @@ fn request(
         }
     }
     let shown = format!("{}{path}", base.trim_end_matches('/'));
+    if let Err(e) = super::url::no_dot_segments(&shown) {
+        return Err(ActionResult::Recoverable(e));
+    }
     let mut url = match reqwest::Url::parse(&shown) {
         Ok(u) => u,
         Err(e) => {
@@ -180,30 +183,5 @@ fn text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
-}
-
-/// `text` percent-encoded for one path segment: everything but RFC 3986's unreserved
-/// characters, so a value cannot add segments (`../`) or a query.
-fn encode_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_path_value_cannot_add_segments_or_a_query() {
-        assert_eq!(encode_segment("../admin?x=1"), "..%2Fadmin%3Fx%3D1");
-        assert_eq!(encode_segment("pet-7_a.b~"), "pet-7_a.b~");
     }
 }
