@@ -69,6 +69,15 @@ fn tokens_and_roles_decide_who_sees_and_changes_what() {
         .json(&json!({"agent": "lab/careful", "user": {"id": "user:bob"}}))
         .send();
     assert_eq!(r.status, 403, "alice cannot act as bob");
+    // Nor give herself an email the host cannot vouch for (guards may read it).
+    let r = server
+        .request("POST", "/v1/tasks")
+        .header("Authorization", &bearer("alice-token"))
+        .json(&json!({"agent": "lab/careful",
+                      "user": {"id": "user:alice", "email": "ceo@corp.example"}}))
+        .send();
+    assert_eq!(r.status, 403, "alice chose her own email: {}", r.text());
+    assert!(r.text().contains("email"), "{}", r.text());
 
     let get = |token: &str| {
         server

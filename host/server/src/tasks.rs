@@ -107,6 +107,13 @@ pub async fn create(
                 caller.subject
             )));
         }
+        // The host knows a token's subject, not its holder's email: one the caller chose
+        // would pass a guard that trusts `context.user.email`.
+        (Role::AgentUser, Some(u)) if u.email.is_some() => {
+            return Err(ApiError::forbidden(
+                "an agent_user token cannot set `user.email`: only an admin names a user's email",
+            ));
+        }
         (_, Some(u)) => UserRef {
             id: u.id,
             email: u.email,
