@@ -10,6 +10,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
+use crate::mcp_server::run_sdk_client_in;
 use crate::util::{Env, agentmesh_in, run_in};
 use crate::wasm::guest;
 
@@ -39,7 +40,7 @@ fn assert_clean(what: &str, text: &str) {
 /// A fake REST API answering `requests` requests: `/echo` answers what it was sent (its
 /// `authorization` header and path), `/fail` is a 500 whose error repeats the path.
 fn fake_api(requests: usize) -> u16 {
-    let (port, _received) = agentmesh_testkit::serve(requests, |r| {
+    let (port, received) = agentmesh_testkit::serve(requests, |r| {
         let path = r.request_line.clone();
         if path.contains("/fail") {
             (
@@ -54,6 +55,8 @@ fn fake_api(requests: usize) -> u16 {
             )
         }
     });
+    // Kept for as long as the test runs: the server stops at the first request after it goes.
+    std::mem::forget(received);
     port
 }
 
@@ -332,5 +335,58 @@ fn sse(server: &Server, id: &str) -> String {
         if last {
             return text;
         }
+    }
+}
+
+/// A tool key holding `"` and `\`, which JSON escapes: in the text of an MCP result, itself
+/// sent as JSON, it stands escaped twice.
+const QUOTED_KEY: &str = r#"sk-"quoted\key-91c4"#;
+
+/// An MCP client — of `agentmesh mcp` on stdio and of `serve`'s `/mcp` — is answered a tool's
+/// result and a failed call's error with `***` where a secret was, however the protocol
+/// escapes them.
+#[test]
+fn an_mcp_client_sees_no_secret_in_a_result_or_an_error() {
+    let dir = secrets_config(fake_api(2));
+    let host = dir.path().join("host.yaml");
+    let tokens = "api_tokens:\n  - {subject: \"user:ann\", role: agent_user, env: MCP_TOKEN}\n";
+    let written = std::fs::read_to_string(&host).unwrap();
+    std::fs::write(&host, format!("{written}{tokens}")).unwrap();
+    let data = dir.path().join("data");
+    let env = [
+        ("AGENTMESH_TEST_API_KEY", QUOTED_KEY),
+        ("MCP_TOKEN", "mcp-client-token-5e1d"),
+    ];
+    let calls = json!([
+        {"name": "api_echo", "arguments": {}},
+        {"name": "api_unreachable", "arguments": {}},
+    ]);
+    let stdio = run_sdk_client_in(
+        &env,
+        &calls,
+        &[
+            "stdio",
+            AGENTMESH,
+            "mcp",
+            dir.path().to_str().unwrap(),
+            "--agent",
+            "t/a",
+            "--data",
+            data.to_str().unwrap(),
+        ],
+    );
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env);
+    let url = format!("http://{}/mcp?agent=t/a", server.addr);
+    let http = run_sdk_client_in(&[], &calls, &["http", &url, "mcp-client-token-5e1d"]);
+    for session in [stdio, http] {
+        // No form of the key, escaped once, twice or percent-encoded, holds its middle.
+        assert!(!session.to_string().contains("quoted"), "{session}");
+        let results = &session["results"];
+        assert_eq!(results[0]["is_error"], false, "{session}");
+        assert_eq!(results[0]["structured"]["you_sent"], "Bearer ***");
+        assert!(results[0]["text"].as_str().unwrap().contains("Bearer ***"));
+        assert_eq!(results[1]["is_error"], true, "{session}");
+        let error = results[1]["text"].as_str().unwrap();
+        assert!(error.contains("key=***"), "{session}");
     }
 }

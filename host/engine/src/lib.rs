@@ -371,6 +371,12 @@ impl Engine {
         }
     }
 
+    /// The secrets of the plan in force, for text that leaves the host by another way than
+    /// the log (which scrubs every event): a client's answer, a record, a quoted answer.
+    pub(crate) fn secrets(&self) -> Arc<agentmesh_secrets::Secrets> {
+        self.inner.options.secrets.get()
+    }
+
     /// The plan in force.
     pub fn plan(&self) -> Arc<Plan> {
         Arc::clone(
