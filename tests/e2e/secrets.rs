@@ -60,6 +60,19 @@ fn fake_api(requests: usize) -> u16 {
     port
 }
 
+/// The head of a tool `t/api` with the settings `api_key` (a password) and `base`; its other
+/// settings and its actions follow.
+const API_TOOL: &str = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: A REST API with a key.
+settings:
+  type: object
+  properties:
+    api_key: {type: string, format: password}
+    base: {type: string}
+";
+
 /// A host config with the tool's secrets, a tool `t/api` whose actions echo, fail with, and
 /// cannot reach a URL holding them, and an agent `t/a` calling each in turn.
 fn secrets_config(port: u16) -> tempfile::TempDir {
@@ -73,16 +86,8 @@ settings:
       base: http://127.0.0.1:{port}
 "
     );
-    let tool = "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: api
-description: A REST API with a key.
-settings:
-  type: object
-  properties:
-    api_key: {type: string, format: password}
-    signing: {type: string, format: password}
-    base: {type: string}
+    let tool = API_TOOL.to_owned()
+        + "    signing: {type: string, format: password}
 actions:
   - name: echo
     description: Answers what it was sent.
@@ -113,7 +118,7 @@ capabilities: {api: \"*\"}
 ";
     config_dir(&[
         ("host.yaml", &host),
-        ("all.yaml", tool),
+        ("all.yaml", &tool),
         ("script.yaml", script),
     ])
 }
@@ -128,6 +133,17 @@ fn secrets_setup() -> (tempfile::TempDir, std::path::PathBuf, Env<'static>) {
         ..Env::default()
     };
     (dir, data, env)
+}
+
+/// `agentmesh call DIR ACTION --data DIR/data` with [`ENV`]: exit code, stdout, stderr.
+fn call_in(dir: &std::path::Path, action: &str) -> (Option<i32>, String, String) {
+    let env = Env {
+        vars: &ENV,
+        ..Env::default()
+    };
+    let data = dir.join("data");
+    let (dir, data) = (dir.to_str().unwrap(), data.to_str().unwrap());
+    agentmesh_in(&env, &["call", dir, action, "--data", data])
 }
 
 #[test]
@@ -389,4 +405,60 @@ fn an_mcp_client_sees_no_secret_in_a_result_or_an_error() {
         let error = results[1]["text"].as_str().unwrap();
         assert!(error.contains("key=***"), "{session}");
     }
+}
+
+/// The host follows a redirect within the origin (scheme, host and port) a tool's URL names,
+/// never to another one: the headers it fills from settings would reach a host the manifest
+/// never named. A redirect elsewhere is the call's answer.
+#[test]
+fn a_redirect_is_followed_within_its_origin_only() {
+    let (elsewhere, reached) = agentmesh_testkit::serve(1, |_| ("200 OK", "{}".to_owned()));
+    let (port, received) = agentmesh_testkit::serve_located(3, move |r| {
+        if r.request_line.contains("/moved") {
+            ("302 Found", Some("/landed".to_owned()), String::new())
+        } else if r.request_line.contains("/away") {
+            let away = format!("http://localhost:{elsewhere}/collect");
+            ("307 Temporary Redirect", Some(away), String::new())
+        } else {
+            ("200 OK", None, json!({"landed": true}).to_string())
+        }
+    });
+    let host = format!(
+        "kind: agentmesh/v1/host
+settings: {{t: {{api: {{api_key: {{env: AGENTMESH_TEST_API_KEY}}, base: \"http://127.0.0.1:{port}\"}}}}}}
+"
+    );
+    let tool = API_TOOL.to_owned()
+        + "actions:
+  - name: moved
+    description: Moved within its API.
+    execute:
+      stateless_http: {url: \"{settings.base}/moved\", headers: {X-Api-Key: \"{settings.api_key}\"}}
+  - name: away
+    description: Moved to another host.
+    execute:
+      stateless_http: {url: \"{settings.base}/away\", headers: {X-Api-Key: \"{settings.api_key}\"}}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("tool.yaml", &tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.moved");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("\"landed\": true"), "{out}");
+    for path in ["/moved", "/landed"] {
+        let r = received.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(r.request_line.contains(path), "{r:?}");
+        assert_eq!(r.header("x-api-key"), Some(API_KEY));
+    }
+    let (code, out, err) = call_in(dir.path(), "t/api.away");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("HTTP 307"), "{err}");
+    assert!(
+        err.contains(&format!("localhost:{elsewhere}/collect")),
+        "{err}"
+    );
+    assert!(received.recv_timeout(Duration::from_secs(5)).is_ok());
+    let stolen = reached.recv_timeout(Duration::from_millis(500));
+    assert!(
+        stolen.is_err(),
+        "the key went to another origin: {stolen:?}"
+    );
 }

@@ -309,7 +309,10 @@ impl Engine {
                 watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
                 // Building fails only if TLS cannot start, as `Client::new` would.
-                http: agentmesh_llm::http_client().build().unwrap_or_default(),
+                http: agentmesh_llm::http_client()
+                    .redirect(runtime::same_origin_redirects())
+                    .build()
+                    .unwrap_or_default(),
                 plugins: OnceLock::new(),
                 mcp: mcp::McpSessions::new(),
                 sessions: session::Sessions::new(),

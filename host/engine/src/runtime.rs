@@ -23,6 +23,29 @@ use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask, Run};
 /// and the event log, so an endpoint that streams gigabytes cannot exhaust memory.
 pub const MAX_HTTP_RESPONSE: usize = 4 * 1024 * 1024;
 
+/// How many redirects one request follows (reqwest's default): a loop ends as an error
+/// instead of going round for ever.
+const MAX_REDIRECTS: usize = 10;
+
+/// The redirects the engine's HTTP requests follow (`stateless_http`, `stateful_session`,
+/// `openapi`, `receive.poll`, auth providers' token requests): only those within the origin
+/// (scheme, host and port) of the URL first asked for. On a redirect to another origin
+/// reqwest drops `Authorization` and `Cookie` but keeps every other header, so a key a tool
+/// sends from its settings (`X-Api-Key`, an `openapi` key) would reach a host the manifest
+/// never named; such a redirect is the answer instead (see [`exchange`]).
+pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(reqwest::Url::origin);
+        if first != Some(attempt.url().origin()) {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 /// The agent's mount for this task.
 pub(crate) fn mount_of(
     engine: &Engine,
@@ -349,8 +372,8 @@ async fn send(
 }
 
 /// Sends `req` (to `url`, as errors show it) and reads the answer's status and body: whatever
-/// the endpoint does (unreachable, slow, a body that cannot be read or is too large) is an
-/// observation the LLM can act on; the task goes on.
+/// the endpoint does (unreachable, slow, a body that cannot be read or is too large, a
+/// redirect to another origin) is an observation the LLM can act on; the task goes on.
 async fn exchange(
     req: reqwest::RequestBuilder,
     url: &str,
@@ -372,6 +395,16 @@ async fn exchange(
         }
     };
     let status = response.status();
+    // A redirect the client did not follow (to another origin) says where it leads.
+    if status.is_redirection()
+        && let Some(location) = response.headers().get(reqwest::header::LOCATION)
+    {
+        return Err(ActionResult::Recoverable(format!(
+            "HTTP {}: `{url}` redirects to `{}`, another origin, which the host does not follow",
+            status.as_u16(),
+            String::from_utf8_lossy(location.as_bytes())
+        )));
+    }
     let bytes = match agentmesh_llm::read_capped(response, MAX_HTTP_RESPONSE).await {
         Ok(b) => b,
         Err(Capped::Read(e)) => {
