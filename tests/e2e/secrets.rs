@@ -462,3 +462,36 @@ settings: {{t: {{api: {{api_key: {{env: AGENTMESH_TEST_API_KEY}}, base: \"http:/
         "the key went to another origin: {stolen:?}"
     );
 }
+
+/// The password of a URL's user info, which the host sends as `Authorization: Basic`, is a
+/// secret whatever its setting says, and so is the base64 sent: an API echoing the header
+/// shows `***`.
+#[test]
+fn a_password_in_a_urls_user_info_is_hidden_as_sent() {
+    let port = fake_api(1);
+    let host = format!(
+        "kind: agentmesh/v1/host
+settings: {{t: {{api: {{password: pw-in-url-3c7e, base: \"127.0.0.1:{port}\"}}}}}}
+"
+    );
+    let tool = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: A REST API behind a login.
+settings:
+  type: object
+  properties:
+    password: {type: string}
+    base: {type: string}
+actions:
+  - name: echo
+    description: Answers what it was sent.
+    execute: {stateless_http: {url: \"http://ops:{settings.password}@{settings.base}/echo\"}}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("tool.yaml", tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.echo");
+    assert_eq!(code, Some(0), "{out}{err}");
+    // base64 of `ops:pw-in-url-3c7e`.
+    assert!(!out.contains("b3BzOnB3LWluLXVybC0zYzdl"), "{out}");
+    assert!(out.contains("Basic ***"), "{out}");
+}
