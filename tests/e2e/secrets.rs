@@ -463,6 +463,53 @@ settings: {{t: {{api: {{api_key: {{env: AGENTMESH_TEST_API_KEY}}, base: \"http:/
     );
 }
 
+/// A model key holding every character HTML escapes.
+const MARKUP_KEY: &str = r#"sk-<&>"'-model-77c1"#;
+
+/// The inspector's pages, which show a task's output escaped as HTML, and `agentmesh tasks`,
+/// which reads the store without a host, show no secret of a task's record.
+#[test]
+fn the_inspector_and_the_task_list_show_no_secret_of_a_record() {
+    let model = echoing_model();
+    let host = format!(
+        "{}models:
+  fake: {{base_url: \"http://127.0.0.1:{model}/v1\", api_key: {{env: AGENTMESH_TEST_MODEL_KEY}}}}
+",
+        agentmesh_testkit::fixtures::API_TOKENS
+    );
+    let talker = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: talker
+description: Talks to a remote model.
+prompt: Talk.
+model: fake/m
+exposes: {said: \"output.message[0].text\"}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("talker.yaml", talker)]);
+    let data = dir.path().join("data");
+    let mut env = agentmesh_testkit::fixtures::API_TOKEN_ENV.to_vec();
+    env.push(("AGENTMESH_TEST_MODEL_KEY", MARKUP_KEY));
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env);
+    let id = crate::inspector::task(&server, "admin-token", "t/talker", "go");
+    let cookie = crate::inspector::session_cookie(&server, "admin-token");
+    let page = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &cookie)
+        .send()
+        .text();
+    assert!(!page.contains("model-77c1"), "{page}");
+    assert!(page.contains("Bearer ***"), "{page}");
+    assert_eq!(server.terminate(), Some(0));
+    let data = data.to_str().unwrap();
+    for format in [&["--json"][..], &[]] {
+        let args = [&["tasks", "--data", data][..], format].concat();
+        let (code, out, err) = agentmesh_in(&Env::default(), &args);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!out.contains("model-77c1"), "{out}");
+        assert!(out.contains("Bearer ***"), "{out}");
+    }
+}
+
 /// The password of a URL's user info, which the host sends as `Authorization: Basic`, is a
 /// secret whatever its setting says, and so is the base64 sent: an API echoing the header
 /// shows `***`.

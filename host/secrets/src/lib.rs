@@ -53,8 +53,9 @@ pub const MIN_SECRET_BYTES: usize = 4;
 /// A set of secret values, and the scrubbing of text by them.
 ///
 /// Each secret is searched for as written and in the forms it takes in the host's output:
-/// escaped in JSON (a secret holding `"` or `\`), and percent-encoded as in a URL (an error
-/// about a request shows its URL). An empty set costs one branch per scrub.
+/// escaped in JSON (a secret holding `"` or `\`), escaped in HTML as text or inside JSON (the
+/// inspector's pages), and percent-encoded as in a URL (an error about a request shows its
+/// URL). An empty set costs one branch per scrub.
 #[derive(Debug, Default)]
 pub struct Secrets {
     /// Every form of every secret; `None` when there is no secret.
@@ -80,8 +81,11 @@ impl Secrets {
         secrets.dedup();
         let mut patterns = Vec::with_capacity(secrets.len());
         for secret in &secrets {
+            let json = json_escaped(secret);
             let forms = [
-                json_escaped(secret),
+                html_escaped(secret),
+                html_escaped(&json),
+                json,
                 percent_encoded(secret, |b| !is_unreserved(b)),
                 percent_encoded(secret, is_url_escaped),
             ];
@@ -184,6 +188,22 @@ impl Secrets {
 fn json_escaped(secret: &str) -> String {
     let quoted = Value::String(secret.to_owned()).to_string();
     quoted[1..quoted.len() - 1].to_owned()
+}
+
+/// `text` as the inspector's pages show it (maud escapes `&`, `<`, `>` and `"`): a secret
+/// holding one of them, shown as text or inside JSON, is found in the page.
+fn html_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// RFC 3986 unreserved bytes, which no encoder escapes.
@@ -297,6 +317,16 @@ mod tests {
         assert_eq!(s.scrub(&json), r#"{"e":"***"}"#);
         assert_eq!(s.scrub("GET /x?k=pa%22ss%20w%C3%B6rd/1"), "GET /x?k=***");
         assert_eq!(s.scrub("k=pa%22ss%20w%C3%B6rd%2F1"), "k=***");
+    }
+
+    #[test]
+    fn html_escaped_forms_are_found_as_text_and_inside_json() {
+        let s = Secrets::new([r#"sk-<&>"'-9"#]).unwrap();
+        assert_eq!(s.scrub("<p>sk-&lt;&amp;&gt;&quot;'-9</p>"), "<p>***</p>");
+        assert_eq!(
+            s.scrub(r#"<pre>"sk-&lt;&amp;&gt;\&quot;'-9"</pre>"#),
+            r#"<pre>"***"</pre>"#
+        );
     }
 
     #[test]
