@@ -54,8 +54,8 @@ pub const MIN_SECRET_BYTES: usize = 4;
 ///
 /// Each secret is searched for as written and in the forms it takes in the host's output:
 /// escaped in JSON (a secret holding `"` or `\`), escaped in HTML as text or inside JSON (the
-/// inspector's pages), and percent-encoded as in a URL (an error about a request shows its
-/// URL). An empty set costs one branch per scrub.
+/// inspector's pages), and percent-encoded as in a URL or a form's query (an error about a
+/// request shows its URL). An empty set costs one branch per scrub.
 #[derive(Debug, Default)]
 pub struct Secrets {
     /// Every form of every secret; `None` when there is no secret.
@@ -88,6 +88,7 @@ impl Secrets {
                 json,
                 percent_encoded(secret, |b| !is_unreserved(b)),
                 percent_encoded(secret, is_url_escaped),
+                form_encoded(secret),
             ];
             patterns.push(secret.clone());
             for form in forms {
@@ -217,6 +218,16 @@ fn is_url_escaped(b: u8) -> bool {
     !b.is_ascii_graphic() || matches!(b, b'"' | b'#' | b'<' | b'>' | b'\'' | b'`' | b'{' | b'}')
 }
 
+/// `secret` as a form encodes it (`application/x-www-form-urlencoded`, as
+/// `url::form_urlencoded` and `Url::query_pairs_mut` write a query, e.g. an `openapi` key in
+/// the query): a space as `+`, every byte but ASCII letters, digits and `*-._` as `%XX`.
+fn form_encoded(secret: &str) -> String {
+    percent_encoded(secret, |b| {
+        !(b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_' | b' '))
+    })
+    .replace(' ', "+")
+}
+
 /// `secret` with the bytes `escape` picks as `%XX`.
 fn percent_encoded(secret: &str, escape: impl Fn(u8) -> bool) -> String {
     let mut out = String::with_capacity(secret.len());
@@ -317,6 +328,14 @@ mod tests {
         assert_eq!(s.scrub(&json), r#"{"e":"***"}"#);
         assert_eq!(s.scrub("GET /x?k=pa%22ss%20w%C3%B6rd/1"), "GET /x?k=***");
         assert_eq!(s.scrub("k=pa%22ss%20w%C3%B6rd%2F1"), "k=***");
+    }
+
+    #[test]
+    fn form_encoded_forms_in_a_query_are_found() {
+        // As `url::form_urlencoded` and `Url::query_pairs_mut` write a query: `+` for a space,
+        // `%7E` for `~`, `*` kept.
+        let s = Secrets::new(["a b~c*d/e"]).unwrap();
+        assert_eq!(s.scrub("GET /x?k=a+b%7Ec*d%2Fe&n=1"), "GET /x?k=***&n=1");
     }
 
     #[test]
