@@ -542,3 +542,55 @@ actions:
     assert!(!out.contains("b3BzOnB3LWluLXVybC0zYzdl"), "{out}");
     assert!(out.contains("Basic ***"), "{out}");
 }
+
+/// An error quoting the start of a long answer hides its secrets before cutting it: no head
+/// of a secret is left where the cut falls.
+#[test]
+fn a_cut_quote_of_an_answer_leaves_no_head_of_a_secret() {
+    let (port, _received) = agentmesh_testkit::serve(1, |r| {
+        let auth = r.header("authorization").unwrap_or_default();
+        // After `{"error":"` and the padding the key starts 5 characters before the 500th.
+        let error = format!("{}{auth} and more", "x".repeat(478));
+        let body = json!({"error": error}).to_string();
+        ("500 Internal Server Error", body)
+    });
+    let dir = secrets_config(port);
+    let (code, out, err) = call_in(dir.path(), "t/api.echo");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("HTTP 500"), "{err}");
+    assert!(!err.contains(&API_KEY[..5]), "{err}");
+}
+
+/// The end of an MCP server's stderr, quoted when it does not start, is cut after its
+/// secrets are hidden: no tail of a secret is left where the cut falls.
+#[test]
+fn a_cut_stderr_of_an_mcp_server_leaves_no_tail_of_a_secret() {
+    // The key's line and one of 1013 bytes: of the last 1024 bytes kept, the cut falls 10
+    // bytes into the key.
+    let script = "printf '%s\\n' \"$KEY\" >&2; printf '%1013s\\n' end >&2; exit 3";
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: An MCP server that fails at start.
+settings:
+  type: object
+  properties:
+    api_key: {{type: string, format: password}}
+mcp: {{transport: stdio, command: /bin/sh, args: [\"-c\", {script:?}], env: {{KEY: \"{{settings.api_key}}\"}}}}
+actions:
+  - name: go
+    description: Fails.
+    parameters: {{type: object, properties: {{}}}}
+    execute: {{mcp: {{}}}}
+"
+    );
+    let host = "kind: agentmesh/v1/host
+settings: {t: {api: {api_key: {env: AGENTMESH_TEST_API_KEY}}}}
+";
+    let dir = config_dir(&[("host.yaml", host), ("tool.yaml", &tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.go");
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(err.contains("stderr ended with"), "{err}");
+    assert!(!err.contains(&API_KEY[10..]), "{err}");
+}

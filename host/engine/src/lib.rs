@@ -297,6 +297,7 @@ impl Engine {
         let store: Arc<dyn Backend> = Arc::new(Offloaded::new(store, threads::store_call));
         let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
         let sources = sources::Sources::new(options.secrets.clone());
+        let mcp_sessions = mcp::McpSessions::new(options.secrets.clone());
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -314,7 +315,7 @@ impl Engine {
                     .build()
                     .unwrap_or_default(),
                 plugins: OnceLock::new(),
-                mcp: mcp::McpSessions::new(),
+                mcp: mcp_sessions,
                 sessions: session::Sessions::new(),
                 sources,
                 auth: auth::AuthTokens::default(),

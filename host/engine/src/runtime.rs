@@ -10,6 +10,7 @@ use std::sync::Arc;
 use agentmesh_expr::{Activation, MountIo, Needs, Template};
 use agentmesh_llm::Capped;
 use agentmesh_manifest::model::tool::HttpMethod;
+use agentmesh_secrets::Secrets;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
@@ -214,7 +215,7 @@ fn request_activation(
 /// A `stateless_http` call: the request, then its answer as the result.
 async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> ActionResult {
     match http_send(engine, http, act).await {
-        Ok(answer) => http_result(http, answer),
+        Ok(answer) => http_result(&engine.secrets(), http, answer),
         Err(failed) => failed,
     }
 }
@@ -247,10 +248,14 @@ impl HttpAnswer {
 
 /// The result of a call answered `answer`: the body, or the part `response_path` selects; a
 /// failing status is an observation.
-pub(crate) fn http_result(http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
+pub(crate) fn http_result(secrets: &Secrets, http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
     let HttpAnswer { status, body, .. } = answer;
     if !status.is_success() {
-        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+        return ActionResult::Recoverable(format!(
+            "HTTP {}: {}",
+            status.as_u16(),
+            snippet(secrets, &body)
+        ));
     }
     match &http.response_path {
         Some(path) => match select(&body, path) {
@@ -432,14 +437,18 @@ pub(crate) async fn send_operation(
 
 /// The result of an operation answered `answer`: its body; a failing status, or with `json`
 /// a body that is not JSON, is an observation.
-pub(crate) fn operation_result(answer: HttpAnswer, json: bool) -> ActionResult {
+pub(crate) fn operation_result(secrets: &Secrets, answer: HttpAnswer, json: bool) -> ActionResult {
     let HttpAnswer {
         status,
         body,
         json: parsed,
     } = answer;
     if !status.is_success() {
-        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+        return ActionResult::Recoverable(format!(
+            "HTTP {}: {}",
+            status.as_u16(),
+            snippet(secrets, &body)
+        ));
     }
     if parsed || !json {
         return ActionResult::Ok(body);
@@ -451,17 +460,24 @@ pub(crate) fn operation_result(answer: HttpAnswer, json: bool) -> ActionResult {
     ActionResult::Recoverable(format!(
         "the operation answered HTTP {} with a body that is not the JSON its API describes: {}",
         status.as_u16(),
-        snippet(&body)
+        snippet(secrets, &body)
     ))
 }
 
-pub(crate) fn snippet(v: &Value) -> String {
+/// The start of `v` as text, for an error (at most [`SNIPPET_CHARS`] characters), with every
+/// secret of `secrets` replaced before it is cut: cut first, a secret's head would be left
+/// where the cut fell, which no scrubbing after would recognise.
+pub(crate) fn snippet(secrets: &Secrets, v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    text.chars().take(500).collect()
+    secrets.scrub(&text).chars().take(SNIPPET_CHARS).collect()
 }
+
+/// How much of an answer an error quotes: enough to read what went wrong, while an error
+/// page of megabytes does not fill the LLM's context.
+const SNIPPET_CHARS: usize = 500;
 
 /// A small JSONPath: `$`, `.name`, `['name']`, `[index]`.
 pub(crate) fn select<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {

@@ -25,7 +25,7 @@ pub(super) async fn call(
     })
     .await;
     match sent {
-        Ok(answer) => super::operation_result(answer, op.json_response),
+        Ok(answer) => super::operation_result(&engine.secrets(), answer, op.json_response),
         Err(failed) => failed,
     }
 }
