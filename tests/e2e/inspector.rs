@@ -95,7 +95,7 @@ fn start_with(component: bool) -> (tempfile::TempDir, Server) {
 
 /// Creates a task of `agent` with `message` as the token's subject; waits until it is idle
 /// or waiting.
-fn task(server: &Server, token: &str, agent: &str, message: &str) -> String {
+pub(crate) fn task(server: &Server, token: &str, agent: &str, message: &str) -> String {
     let body = json!({"agent": agent, "input": {"message": message}});
     let id = server.create_task_as(token, &body);
     wait_for(Duration::from_secs(20), || {

@@ -53,6 +53,12 @@ fn sdk_client() -> PathBuf {
 
 /// Runs the SDK client (`tests/mcp/sdk_client.py CALLS ARGS…`) and returns what it printed.
 fn run_sdk_client(calls: &Value, args: &[&str]) -> Value {
+    run_sdk_client_in(&[], calls, args)
+}
+
+/// [`run_sdk_client`] with the environment variables `env` added (a server it runs on stdio
+/// inherits them).
+pub fn run_sdk_client_in(env: &[(&str, &str)], calls: &Value, args: &[&str]) -> Value {
     let found = Command::new("python3")
         .args(["-c", "import mcp"])
         .output()
@@ -65,6 +71,7 @@ fn run_sdk_client(calls: &Value, args: &[&str]) -> Value {
         .arg(sdk_client())
         .arg(calls.to_string())
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -294,7 +294,8 @@ actions:
         Some("Basic b3BzOm5vdGVzLXB3LWM0YTFlOTBiM2Q=")
     );
     let log = events_text(&data, &task);
-    for secret in [KEY, TOKEN, PASSWORD] {
+    // The credential as sent (base64) is hidden as well as the password in it.
+    for secret in [KEY, TOKEN, PASSWORD, "b3BzOm5vdGVzLXB3LWM0YTFlOTBiM2Q="] {
         assert!(
             !log.contains(secret),
             "the event log shows `{secret}`:\n{log}"
@@ -302,6 +303,7 @@ actions:
     }
     assert!(log.contains("api_key=***"), "{log}");
     assert!(log.contains("Bearer ***"), "{log}");
+    assert!(log.contains("Basic ***"), "{log}");
 }
 
 #[test]

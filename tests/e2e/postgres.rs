@@ -112,6 +112,57 @@ fn store_migrate_applies_the_schema_once_and_names_what_it_did() {
     assert!(stderr.contains("--url"), "{stderr}");
 }
 
+/// Connection strings of a database nobody answers (port 1), each holding its password in
+/// one of the forms libpq reads: the URL's user info, its `password` parameter, a `key=value`
+/// string's bare or quoted value.
+const UNREACHABLE: [(&str, &str); 4] = [
+    (
+        "postgres://ann:pw-userinfo-41a7@127.0.0.1:1/db",
+        "pw-userinfo",
+    ),
+    (
+        "postgresql://ann@127.0.0.1:1/db?connect_timeout=5&password=pw-query-41a7",
+        "pw-query",
+    ),
+    (
+        "host=127.0.0.1 port=1 user=ann password=pw-bare-41a7 dbname=db",
+        "pw-bare",
+    ),
+    (
+        r"host=127.0.0.1 port=1 password = 'pw quoted \' 41a7' dbname=db",
+        "pw quoted",
+    ),
+];
+
+/// Neither `serve` nor `store migrate` shows the database's password when the database does
+/// not answer, whichever form of connection string holds it: `***` stands for it.
+#[test]
+fn store_errors_show_no_database_password() {
+    let (_root, dir, data) = config();
+    for (url, password) in UNREACHABLE {
+        let env = [("DATABASE_URL", url)];
+        let env = Env {
+            vars: &env,
+            ..Env::default()
+        };
+        let serve = [
+            "serve",
+            dir.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            data.to_str().unwrap(),
+        ];
+        for args in [&["store", "migrate", "--url", url][..], &serve] {
+            let (code, stdout, stderr) = agentmesh_in(&env, args);
+            assert_eq!(code, Some(1), "{args:?}: {stdout}{stderr}");
+            assert!(!stderr.contains(password), "{args:?}: {stderr}");
+            assert!(stderr.contains("***"), "{args:?}: {stderr}");
+            assert!(stderr.contains("127.0.0.1"), "{args:?}: {stderr}");
+        }
+    }
+}
+
 #[test]
 fn validate_reports_a_postgres_store_without_a_url_and_sled_options_at_their_keys() {
     let (_root, dir, _data) = dirs(&[(

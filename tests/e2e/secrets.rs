@@ -10,6 +10,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
+use crate::mcp_server::run_sdk_client_in;
 use crate::util::{Env, agentmesh_in, run_in};
 use crate::wasm::guest;
 
@@ -39,7 +40,7 @@ fn assert_clean(what: &str, text: &str) {
 /// A fake REST API answering `requests` requests: `/echo` answers what it was sent (its
 /// `authorization` header and path), `/fail` is a 500 whose error repeats the path.
 fn fake_api(requests: usize) -> u16 {
-    let (port, _received) = agentmesh_testkit::serve(requests, |r| {
+    let (port, received) = agentmesh_testkit::serve(requests, |r| {
         let path = r.request_line.clone();
         if path.contains("/fail") {
             (
@@ -54,8 +55,23 @@ fn fake_api(requests: usize) -> u16 {
             )
         }
     });
+    // Kept for as long as the test runs: the server stops at the first request after it goes.
+    std::mem::forget(received);
     port
 }
+
+/// The head of a tool `t/api` with the settings `api_key` (a password) and `base`; its other
+/// settings and its actions follow.
+const API_TOOL: &str = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: A REST API with a key.
+settings:
+  type: object
+  properties:
+    api_key: {type: string, format: password}
+    base: {type: string}
+";
 
 /// A host config with the tool's secrets, a tool `t/api` whose actions echo, fail with, and
 /// cannot reach a URL holding them, and an agent `t/a` calling each in turn.
@@ -70,16 +86,8 @@ settings:
       base: http://127.0.0.1:{port}
 "
     );
-    let tool = "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: api
-description: A REST API with a key.
-settings:
-  type: object
-  properties:
-    api_key: {type: string, format: password}
-    signing: {type: string, format: password}
-    base: {type: string}
+    let tool = API_TOOL.to_owned()
+        + "    signing: {type: string, format: password}
 actions:
   - name: echo
     description: Answers what it was sent.
@@ -110,7 +118,7 @@ capabilities: {api: \"*\"}
 ";
     config_dir(&[
         ("host.yaml", &host),
-        ("all.yaml", tool),
+        ("all.yaml", &tool),
         ("script.yaml", script),
     ])
 }
@@ -125,6 +133,17 @@ fn secrets_setup() -> (tempfile::TempDir, std::path::PathBuf, Env<'static>) {
         ..Env::default()
     };
     (dir, data, env)
+}
+
+/// `agentmesh call DIR ACTION --data DIR/data` with [`ENV`]: exit code, stdout, stderr.
+fn call_in(dir: &std::path::Path, action: &str) -> (Option<i32>, String, String) {
+    let env = Env {
+        vars: &ENV,
+        ..Env::default()
+    };
+    let data = dir.join("data");
+    let (dir, data) = (dir.to_str().unwrap(), data.to_str().unwrap());
+    agentmesh_in(&env, &["call", dir, action, "--data", data])
 }
 
 #[test]
@@ -333,4 +352,245 @@ fn sse(server: &Server, id: &str) -> String {
             return text;
         }
     }
+}
+
+/// A tool key holding `"` and `\`, which JSON escapes: in the text of an MCP result, itself
+/// sent as JSON, it stands escaped twice.
+const QUOTED_KEY: &str = r#"sk-"quoted\key-91c4"#;
+
+/// An MCP client — of `agentmesh mcp` on stdio and of `serve`'s `/mcp` — is answered a tool's
+/// result and a failed call's error with `***` where a secret was, however the protocol
+/// escapes them.
+#[test]
+fn an_mcp_client_sees_no_secret_in_a_result_or_an_error() {
+    let dir = secrets_config(fake_api(2));
+    let host = dir.path().join("host.yaml");
+    let tokens = "api_tokens:\n  - {subject: \"user:ann\", role: agent_user, env: MCP_TOKEN}\n";
+    let written = std::fs::read_to_string(&host).unwrap();
+    std::fs::write(&host, format!("{written}{tokens}")).unwrap();
+    let data = dir.path().join("data");
+    let env = [
+        ("AGENTMESH_TEST_API_KEY", QUOTED_KEY),
+        ("MCP_TOKEN", "mcp-client-token-5e1d"),
+    ];
+    let calls = json!([
+        {"name": "api_echo", "arguments": {}},
+        {"name": "api_unreachable", "arguments": {}},
+    ]);
+    let stdio = run_sdk_client_in(
+        &env,
+        &calls,
+        &[
+            "stdio",
+            AGENTMESH,
+            "mcp",
+            dir.path().to_str().unwrap(),
+            "--agent",
+            "t/a",
+            "--data",
+            data.to_str().unwrap(),
+        ],
+    );
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env);
+    let url = format!("http://{}/mcp?agent=t/a", server.addr);
+    let http = run_sdk_client_in(&[], &calls, &["http", &url, "mcp-client-token-5e1d"]);
+    for session in [stdio, http] {
+        // No form of the key, escaped once, twice or percent-encoded, holds its middle.
+        assert!(!session.to_string().contains("quoted"), "{session}");
+        let results = &session["results"];
+        assert_eq!(results[0]["is_error"], false, "{session}");
+        assert_eq!(results[0]["structured"]["you_sent"], "Bearer ***");
+        assert!(results[0]["text"].as_str().unwrap().contains("Bearer ***"));
+        assert_eq!(results[1]["is_error"], true, "{session}");
+        let error = results[1]["text"].as_str().unwrap();
+        assert!(error.contains("key=***"), "{session}");
+    }
+}
+
+/// The host follows a redirect within the origin (scheme, host and port) a tool's URL names,
+/// never to another one: the headers it fills from settings would reach a host the manifest
+/// never named. A redirect elsewhere is the call's answer.
+#[test]
+fn a_redirect_is_followed_within_its_origin_only() {
+    let (elsewhere, reached) = agentmesh_testkit::serve(1, |_| ("200 OK", "{}".to_owned()));
+    let (port, received) = agentmesh_testkit::serve_located(3, move |r| {
+        if r.request_line.contains("/moved") {
+            ("302 Found", Some("/landed".to_owned()), String::new())
+        } else if r.request_line.contains("/away") {
+            let away = format!("http://localhost:{elsewhere}/collect");
+            ("307 Temporary Redirect", Some(away), String::new())
+        } else {
+            ("200 OK", None, json!({"landed": true}).to_string())
+        }
+    });
+    let host = format!(
+        "kind: agentmesh/v1/host
+settings: {{t: {{api: {{api_key: {{env: AGENTMESH_TEST_API_KEY}}, base: \"http://127.0.0.1:{port}\"}}}}}}
+"
+    );
+    let tool = API_TOOL.to_owned()
+        + "actions:
+  - name: moved
+    description: Moved within its API.
+    execute:
+      stateless_http: {url: \"{settings.base}/moved\", headers: {X-Api-Key: \"{settings.api_key}\"}}
+  - name: away
+    description: Moved to another host.
+    execute:
+      stateless_http: {url: \"{settings.base}/away\", headers: {X-Api-Key: \"{settings.api_key}\"}}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("tool.yaml", &tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.moved");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("\"landed\": true"), "{out}");
+    for path in ["/moved", "/landed"] {
+        let r = received.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(r.request_line.contains(path), "{r:?}");
+        assert_eq!(r.header("x-api-key"), Some(API_KEY));
+    }
+    let (code, out, err) = call_in(dir.path(), "t/api.away");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("HTTP 307"), "{err}");
+    assert!(
+        err.contains(&format!("localhost:{elsewhere}/collect")),
+        "{err}"
+    );
+    assert!(received.recv_timeout(Duration::from_secs(5)).is_ok());
+    let stolen = reached.recv_timeout(Duration::from_millis(500));
+    assert!(
+        stolen.is_err(),
+        "the key went to another origin: {stolen:?}"
+    );
+}
+
+/// A model key holding every character HTML escapes.
+const MARKUP_KEY: &str = r#"sk-<&>"'-model-77c1"#;
+
+/// The inspector's pages, which show a task's output escaped as HTML, and `agentmesh tasks`,
+/// which reads the store without a host, show no secret of a task's record.
+#[test]
+fn the_inspector_and_the_task_list_show_no_secret_of_a_record() {
+    let model = echoing_model();
+    let host = format!(
+        "{}models:
+  fake: {{base_url: \"http://127.0.0.1:{model}/v1\", api_key: {{env: AGENTMESH_TEST_MODEL_KEY}}}}
+",
+        agentmesh_testkit::fixtures::API_TOKENS
+    );
+    let talker = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: talker
+description: Talks to a remote model.
+prompt: Talk.
+model: fake/m
+exposes: {said: \"output.message[0].text\"}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("talker.yaml", talker)]);
+    let data = dir.path().join("data");
+    let mut env = agentmesh_testkit::fixtures::API_TOKEN_ENV.to_vec();
+    env.push(("AGENTMESH_TEST_MODEL_KEY", MARKUP_KEY));
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env);
+    let id = crate::inspector::task(&server, "admin-token", "t/talker", "go");
+    let cookie = crate::inspector::session_cookie(&server, "admin-token");
+    let page = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &cookie)
+        .send()
+        .text();
+    assert!(!page.contains("model-77c1"), "{page}");
+    assert!(page.contains("Bearer ***"), "{page}");
+    assert_eq!(server.terminate(), Some(0));
+    let data = data.to_str().unwrap();
+    for format in [&["--json"][..], &[]] {
+        let args = [&["tasks", "--data", data][..], format].concat();
+        let (code, out, err) = agentmesh_in(&Env::default(), &args);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!out.contains("model-77c1"), "{out}");
+        assert!(out.contains("Bearer ***"), "{out}");
+    }
+}
+
+/// The password of a URL's user info, which the host sends as `Authorization: Basic`, is a
+/// secret whatever its setting says, and so is the base64 sent: an API echoing the header
+/// shows `***`.
+#[test]
+fn a_password_in_a_urls_user_info_is_hidden_as_sent() {
+    let port = fake_api(1);
+    let host = format!(
+        "kind: agentmesh/v1/host
+settings: {{t: {{api: {{password: pw-in-url-3c7e, base: \"127.0.0.1:{port}\"}}}}}}
+"
+    );
+    let tool = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: A REST API behind a login.
+settings:
+  type: object
+  properties:
+    password: {type: string}
+    base: {type: string}
+actions:
+  - name: echo
+    description: Answers what it was sent.
+    execute: {stateless_http: {url: \"http://ops:{settings.password}@{settings.base}/echo\"}}
+";
+    let dir = config_dir(&[("host.yaml", &host), ("tool.yaml", tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.echo");
+    assert_eq!(code, Some(0), "{out}{err}");
+    // base64 of `ops:pw-in-url-3c7e`.
+    assert!(!out.contains("b3BzOnB3LWluLXVybC0zYzdl"), "{out}");
+    assert!(out.contains("Basic ***"), "{out}");
+}
+
+/// An error quoting the start of a long answer hides its secrets before cutting it: no head
+/// of a secret is left where the cut falls.
+#[test]
+fn a_cut_quote_of_an_answer_leaves_no_head_of_a_secret() {
+    let (port, _received) = agentmesh_testkit::serve(1, |r| {
+        let auth = r.header("authorization").unwrap_or_default();
+        // After `{"error":"` and the padding the key starts 5 characters before the 500th.
+        let error = format!("{}{auth} and more", "x".repeat(478));
+        let body = json!({"error": error}).to_string();
+        ("500 Internal Server Error", body)
+    });
+    let dir = secrets_config(port);
+    let (code, out, err) = call_in(dir.path(), "t/api.echo");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("HTTP 500"), "{err}");
+    assert!(!err.contains(&API_KEY[..5]), "{err}");
+}
+
+/// The end of an MCP server's stderr, quoted when it does not start, is cut after its
+/// secrets are hidden: no tail of a secret is left where the cut falls.
+#[test]
+fn a_cut_stderr_of_an_mcp_server_leaves_no_tail_of_a_secret() {
+    // The key's line and one of 1013 bytes: of the last 1024 bytes kept, the cut falls 10
+    // bytes into the key.
+    let script = "printf '%s\\n' \"$KEY\" >&2; printf '%1013s\\n' end >&2; exit 3";
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: An MCP server that fails at start.
+settings:
+  type: object
+  properties:
+    api_key: {{type: string, format: password}}
+mcp: {{transport: stdio, command: /bin/sh, args: [\"-c\", {script:?}], env: {{KEY: \"{{settings.api_key}}\"}}}}
+actions:
+  - name: go
+    description: Fails.
+    parameters: {{type: object, properties: {{}}}}
+    execute: {{mcp: {{}}}}
+"
+    );
+    let host = "kind: agentmesh/v1/host
+settings: {t: {api: {api_key: {env: AGENTMESH_TEST_API_KEY}}}}
+";
+    let dir = config_dir(&[("host.yaml", host), ("tool.yaml", &tool)]);
+    let (code, out, err) = call_in(dir.path(), "t/api.go");
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(err.contains("stderr ended with"), "{err}");
+    assert!(!err.contains(&API_KEY[10..]), "{err}");
 }

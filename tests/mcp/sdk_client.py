@@ -3,7 +3,7 @@
     sdk_client.py CALLS stdio COMMAND [ARG...]
     sdk_client.py CALLS http URL [TOKEN]
 
-Connects (stdio: runs COMMAND; http: streamable HTTP to URL, with `Authorization: Bearer
+Connects (stdio: runs COMMAND with this process's environment; http: streamable HTTP to URL, with `Authorization: Bearer
 TOKEN` when given), lists the tools, makes the calls CALLS names (a JSON list of
 `{"name", "arguments"}`), and prints one JSON object: the task id the server's `initialize`
 answer names, the tools' names and input schemas, and each call's result. A failure to
@@ -12,6 +12,7 @@ connect prints `{"error": ...}` and exits 3.
 
 import asyncio
 import json
+import os
 import sys
 from contextlib import asynccontextmanager
 
@@ -24,7 +25,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 @asynccontextmanager
 async def transport(kind, rest):
     if kind == "stdio":
-        params = StdioServerParameters(command=rest[0], args=rest[1:])
+        # The SDK passes on only a few variables unless told: the server reads its secrets
+        # from the environment.
+        params = StdioServerParameters(command=rest[0], args=rest[1:], env=dict(os.environ))
         async with stdio_client(params) as (read, write):
             yield read, write
     else:

@@ -5,6 +5,7 @@
 //! In the log, a client's call is an `ActionEvent` from the `user`, answered as any call.
 
 use agentmesh_model::event::{EventKind, EventSource, ToolCall, ToolSchema};
+use agentmesh_secrets::Secrets;
 use agentmesh_store::now_ms;
 use serde_json::{Value, json};
 
@@ -27,6 +28,20 @@ pub enum DirectEnd {
     Rejected(String),
     /// The call ended the task (a fatal result, a `lock_task`, a limit): why.
     Terminated(String),
+}
+
+impl DirectEnd {
+    /// This end with every secret of `secrets` replaced by `***`.
+    fn scrubbed(mut self, secrets: &Secrets) -> DirectEnd {
+        match &mut self {
+            DirectEnd::Observation(value) => secrets.scrub_json(value),
+            DirectEnd::Error(text) | DirectEnd::Rejected(text) | DirectEnd::Terminated(text) => {
+                secrets.scrub_string(text);
+            }
+            DirectEnd::Unknown => {}
+        }
+        self
+    }
 }
 
 impl Engine {
@@ -75,6 +90,7 @@ impl Engine {
 
     /// Runs function `name` of task `id`'s agent with `arguments`, as a call of its LLM would
     /// run, waiting for a turn of the task that is running; logs the call and its answer.
+    /// What it answers, a result or an error, holds no secret (`***` stands for each).
     pub async fn call_direct(&self, id: &str, name: &str, arguments: Value) -> Result<DirectEnd> {
         let task_lock = self.task_lock(id);
         let _turn = task_lock.lock().await;
@@ -93,7 +109,11 @@ impl Engine {
             self.close_task_sessions(id).await;
         }
         written?;
-        ran
+        // The answer leaves the host: a client is shown no secret, however it encodes what it
+        // is sent (JSON text inside JSON, a terminal).
+        let secrets = self.secrets();
+        ran.map(|end| end.scrubbed(&secrets))
+            .map_err(|e| crate::secrets::scrub_error(&secrets, e))
     }
 
     async fn direct(

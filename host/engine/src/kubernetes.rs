@@ -11,10 +11,12 @@
 //! A Job whose pod fails is a result like any other, with its exit code and log. Only a host
 //! that has no API to talk to (no `api_server`, not in a cluster) ends the task.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentmesh_expr::Activation;
 use agentmesh_llm::{Capped, read_capped};
+use agentmesh_secrets::Secrets;
 use serde_json::{Map, Value, json};
 
 use crate::Engine;
@@ -39,11 +41,17 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 /// before the call gives up on it.
 const FAILED_READS: u32 = 3;
 
+/// How much of a refusal that is not a `Status` object an error quotes (a proxy's error page
+/// can be long).
+const REFUSAL_BYTES: usize = 200;
+
 /// The API server a call talks to.
 struct Api {
     client: reqwest::Client,
     base: String,
     token: Option<String>,
+    /// Replaced in what the API answers before it is quoted (see [`Api::refusal`]).
+    secrets: Arc<Secrets>,
 }
 
 impl Api {
@@ -87,11 +95,25 @@ impl Api {
         }
     }
 
+    /// A refusal of the API as a sentence: its status and the `message` of its `Status`
+    /// object, or the start of the body (at most [`REFUSAL_BYTES`]), secrets replaced before
+    /// it is cut (cut first, a secret's head would be left where the cut fell).
+    fn refusal(&self, status: reqwest::StatusCode, body: &[u8]) -> String {
+        let message = serde_json::from_slice::<Map<String, Value>>(body)
+            .ok()
+            .and_then(|m| m.get("message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| {
+                let body = self.secrets.scrub_bytes(body);
+                String::from_utf8_lossy(&body[..body.len().min(REFUSAL_BYTES)]).into_owned()
+            });
+        format!("HTTP {}: {message}", status.as_u16())
+    }
+
     /// A JSON answer of a successful request, or what went wrong.
     async fn json(&self, req: reqwest::RequestBuilder, what: &str) -> Result<Value, String> {
         let (status, bytes) = self.send(req, MAX_API_ANSWER).await?;
         if !status.is_success() {
-            return Err(format!("{what}: {}", refusal(status, &bytes)));
+            return Err(format!("{what}: {}", self.refusal(status, &bytes)));
         }
         serde_json::from_slice(&bytes)
             .map_err(|e| format!("{what}: the Kubernetes API answered with no JSON object: {e}"))
@@ -106,7 +128,7 @@ pub(crate) async fn run(
     act: &Activation,
     task: &str,
 ) -> ActionResult {
-    let api = match api(plan, act) {
+    let api = match api(plan, act, engine.secrets()) {
         Ok(api) => api,
         Err(end) => return end,
     };
@@ -180,7 +202,7 @@ pub(crate) async fn run(
 }
 
 /// The API server of `plan`: its `api_server` and `token`, or the cluster the host runs in.
-fn api(plan: &JobPlan, act: &Activation) -> Result<Api, ActionResult> {
+fn api(plan: &JobPlan, act: &Activation, secrets: Arc<Secrets>) -> Result<Api, ActionResult> {
     // Both are templates over the operator's settings: a value that does not render or
     // parse is the configuration's fault, not the LLM's.
     let token = match &plan.token {
@@ -211,13 +233,14 @@ fn api(plan: &JobPlan, act: &Activation) -> Result<Api, ActionResult> {
             client,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            secrets,
         });
     }
-    in_cluster(token).map_err(ActionResult::Fatal)
+    in_cluster(token, secrets).map_err(ActionResult::Fatal)
 }
 
 /// The API of the cluster the host runs in, through its service account.
-fn in_cluster(token: Option<String>) -> Result<Api, String> {
+fn in_cluster(token: Option<String>, secrets: Arc<Secrets>) -> Result<Api, String> {
     let (Ok(host), Ok(port)) = (
         std::env::var("KUBERNETES_SERVICE_HOST"),
         std::env::var("KUBERNETES_SERVICE_PORT"),
@@ -247,6 +270,7 @@ fn in_cluster(token: Option<String>) -> Result<Api, String> {
         client,
         base: format!("https://{host}:{port}"),
         token: Some(token),
+        secrets,
     })
 }
 
@@ -298,7 +322,7 @@ impl Created<'_> {
             Ok((status, _)) if status.is_success() || status == reqwest::StatusCode::NOT_FOUND => {}
             Ok((status, bytes)) => tracing::warn!(
                 job = %self.name,
-                "deleting the Job: {}", refusal(status, &bytes)
+                "deleting the Job: {}", self.api.refusal(status, &bytes)
             ),
             Err(e) => tracing::warn!(job = %self.name, "deleting the Job: {e}"),
         }
@@ -352,7 +376,7 @@ async fn wait(
             Ok((status, bytes)) => {
                 failed += 1;
                 if failed >= FAILED_READS {
-                    return Err(format!("reading the Job: {}", refusal(status, &bytes)));
+                    return Err(format!("reading the Job: {}", api.refusal(status, &bytes)));
                 }
             }
             Err(e) => {
@@ -477,7 +501,7 @@ async fn pod_of(
         }
     }
     if !status.is_success() {
-        return Err(format!("reading its log: {}", refusal(status, &bytes)));
+        return Err(format!("reading its log: {}", api.refusal(status, &bytes)));
     }
     let truncated = bytes.len() > max;
     let mut log = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned();
@@ -489,15 +513,6 @@ async fn pod_of(
         log,
         truncated,
     })
-}
-
-/// A refusal of the API as a sentence: its status and the `message` of its `Status` object.
-fn refusal(status: reqwest::StatusCode, body: &[u8]) -> String {
-    let message = serde_json::from_slice::<Map<String, Value>>(body)
-        .ok()
-        .and_then(|m| m.get("message").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
-    format!("HTTP {}: {message}", status.as_u16())
 }
 
 /// A DNS label (RFC 1123), what a namespace or container name must be: lower-case letters,

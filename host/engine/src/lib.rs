@@ -297,6 +297,7 @@ impl Engine {
         let store: Arc<dyn Backend> = Arc::new(Offloaded::new(store, threads::store_call));
         let records = records::Records::new(Arc::clone(&store), options.secrets.clone());
         let sources = sources::Sources::new(options.secrets.clone());
+        let mcp_sessions = mcp::McpSessions::new(options.secrets.clone());
         Engine {
             inner: Arc::new(Inner {
                 plan: RwLock::new(Arc::new(plan)),
@@ -309,9 +310,12 @@ impl Engine {
                 watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
                 // Building fails only if TLS cannot start, as `Client::new` would.
-                http: agentmesh_llm::http_client().build().unwrap_or_default(),
+                http: agentmesh_llm::http_client()
+                    .redirect(runtime::same_origin_redirects())
+                    .build()
+                    .unwrap_or_default(),
                 plugins: OnceLock::new(),
-                mcp: mcp::McpSessions::new(),
+                mcp: mcp_sessions,
                 sessions: session::Sessions::new(),
                 sources,
                 auth: auth::AuthTokens::default(),
@@ -369,6 +373,12 @@ impl Engine {
         {
             tracing::warn!("could not record the clean stop: {e}");
         }
+    }
+
+    /// The secrets of the plan in force, for text that leaves the host by another way than
+    /// the log (which scrubs every event): a client's answer, a record, a quoted answer.
+    pub(crate) fn secrets(&self) -> Arc<agentmesh_secrets::Secrets> {
+        self.inner.options.secrets.get()
     }
 
     /// The plan in force.

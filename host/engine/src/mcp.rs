@@ -28,6 +28,7 @@ use std::time::Duration;
 use agentmesh_expr::{Activation, Template};
 use agentmesh_manifest::check::mcp_program;
 use agentmesh_manifest::suggest::did_you_mean;
+use agentmesh_secrets::{Secrets, SharedSecrets};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
@@ -79,6 +80,8 @@ pub(crate) struct McpSessions {
     pool: Pool<Session>,
     /// The client of streamable-HTTP servers (`Err`: why it could not be made).
     http: Result<reqwest::Client, String>,
+    /// The secrets in force, hidden in a server's stderr before its end is kept.
+    secrets: SharedSecrets,
 }
 
 /// An open MCP session.
@@ -164,7 +167,7 @@ enum OpenError {
 
 impl McpSessions {
     /// An empty pool.
-    pub(crate) fn new() -> McpSessions {
+    pub(crate) fn new(secrets: SharedSecrets) -> McpSessions {
         // No redirects: one would take the session, and its headers, to a place the manifest
         // did not allow. No idle connections kept, as rmcp's own client does: reusing one whose
         // last response was not read to its end stalls on delayed ACKs.
@@ -176,6 +179,7 @@ impl McpSessions {
         McpSessions {
             pool: Pool::new(),
             http,
+            secrets,
         }
     }
 
@@ -321,7 +325,8 @@ impl McpSessions {
         let client = McpClient::new(updates);
         match &*plan.server {
             McpServer::Stdio(server) => {
-                open_stdio((task, &id), server, plan, &settings, client).await
+                let secrets = self.secrets.get();
+                open_stdio((task, &id, secrets), server, plan, &settings, client).await
             }
             McpServer::Http(server) => {
                 let http = self
@@ -512,7 +517,7 @@ fn render_all(
 /// Starts an stdio server for task `task` and initializes its session. Its environment is
 /// exactly the rendered `env`; the program is found through the host's `PATH`.
 async fn open_stdio(
-    (task, tool): (&str, &str),
+    (task, tool, secrets): (&str, &str, Arc<Secrets>),
     server: &StdioServer,
     plan: &McpPlan,
     settings: &Activation,
@@ -543,7 +548,7 @@ async fn open_stdio(
         child.stdout().take(),
         child.stderr().take(),
     );
-    let process = ServerProcess::new(child, stderr, task, tool);
+    let process = ServerProcess::new(child, stderr, (task, tool), secrets);
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
         return Err(cannot(format!(
             "`{command}`: its stdin or stdout is missing"
@@ -670,12 +675,12 @@ pub(crate) struct ServerProcess {
 
 impl ServerProcess {
     /// Takes charge of `child`, logging its `stderr` line by line (tagged with `task` and
-    /// `tool`).
+    /// `tool`) and keeping its end with the values of `secrets` hidden.
     fn new(
         child: Box<dyn ChildWrapper>,
         stderr: Option<ChildStderr>,
-        task: &str,
-        tool: &str,
+        (task, tool): (&str, &str),
+        secrets: Arc<Secrets>,
     ) -> ServerProcess {
         let tail = Arc::new(Mutex::new(String::new()));
         let stderr = stderr.map(|stderr| {
@@ -683,6 +688,7 @@ impl ServerProcess {
                 task: task.to_owned(),
                 tool: tool.to_owned(),
                 tail: Arc::clone(&tail),
+                secrets,
             };
             tokio::spawn(log.run(BufReader::new(stderr)))
         });
@@ -744,6 +750,9 @@ struct StderrLog {
     task: String,
     tool: String,
     tail: Arc<Mutex<String>>,
+    /// Hidden in each line before it is kept: the tail is cut at its start, and a secret
+    /// cut there would not be recognised in what is left of it.
+    secrets: Arc<Secrets>,
 }
 
 impl StderrLog {
@@ -762,7 +771,7 @@ impl StderrLog {
             }
             let text = String::from_utf8_lossy(&line);
             let text = text.trim_end_matches('\r');
-            self.keep(text);
+            self.keep(&self.secrets.scrub(text));
             if total < MAX_STDERR_TOTAL {
                 tracing::warn!(
                     task.id = self.task,
@@ -943,7 +952,9 @@ pub async fn probe(plan: &crate::Plan) -> Probe {
         actions: servers.values().map(|(_, actions)| actions.len()).sum(),
         findings: Vec::new(),
     };
-    let sessions = Arc::new(McpSessions::new());
+    let secrets = SharedSecrets::default();
+    secrets.set(Arc::clone(&plan.secrets));
+    let sessions = Arc::new(McpSessions::new(secrets));
     let mut probing = JoinSet::new();
     for (tool, actions) in servers.into_values() {
         let sessions = Arc::clone(&sessions);

@@ -158,7 +158,7 @@ impl Engine {
             return Err(failed(format!(
                 "HTTP {}: {}",
                 status.as_u16(),
-                snippet(&body)
+                snippet(&self.secrets(), &body)
             )));
         }
         let mut act = Activation::new();
@@ -172,7 +172,7 @@ impl Engine {
         let Value::Array(detected) = detected else {
             return Err(failed(format!(
                 "`detect` gave {}, not a list of items",
-                snippet(&detected)
+                snippet(&self.secrets(), &detected)
             )));
         };
         if let Some(cursor) = &plan.cursor {

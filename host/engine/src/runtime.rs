@@ -11,6 +11,7 @@ use std::sync::Arc;
 use agentmesh_expr::{Activation, MountIo, Needs, Template};
 use agentmesh_llm::Capped;
 use agentmesh_manifest::model::tool::HttpMethod;
+use agentmesh_secrets::Secrets;
 use agentmesh_store::now_rfc3339;
 use serde_json::{Map, Value, json};
 
@@ -23,6 +24,29 @@ use crate::{Engine, MAX_DELEGATION_DEPTH, NewTask, Run};
 /// Largest response body a `stateless_http` call reads: it becomes part of the LLM's context
 /// and the event log, so an endpoint that streams gigabytes cannot exhaust memory.
 pub const MAX_HTTP_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// How many redirects one request follows (reqwest's default): a loop ends as an error
+/// instead of going round for ever.
+const MAX_REDIRECTS: usize = 10;
+
+/// The redirects the engine's HTTP requests follow (`stateless_http`, `stateful_session`,
+/// `openapi`, `receive.poll`, auth providers' token requests): only those within the origin
+/// (scheme, host and port) of the URL first asked for. On a redirect to another origin
+/// reqwest drops `Authorization` and `Cookie` but keeps every other header, so a key a tool
+/// sends from its settings (`X-Api-Key`, an `openapi` key) would reach a host the manifest
+/// never named; such a redirect is the answer instead (see [`exchange`]).
+pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(reqwest::Url::origin);
+        if first != Some(attempt.url().origin()) {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
 
 /// The agent's mount for this task.
 pub(crate) fn mount_of(
@@ -192,7 +216,7 @@ fn request_activation(
 /// A `stateless_http` call: the request, then its answer as the result.
 async fn http_call(engine: &Engine, http: &HttpPlan, act: &Activation) -> ActionResult {
     match http_send(engine, http, act).await {
-        Ok(answer) => http_result(http, answer),
+        Ok(answer) => http_result(&engine.secrets(), http, answer),
         Err(failed) => failed,
     }
 }
@@ -225,10 +249,14 @@ impl HttpAnswer {
 
 /// The result of a call answered `answer`: the body, or the part `response_path` selects; a
 /// failing status is an observation.
-pub(crate) fn http_result(http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
+pub(crate) fn http_result(secrets: &Secrets, http: &HttpPlan, answer: HttpAnswer) -> ActionResult {
     let HttpAnswer { status, body, .. } = answer;
     if !status.is_success() {
-        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+        return ActionResult::Recoverable(format!(
+            "HTTP {}: {}",
+            status.as_u16(),
+            snippet(secrets, &body)
+        ));
     }
     match &http.response_path {
         Some(path) => match select(&body, path) {
@@ -350,8 +378,8 @@ async fn send(
 }
 
 /// Sends `req` (to `url`, as errors show it) and reads the answer's status and body: whatever
-/// the endpoint does (unreachable, slow, a body that cannot be read or is too large) is an
-/// observation the LLM can act on; the task goes on.
+/// the endpoint does (unreachable, slow, a body that cannot be read or is too large, a
+/// redirect to another origin) is an observation the LLM can act on; the task goes on.
 async fn exchange(
     req: reqwest::RequestBuilder,
     url: &str,
@@ -373,6 +401,16 @@ async fn exchange(
         }
     };
     let status = response.status();
+    // A redirect the client did not follow (to another origin) says where it leads.
+    if status.is_redirection()
+        && let Some(location) = response.headers().get(reqwest::header::LOCATION)
+    {
+        return Err(ActionResult::Recoverable(format!(
+            "HTTP {}: `{url}` redirects to `{}`, another origin, which the host does not follow",
+            status.as_u16(),
+            String::from_utf8_lossy(location.as_bytes())
+        )));
+    }
     let bytes = match agentmesh_llm::read_capped(response, MAX_HTTP_RESPONSE).await {
         Ok(b) => b,
         Err(Capped::Read(e)) => {
@@ -400,14 +438,18 @@ pub(crate) async fn send_operation(
 
 /// The result of an operation answered `answer`: its body; a failing status, or with `json`
 /// a body that is not JSON, is an observation.
-pub(crate) fn operation_result(answer: HttpAnswer, json: bool) -> ActionResult {
+pub(crate) fn operation_result(secrets: &Secrets, answer: HttpAnswer, json: bool) -> ActionResult {
     let HttpAnswer {
         status,
         body,
         json: parsed,
     } = answer;
     if !status.is_success() {
-        return ActionResult::Recoverable(format!("HTTP {}: {}", status.as_u16(), snippet(&body)));
+        return ActionResult::Recoverable(format!(
+            "HTTP {}: {}",
+            status.as_u16(),
+            snippet(secrets, &body)
+        ));
     }
     if parsed || !json {
         return ActionResult::Ok(body);
@@ -419,17 +461,24 @@ pub(crate) fn operation_result(answer: HttpAnswer, json: bool) -> ActionResult {
     ActionResult::Recoverable(format!(
         "the operation answered HTTP {} with a body that is not the JSON its API describes: {}",
         status.as_u16(),
-        snippet(&body)
+        snippet(secrets, &body)
     ))
 }
 
-pub(crate) fn snippet(v: &Value) -> String {
+/// The start of `v` as text, for an error (at most [`SNIPPET_CHARS`] characters), with every
+/// secret of `secrets` replaced before it is cut: cut first, a secret's head would be left
+/// where the cut fell, which no scrubbing after would recognise.
+pub(crate) fn snippet(secrets: &Secrets, v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    text.chars().take(500).collect()
+    secrets.scrub(&text).chars().take(SNIPPET_CHARS).collect()
 }
+
+/// How much of an answer an error quotes: enough to read what went wrong, while an error
+/// page of megabytes does not fill the LLM's context.
+const SNIPPET_CHARS: usize = 500;
 
 /// A small JSONPath: `$`, `.name`, `['name']`, `[index]`.
 pub(crate) fn select<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {

@@ -1,13 +1,16 @@
 //! The secrets of a plan (CONTRACT §1), collected once when it is built, and the scrubbing of
 //! events by them as they are logged: every event passes [`Engine::log`](crate::Engine), so
 //! the event log, the API and SSE that serve it, and the conversation the LLM is sent (read
-//! from the log) never hold a secret.
+//! from the log) never hold a secret; and of the errors a client's call is answered with
+//! (`direct`).
 
 use agentmesh_model::event::{
     ContentPart, EventKind, MessageMetadata, ToolCall, ToolSchema, TriggerEnvelope,
 };
 use agentmesh_secrets::Secrets;
 use serde_json::Value;
+
+use crate::EngineError;
 
 /// Replaces every secret in the text of an event. Every field is named (no `..`), so a field
 /// added to an event kind must be considered here before the engine compiles.
@@ -129,4 +132,19 @@ pub(crate) fn scrub_event(secrets: &Secrets, kind: &mut EventKind) {
             text(decided_by);
         }
     }
+}
+
+/// `error` with every secret in its message replaced: for an error that leaves the host as
+/// it is (a client's call). The store's errors and manifest diagnostics name no secret.
+pub(crate) fn scrub_error(secrets: &Secrets, mut error: EngineError) -> EngineError {
+    match &mut error {
+        EngineError::Config(text)
+        | EngineError::Input(text)
+        | EngineError::NotFound(text)
+        | EngineError::Conflict(text)
+        | EngineError::Forbidden(text)
+        | EngineError::Internal(text) => secrets.scrub_string(text),
+        EngineError::Store(_) | EngineError::Manifest(_) => {}
+    }
+    error
 }

@@ -168,7 +168,7 @@ async fn call_in(
             *state = State::Closed;
             continue;
         }
-        return http_result(&plan.execute, answer);
+        return http_result(&engine.secrets(), &plan.execute, answer);
     }
 }
 
@@ -190,7 +190,7 @@ async fn create(
         return Err(ActionResult::Recoverable(failed(format!(
             "HTTP {}: {}",
             answer.status.as_u16(),
-            snippet(&answer.body)
+            snippet(&engine.secrets(), &answer.body)
         ))));
     }
     let values = extract(&answer.body, plan.extract.as_deref())

@@ -634,14 +634,20 @@ fn settle(
     .set_aliased("output", "o", Value::Object(output.clone()))
     .set("now", json!(now_rfc3339()))
     .bind("runtime", engine.runtime_variable());
+    // The record is shown as it is kept (the API, the inspector's pages, `agentmesh tasks`):
+    // like the log, it keeps no secret.
+    let secrets = engine.secrets();
     for (key, expr) in &agent.exposes {
-        let value = expr
+        let mut value = expr
             .evaluate(&act)
             .unwrap_or_else(|e| json!({"error": e.message}));
+        secrets.scrub_json(&mut value);
         output.insert(key.clone(), value.clone());
         record.exposes.insert(key.clone(), value);
     }
-    record.outputs.push(Value::Object(output));
+    let mut output = Value::Object(output);
+    secrets.scrub_json(&mut output);
+    record.outputs.push(output);
     record.status = Some(Status::Idle);
     let events = vec![
         (

@@ -1,7 +1,7 @@
 //! A component's stdout and stderr: lines go to the host's log (`tracing`), tagged with the
 //! component's name; nothing reaches the host's own stdio.
 //!
-//! The last bytes written to stderr are kept for the current call: a Rust guest prints its
+//! The last whole lines written to stderr are kept for the current call: a Rust guest prints its
 //! panic message there before it traps, and the host puts that message into the error.
 
 use std::pin::Pin;
@@ -21,7 +21,8 @@ const MAX_LINE: usize = 4096;
 ///
 /// Stops a guest printing in a loop from flooding the host's log (and disk).
 const MAX_TOTAL: usize = 1024 * 1024;
-/// How much of stderr is kept for the error message of the current call.
+/// How much of stderr is kept for the error message of the current call (whole lines: a
+/// longer line is not kept).
 const TAIL: usize = 2048;
 
 /// Which stream.
@@ -84,9 +85,12 @@ impl LogStream {
             output.stderr_tail.push_str(&String::from_utf8_lossy(bytes));
             let excess = output.stderr_tail.len().saturating_sub(TAIL);
             if excess > 0 {
-                let cut = (excess..=output.stderr_tail.len())
-                    .find(|&i| output.stderr_tail.is_char_boundary(i))
-                    .unwrap_or(output.stderr_tail.len());
+                // Whole lines go, never the start of one: the tail ends up in an error, whose
+                // secrets are hidden by value, and a secret cut here would not be recognised.
+                let cut = output.stderr_tail.as_bytes()[excess..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(output.stderr_tail.len(), |at| excess + at + 1);
                 output.stderr_tail.drain(..cut);
             }
         }
@@ -204,5 +208,26 @@ impl tokio::io::AsyncWrite for LogStream {
 impl std::fmt::Debug for LogStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "LogStream({}, {})", self.component, self.stream.name())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stderr_tail_drops_whole_lines_only() {
+        let output = Arc::new(Mutex::new(Output::default()));
+        let mut stream = LogStream::new("c".into(), Stream::Stderr, Arc::clone(&output));
+        // The cut of the first 10 bytes over the tail falls inside the first line.
+        stream.accept(b"sk-secret-value-1\n");
+        stream.accept(format!("{}\n", "x".repeat(TAIL - 18 + 9)).as_bytes());
+        let tail = output.lock().unwrap().stderr_tail.clone();
+        assert!(!tail.contains("value-1"), "{tail}");
+        stream.accept(b"panicked at src/lib.rs:1:2:\n");
+        let tail = output.lock().unwrap().stderr_tail.clone();
+        // Over the tail again: the long line goes whole.
+        assert_eq!(tail, "panicked at src/lib.rs:1:2:\n");
     }
 }

@@ -53,8 +53,9 @@ pub const MIN_SECRET_BYTES: usize = 4;
 /// A set of secret values, and the scrubbing of text by them.
 ///
 /// Each secret is searched for as written and in the forms it takes in the host's output:
-/// escaped in JSON (a secret holding `"` or `\`), and percent-encoded as in a URL (an error
-/// about a request shows its URL). An empty set costs one branch per scrub.
+/// escaped in JSON (a secret holding `"` or `\`), escaped in HTML as text or inside JSON (the
+/// inspector's pages), and percent-encoded as in a URL or a form's query (an error about a
+/// request shows its URL). An empty set costs one branch per scrub.
 #[derive(Debug, Default)]
 pub struct Secrets {
     /// Every form of every secret; `None` when there is no secret.
@@ -80,10 +81,14 @@ impl Secrets {
         secrets.dedup();
         let mut patterns = Vec::with_capacity(secrets.len());
         for secret in &secrets {
+            let json = json_escaped(secret);
             let forms = [
-                json_escaped(secret),
+                html_escaped(secret),
+                html_escaped(&json),
+                json,
                 percent_encoded(secret, |b| !is_unreserved(b)),
                 percent_encoded(secret, is_url_escaped),
+                form_encoded(secret),
             ];
             patterns.push(secret.clone());
             for form in forms {
@@ -186,6 +191,22 @@ fn json_escaped(secret: &str) -> String {
     quoted[1..quoted.len() - 1].to_owned()
 }
 
+/// `text` as the inspector's pages show it (maud escapes `&`, `<`, `>` and `"`): a secret
+/// holding one of them, shown as text or inside JSON, is found in the page.
+fn html_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// RFC 3986 unreserved bytes, which no encoder escapes.
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
@@ -195,6 +216,16 @@ fn is_unreserved(b: u8) -> bool {
 /// non-ASCII and `"#<>'?`{}`.
 fn is_url_escaped(b: u8) -> bool {
     !b.is_ascii_graphic() || matches!(b, b'"' | b'#' | b'<' | b'>' | b'\'' | b'`' | b'{' | b'}')
+}
+
+/// `secret` as a form encodes it (`application/x-www-form-urlencoded`, as
+/// `url::form_urlencoded` and `Url::query_pairs_mut` write a query, e.g. an `openapi` key in
+/// the query): a space as `+`, every byte but ASCII letters, digits and `*-._` as `%XX`.
+fn form_encoded(secret: &str) -> String {
+    percent_encoded(secret, |b| {
+        !(b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_' | b' '))
+    })
+    .replace(' ', "+")
 }
 
 /// `secret` with the bytes `escape` picks as `%XX`.
@@ -297,6 +328,24 @@ mod tests {
         assert_eq!(s.scrub(&json), r#"{"e":"***"}"#);
         assert_eq!(s.scrub("GET /x?k=pa%22ss%20w%C3%B6rd/1"), "GET /x?k=***");
         assert_eq!(s.scrub("k=pa%22ss%20w%C3%B6rd%2F1"), "k=***");
+    }
+
+    #[test]
+    fn form_encoded_forms_in_a_query_are_found() {
+        // As `url::form_urlencoded` and `Url::query_pairs_mut` write a query: `+` for a space,
+        // `%7E` for `~`, `*` kept.
+        let s = Secrets::new(["a b~c*d/e"]).unwrap();
+        assert_eq!(s.scrub("GET /x?k=a+b%7Ec*d%2Fe&n=1"), "GET /x?k=***&n=1");
+    }
+
+    #[test]
+    fn html_escaped_forms_are_found_as_text_and_inside_json() {
+        let s = Secrets::new([r#"sk-<&>"'-9"#]).unwrap();
+        assert_eq!(s.scrub("<p>sk-&lt;&amp;&gt;&quot;'-9</p>"), "<p>***</p>");
+        assert_eq!(
+            s.scrub(r#"<pre>"sk-&lt;&amp;&gt;\&quot;'-9"</pre>"#),
+            r#"<pre>"***"</pre>"#
+        );
     }
 
     #[test]

@@ -149,18 +149,93 @@ fn no_session(e: deadpool_postgres::PoolError) -> StoreError {
     StoreError::Io(format!("PostgreSQL: {e}"))
 }
 
-/// The URL without its password, for messages.
+/// The connection string `url` without its password, for messages: `***` stands for it in
+/// each form libpq reads — a URL's user info (`postgres://ann:pw@host`) or `password`
+/// parameter (`?password=pw`), and a `key=value` string's `password`, bare or quoted
+/// (`password='p w'`). The parts are split as `tokio_postgres` splits them.
 fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user_info = &url[scheme + 3..at];
-            match user_info.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
+    let Some(rest) = ["postgres://", "postgresql://"]
+        .iter()
+        .find_map(|prefix| url.strip_prefix(prefix))
+    else {
+        return redacted_pairs(url);
+    };
+    let mut out = url[..url.len() - rest.len()].to_owned();
+    // The user info ends at the first `@` (one in a password is written `%40`).
+    let rest = match rest.split_once('@') {
+        Some((credentials, rest)) => {
+            match credentials.split_once(':') {
+                Some((user, _)) => out.push_str(&format!("{user}:{REDACTED}@")),
+                None => out.push_str(&format!("{credentials}@")),
             }
+            rest
         }
-        _ => url.to_owned(),
+        None => rest,
+    };
+    let Some((place, params)) = rest.split_once('?') else {
+        out.push_str(rest);
+        return out;
+    };
+    let params: Vec<String> = params
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some(("password", _)) => format!("password={REDACTED}"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    out.push_str(&format!("{place}?{}", params.join("&")));
+    out
+}
+
+/// What stands for a password in a message.
+const REDACTED: &str = "***";
+
+/// A `key=value …` connection string with the value of `password` replaced. What does not
+/// read as `key=value` (libpq refuses it too) is hidden whole: it may hold the password.
+fn redacted_pairs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let key = rest.trim_start();
+        out.push_str(&rest[..rest.len() - key.len()]);
+        if key.is_empty() {
+            return out;
+        }
+        let name_len = key
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(key.len());
+        let Some(after) = key[name_len..].trim_start().strip_prefix('=') else {
+            out.push_str(REDACTED);
+            return out;
+        };
+        let value = after.trim_start();
+        out.push_str(&key[..key.len() - value.len()]);
+        let value_len = value_len(value);
+        if &key[..name_len] == "password" {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
     }
+}
+
+/// The length of the value `text` begins with: quoted (`'…'`) or up to whitespace, `\`
+/// escaping the character after it in both.
+fn value_len(text: &str) -> usize {
+    let quoted = text.starts_with('\'');
+    let mut chars = text.char_indices().skip(usize::from(quoted));
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' if quoted => return i + 1,
+            c if !quoted && c.is_whitespace() => return i,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 impl PgStore {
@@ -1124,4 +1199,38 @@ impl Leases for PgStore {
 /// The backend opened as `Arc<dyn Backend>`.
 pub fn open(options: &PgOptions) -> Result<Arc<dyn crate::Backend>> {
     Ok(Arc::new(PgStore::open(options)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn every_form_of_a_password_is_redacted() {
+        for (url, shown) in [
+            (
+                "postgres://ann:p%40ss@db:5432/x",
+                "postgres://ann:***@db:5432/x",
+            ),
+            (
+                "postgresql://ann@db/x?sslmode=disable&password=pw%20x&application_name=a",
+                "postgresql://ann@db/x?sslmode=disable&password=***&application_name=a",
+            ),
+            (
+                "postgres:///x?host=/run/postgresql",
+                "postgres:///x?host=/run/postgresql",
+            ),
+            (
+                "host=db user=ann password=pw-bare dbname=x",
+                "host=db user=ann password=*** dbname=x",
+            ),
+            (
+                r"host=db password = 'p w \' x' dbname=x",
+                "host=db password = *** dbname=x",
+            ),
+            ("host=db password", "host=db ***"),
+        ] {
+            assert_eq!(redacted(url), shown, "{url}");
+        }
+    }
 }

@@ -44,4 +44,4 @@ pub mod postgres;
 mod remote;
 pub mod server;
 
-pub use remote::{Request, read_head, serve, serve_for};
+pub use remote::{Request, read_head, serve, serve_for, serve_located};

@@ -71,6 +71,27 @@ pub fn serve_for(
     limit: Duration,
     answer: impl Fn(&Request) -> (&'static str, String) + Send + 'static,
 ) -> (u16, mpsc::Receiver<Request>) {
+    serve_with(requests, limit, move |request| {
+        let (status, json) = answer(request);
+        (status, None, json)
+    })
+}
+
+/// [`serve`] with a `Location` header: `answer` gives each request's status, the URL its
+/// `Location` names (none: no such header) and its JSON body.
+pub fn serve_located(
+    requests: usize,
+    answer: impl Fn(&Request) -> (&'static str, Option<String>, String) + Send + 'static,
+) -> (u16, mpsc::Receiver<Request>) {
+    serve_with(requests, SERVE_FOR, answer)
+}
+
+/// The server of [`serve_for`] and [`serve_located`].
+fn serve_with(
+    requests: usize,
+    limit: Duration,
+    answer: impl Fn(&Request) -> (&'static str, Option<String>, String) + Send + 'static,
+) -> (u16, mpsc::Receiver<Request>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener
         .set_nonblocking(true)
@@ -122,13 +143,15 @@ pub(crate) fn read_request(stream: TcpStream) -> std::io::Result<(Request, TcpSt
 /// Reads one request from `stream` and writes the answer.
 fn exchange(
     stream: TcpStream,
-    answer: &impl Fn(&Request) -> (&'static str, String),
+    answer: &impl Fn(&Request) -> (&'static str, Option<String>, String),
 ) -> std::io::Result<Request> {
     let (request, mut stream) = read_request(stream)?;
-    let (status, json) = answer(&request);
+    let (status, location, json) = answer(&request);
+    let location = location.map(|l| format!("location: {l}\r\n"));
     write!(
         stream,
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
+        "HTTP/1.1 {status}\r\n{}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
+        location.unwrap_or_default(),
         json.len()
     )?;
     Ok(request)

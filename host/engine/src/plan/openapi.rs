@@ -118,6 +118,13 @@ pub enum CredentialKind {
     Basic,
 }
 
+/// What `Authorization: Basic` carries for `user_password` (`user:password`): its base64
+/// (RFC 7617), as this host sends it and reqwest sends a URL's user info.
+pub(crate) fn basic_credential(user_password: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(user_password)
+}
+
 /// A loaded document: its JSON and where it came from (a relative server URL resolves
 /// against an `http(s)` location).
 pub struct Document {

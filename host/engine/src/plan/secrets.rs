@@ -4,19 +4,23 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use agentmesh_expr::{Activation, Template};
 use agentmesh_manifest::model::common::EnvValue;
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_secrets::Secrets;
+use percent_encoding::percent_decode_str;
 use serde_json::Value;
 
-use super::ToolPlan;
+use super::openapi::basic_credential;
+use super::{HttpPlan, ToolPlan};
 use crate::EngineError;
 
 /// The secrets of a configuration: every value the host config reads from `{env: …}` (at any
 /// depth, so API and source tokens too), model API keys, source secrets and auth-provider
 /// credentials given literally, every tool setting whose schema says `format: password`
-/// (configured or default), the signing key of every tool event and the credential of every
-/// `openapi` security scheme.
+/// (configured or default), the signing key of every tool event, the credential of every
+/// `openapi` security scheme (and the base64 an `Authorization: Basic` carries of it), and
+/// the password of a request URL's user info (and the `Basic` credential sent for it).
 pub(crate) fn collect(
     host: &HostConfig,
     tools: &HashMap<String, Arc<ToolPlan>>,
@@ -57,13 +61,23 @@ pub(crate) fn collect(
                     let Ok(value) = credential.template.render(&settings) else {
                         continue;
                     };
-                    if let crate::plan::openapi::CredentialKind::Basic = credential.kind
-                        && let Some((_, password)) = value.split_once(':')
-                    {
-                        values.push(password.to_owned());
+                    if let crate::plan::openapi::CredentialKind::Basic = credential.kind {
+                        // What is sent is the base64 of the whole, and shown if echoed.
+                        values.push(basic_credential(&value));
+                        if let Some((_, password)) = value.split_once(':') {
+                            values.push(password.to_owned());
+                        }
                     }
                     values.push(value);
                 }
+            }
+            for http in action_requests(&action.runtime) {
+                userinfo_credential(&http.url, &settings, &mut values);
+            }
+        }
+        for event in &tool.events {
+            if let crate::plan::Via::Poll(poll) = &event.via {
+                userinfo_credential(&poll.request.url, &settings, &mut values);
             }
         }
         let Some(schema) = &tool.manifest.settings else {
@@ -78,6 +92,38 @@ pub(crate) fn collect(
         }
     }
     Secrets::new(values).map_err(|e| EngineError::Config(e.to_string()))
+}
+
+/// The HTTP requests an action makes itself (`stateless_http`, `stateful_session`).
+fn action_requests(runtime: &crate::plan::Runtime) -> Vec<&HttpPlan> {
+    match runtime {
+        crate::plan::Runtime::Http(http) => vec![http],
+        crate::plan::Runtime::Session(session) => [&session.create, &session.execute]
+            .into_iter()
+            .chain(session.destroy.as_ref())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The password of a request URL's user info, when the URL renders from settings alone
+/// (`http://ops:{settings.pw}@host/`), and what the client sends for it: reqwest turns user
+/// info into `Authorization: Basic` of the decoded `user:password`.
+fn userinfo_credential(url: &Template, settings: &Activation, out: &mut Vec<String>) {
+    let Ok(url) = url.render(settings) else {
+        return;
+    };
+    let Ok(url) = reqwest::Url::parse(&url) else {
+        return;
+    };
+    let decoded = |part: &str| percent_decode_str(part).decode_utf8_lossy().into_owned();
+    if let Some(password) = url.password().map(decoded) {
+        out.push(basic_credential(&format!(
+            "{}:{password}",
+            decoded(url.username())
+        )));
+        out.push(password);
+    }
 }
 
 /// The values of every `env: NAME` in the host config: the `{env: NAME}` form of a scalar and

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::ActionResult;
 use crate::Engine;
-use crate::plan::openapi::{Body, CredentialKind, OpenApiPlan, Place};
+use crate::plan::openapi::{Body, CredentialKind, OpenApiPlan, Place, basic_credential};
 
 /// Calls the operation of `op` with the action's `input` (defaults filled in, optional
 /// parameters absent when not given); `act` holds `settings`, and the header values of the
@@ -25,7 +25,7 @@ pub(super) async fn call(
     })
     .await;
     match sent {
-        Ok(answer) => super::operation_result(answer, op.json_response),
+        Ok(answer) => super::operation_result(&engine.secrets(), answer, op.json_response),
         Err(failed) => failed,
     }
 }
@@ -94,9 +94,7 @@ fn request(
             }
             CredentialKind::Bearer => authorization = Some(format!("Bearer {value}")),
             CredentialKind::Basic => {
-                use base64::Engine as _;
-                let encoded = base64::engine::general_purpose::STANDARD.encode(value);
-                authorization = Some(format!("Basic {encoded}"));
+                authorization = Some(format!("Basic {}", basic_credential(&value)));
             }
         }
     }
