@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_model::delivery::{Headers, delivery_id, safe_headers};
+use agentmesh_model::delivery::{Headers, Proof, delivery_id, safe_headers};
 use agentmesh_model::event::TriggerEnvelope;
 use agentmesh_store::{Backend, Delivery, Typed, now_ms, now_rfc3339};
 use serde_json::{Value, json};
@@ -101,6 +101,16 @@ impl Origin {
             auth_subject: auth_subject.clone(),
         })
     }
+}
+
+/// A delivery at the door: its headers, and what proved where it came from (which decides the
+/// header its delivery id is read from, see [`Proof`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered<'a> {
+    /// The request's headers.
+    pub headers: &'a Headers,
+    /// What proved where it came from.
+    pub proof: Proof,
 }
 
 /// Who runs the input an arrival queued.
@@ -348,14 +358,14 @@ impl Arrival<'_> {
 }
 
 impl Door {
-    /// Takes a webhook delivery with `headers` through the door (see [`Engine::arrive`]).
+    /// Takes a webhook delivery through the door (see [`Engine::arrive`]).
     pub(crate) async fn through<T, E: From<EngineError>>(
         &self,
         engine: &Engine,
-        headers: &Headers,
+        delivered: Delivered<'_>,
         admit: impl AsyncFnOnce(&Arrival<'_>) -> std::result::Result<Admitted<T>, E>,
     ) -> std::result::Result<Through<T>, E> {
-        let Some(arrival) = self.open(engine.store(), headers).await? else {
+        let Some(arrival) = self.open(engine.store(), delivered).await? else {
             return Ok(Through::Duplicate);
         };
         let (inputs, admitted) = match admit(&arrival).await? {
@@ -374,15 +384,15 @@ impl Door {
         )
     }
 
-    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
-    /// seen within the dedupe window; otherwise its id is held until the arrival is dropped.
+    /// Opens the door for a webhook delivery: `None` when its delivery id was seen within the
+    /// dedupe window; otherwise its id is held until the arrival is dropped.
     async fn open<'d>(
         &'d self,
         store: &dyn Backend,
-        headers: &Headers,
+        Delivered { headers, proof }: Delivered<'_>,
     ) -> Result<Option<Arrival<'d>>> {
         let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
-        let Some(id) = delivery_id(headers) else {
+        let Some(id) = delivery_id(headers, proof) else {
             return Ok(Some(Arrival {
                 fired_at: now_ms(),
                 delivered,
@@ -427,13 +437,21 @@ mod tests {
         [("X-Delivery-Id", id)].into_iter().collect()
     }
 
+    fn unsigned(headers: &Headers) -> Delivered<'_> {
+        Delivered {
+            headers,
+            proof: Proof::Unsigned,
+        }
+    }
+
     #[tokio::test]
     async fn an_arrival_given_up_while_waiting_at_the_door_leaves_no_id_behind() {
         let dir = tempfile::tempdir().unwrap();
         let store = agentmesh_store::open(dir.path()).unwrap();
         let door = Door::default();
+        let first_headers = headers("d-1");
         let first = door
-            .open(store.as_ref(), &headers("d-1"))
+            .open(store.as_ref(), unsigned(&first_headers))
             .await
             .unwrap()
             .unwrap();
@@ -441,7 +459,7 @@ mod tests {
             // A redelivery waits behind the first, then its caller gives up (its connection
             // closed): the future is dropped while waiting.
             let again = headers("d-1");
-            let mut waiting = pin!(door.open(store.as_ref(), &again));
+            let mut waiting = pin!(door.open(store.as_ref(), unsigned(&again)));
             let mut cx = Context::from_waker(Waker::noop());
             assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Pending));
         }
