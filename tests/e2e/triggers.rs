@@ -474,6 +474,36 @@ fn a_signed_delivery_replayed_with_a_new_unsigned_delivery_header_is_a_duplicate
 }
 
 #[test]
+fn a_delivery_id_named_at_one_entrance_does_not_stop_the_same_id_at_another() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", TRIGGERS);
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
+    // A holder of the `ops` token names an id the `github` source will send later.
+    let r = server
+        .request("POST", "/v1/triggers/lab/deploy/fire")
+        .header("Authorization", &format!("Bearer {OPS_TOKEN}"))
+        .header("X-Delivery-Id", "d-shared")
+        .json(&json!({"version": "1.0"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let r = deliver(&server, "d-shared", &fixture("issues.opened.json"), SECRET);
+    assert_eq!(r.status, 202, "GitHub's delivery is its own: {}", r.text());
+    assert_eq!(
+        r.json()["tasks"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r.text()
+    );
+    let again = deliver(&server, "d-shared", &fixture("issues.opened.json"), SECRET);
+    assert_eq!(
+        again.status,
+        200,
+        "and its redelivery a duplicate: {}",
+        again.text()
+    );
+}
+
+#[test]
 fn interval_schedule_creates_a_task_every_tick_while_earlier_ones_still_run() {
     let dir = tempfile::tempdir().unwrap();
     config(

@@ -103,14 +103,55 @@ impl Origin {
     }
 }
 
-/// A delivery at the door: its headers, and what proved where it came from (which decides the
-/// header its delivery id is read from, see [`Proof`]).
-#[derive(Debug, Clone, Copy)]
+/// Where a delivery came in. The door remembers a delivery id within its entrance only, so
+/// that one sender's ids never stand for another's: a bearer token's holder or an unsigned
+/// event's sender cannot name, ahead of time, the id a signed delivery will bring elsewhere.
+/// Every key starts with the entrance's kind (`tool:`, `source:`, `trigger:`), so none names
+/// a claim of the host's own ([`Arrival::once`]: `tick:…`, `wakeup:…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entrance<'a> {
+    /// The events of tool `namespace/name`: its webhook, its pollers.
+    Tool(&'a str),
+    /// Trigger source `name`'s webhook.
+    Source(&'a str),
+    /// Trigger `namespace/name`'s API fire.
+    Trigger(&'a str),
+}
+
+impl Entrance<'_> {
+    /// The key delivery id `id` is remembered by at this entrance: its kind, its name with `%`
+    /// and `:` escaped (so that no name and id spell another name's key), then `id`.
+    fn key(self, id: &str) -> String {
+        let (kind, name) = match self {
+            Entrance::Tool(name) => ("tool", name),
+            Entrance::Source(name) => ("source", name),
+            Entrance::Trigger(name) => ("trigger", name),
+        };
+        let name = name.replace('%', "%25").replace(':', "%3A");
+        format!("{kind}:{name}:{id}")
+    }
+}
+
+/// A delivery at the door: its headers, and its delivery id (read from the header its
+/// [`Proof`] covers) with the key it is remembered by at its [`Entrance`].
+#[derive(Debug, Clone)]
 pub struct Delivered<'a> {
-    /// The request's headers.
-    pub headers: &'a Headers,
-    /// What proved where it came from.
-    pub proof: Proof,
+    headers: &'a Headers,
+    /// The id as sent, and its key.
+    id: Option<(&'a str, String)>,
+}
+
+impl<'a> Delivered<'a> {
+    /// A delivery with `headers`, proved by `proof`, at `entrance`.
+    pub fn new(headers: &'a Headers, proof: Proof, entrance: Entrance<'_>) -> Self {
+        let id = delivery_id(headers, proof).map(|id| (id, entrance.key(id)));
+        Delivered { headers, id }
+    }
+
+    /// A delivery without an id, never a repeat of another (an MCP server's resource update).
+    pub fn unnamed(headers: &'a Headers) -> Self {
+        Delivered { headers, id: None }
+    }
 }
 
 /// Who runs the input an arrival queued.
@@ -167,17 +208,19 @@ pub enum Through<T> {
     Nothing(T),
 }
 
-/// The delivery ids at the door, each with the lock its repeats wait on. An id is forgotten
-/// when its arrival ends and nobody waits behind it.
+/// The delivery ids at the door (by key, see [`Entrance`]), each with the lock its repeats
+/// wait on. An id is forgotten when its arrival ends and nobody waits behind it.
 #[derive(Default)]
 pub(crate) struct Door {
     arriving: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
-/// Delivery id `id` held at the door; dropping it lets the next arrival of the id in.
+/// Delivery id `id` held at the door by its `key`; dropping it lets the next arrival of the
+/// key in.
 struct Serial<'a> {
     door: &'a Door,
     id: String,
+    key: String,
     lock: Arc<Mutex<()>>,
     guard: Option<OwnedMutexGuard<()>>,
 }
@@ -189,7 +232,7 @@ impl Drop for Serial<'_> {
         // Waiters clone the lock under the map's lock: with only the map's and this one left,
         // nobody waits.
         if Arc::strong_count(&self.lock) <= 2 {
-            arriving.remove(&self.id);
+            arriving.remove(&self.key);
         }
     }
 }
@@ -238,8 +281,10 @@ impl Arrival<'_> {
     }
 
     /// An arrival that is no delivery but that every host sharing the store makes (a wakeup's
-    /// fire): remembered by `id` as a delivery is, so that only the first is queued and the
-    /// others are [`Accepted::Duplicate`].
+    /// fire, a schedule's tick): remembered by `id` as a delivery is, so that only the first
+    /// is queued and the others are [`Accepted::Duplicate`]. No delivery can name `id` when it
+    /// starts with none of an [`Entrance`]'s kinds (the host's claims are `tick:…` and
+    /// `wakeup:…`).
     pub fn once(id: String) -> Self {
         Arrival {
             once: Some(id),
@@ -318,9 +363,11 @@ impl Arrival<'_> {
             .unzip();
         let store = engine.store();
         let delivery = self
-            .delivery_id()
+            .serial
+            .as_ref()
+            .map(|s| s.key.as_str())
             .or(self.once.as_deref())
-            .map(|id| (id, until));
+            .map(|key| (key, until));
         let refs: Vec<(&str, i64, &QueuedInput)> = tasks
             .iter()
             .zip(&entries)
@@ -389,10 +436,10 @@ impl Door {
     async fn open<'d>(
         &'d self,
         store: &dyn Backend,
-        Delivered { headers, proof }: Delivered<'_>,
+        Delivered { headers, id }: Delivered<'_>,
     ) -> Result<Option<Arrival<'d>>> {
         let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
-        let Some(id) = delivery_id(headers, proof) else {
+        let Some((id, key)) = id else {
             return Ok(Some(Arrival {
                 fired_at: now_ms(),
                 delivered,
@@ -401,16 +448,17 @@ impl Door {
                 until: None,
             }));
         };
-        let gate = Arc::clone(lock(&self.arriving).entry(id.to_owned()).or_default());
+        let gate = Arc::clone(lock(&self.arriving).entry(key.clone()).or_default());
         let mut serial = Serial {
             door: self,
             id: id.to_owned(),
+            key,
             lock: Arc::clone(&gate),
             guard: None,
         };
         serial.guard = Some(gate.lock_owned().await);
         // Seen: `serial` lets the next one in as it goes.
-        if store.is_remembered(id)? {
+        if store.is_remembered(&serial.key)? {
             return Ok(None);
         }
         Ok(Some(Arrival {
@@ -437,10 +485,39 @@ mod tests {
         [("X-Delivery-Id", id)].into_iter().collect()
     }
 
-    fn unsigned(headers: &Headers) -> Delivered<'_> {
-        Delivered {
-            headers,
-            proof: Proof::Unsigned,
+    fn at_tool(headers: &Headers) -> Delivered<'_> {
+        Delivered::new(headers, Proof::Unsigned, Entrance::Tool("ops/pager"))
+    }
+
+    #[test]
+    fn no_entrance_and_id_spell_another_entrances_key() {
+        let key = |entrance: Entrance<'_>, id: &str| entrance.key(id);
+        assert_eq!(
+            key(Entrance::Tool("ops/pager"), "d-1"),
+            "tool:ops/pager:d-1"
+        );
+        assert_ne!(
+            key(Entrance::Source("a:b"), "c"),
+            key(Entrance::Source("a"), "b:c")
+        );
+        assert_ne!(
+            key(Entrance::Source("a%3Ab"), "c"),
+            key(Entrance::Source("a:b"), "c")
+        );
+        assert_ne!(
+            key(Entrance::Trigger("a/b"), "d"),
+            key(Entrance::Tool("a/b"), "d")
+        );
+        for entrance in [
+            Entrance::Tool("t"),
+            Entrance::Source("s"),
+            Entrance::Trigger("g"),
+        ] {
+            let claim = key(entrance, "tick:t/nightly:1700000000000");
+            assert!(
+                !claim.starts_with("tick:") && !claim.starts_with("wakeup:"),
+                "{claim}"
+            );
         }
     }
 
@@ -451,7 +528,7 @@ mod tests {
         let door = Door::default();
         let first_headers = headers("d-1");
         let first = door
-            .open(store.as_ref(), unsigned(&first_headers))
+            .open(store.as_ref(), at_tool(&first_headers))
             .await
             .unwrap()
             .unwrap();
@@ -459,7 +536,7 @@ mod tests {
             // A redelivery waits behind the first, then its caller gives up (its connection
             // closed): the future is dropped while waiting.
             let again = headers("d-1");
-            let mut waiting = pin!(door.open(store.as_ref(), unsigned(&again)));
+            let mut waiting = pin!(door.open(store.as_ref(), at_tool(&again)));
             let mut cx = Context::from_waker(Waker::noop());
             assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Pending));
         }

@@ -103,8 +103,8 @@ use serde_json::{Map, Value, json};
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use direct::DirectEnd;
 pub use door::{
-    Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Delivered, Input, Origin, Run, Through,
-    WebhookError,
+    Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Delivered, Entrance, Input, Origin, Run,
+    Through, WebhookError,
 };
 pub use hosts::MissedHook;
 pub use inspect::{CacheStats, LoadedDetail};
@@ -1472,7 +1472,8 @@ impl Engine {
     }
 
     /// Takes a webhook delivery through the door: a repeat of a delivery id (read from the
-    /// header its proof names) seen within the dedupe window is [`Through::Duplicate`];
+    /// header its proof names) seen at its entrance within the dedupe window is
+    /// [`Through::Duplicate`];
     /// otherwise `admit` decides what the delivery brings while another delivery with the
     /// same id waits here (one without an id is never a repeat), and what it admitted is
     /// accepted. See [`door`](crate#modules).

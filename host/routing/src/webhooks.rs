@@ -10,7 +10,8 @@ use std::time::SystemTime;
 
 use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan, Via};
 use agentmesh_engine::{
-    Arrival, Delivered, Engine, EngineError, Origin, ResourceUpdate, Through, WebhookError,
+    Arrival, Delivered, Engine, EngineError, Entrance, Origin, ResourceUpdate, Through,
+    WebhookError,
 };
 use agentmesh_store::now_ms;
 use serde_json::{Value, json};
@@ -86,7 +87,7 @@ impl EventRouter {
                 .await,
             )
         };
-        let delivered = Delivered { headers, proof };
+        let delivered = Delivered::new(headers, proof, Entrance::Tool(tool_id));
         match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => Ok(WebhookOutcome::Duplicate),
             Through::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
@@ -149,10 +150,7 @@ impl EventRouter {
                 .await,
             )
         };
-        let delivered = Delivered {
-            headers,
-            proof: Proof::Unsigned,
-        };
+        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Tool(tool_id));
         match self.engine.arrive(delivered, admit).await? {
             Through::Queued { tasks, .. } => Ok(tasks),
             Through::Duplicate | Through::Nothing(()) => Ok(Vec::new()),

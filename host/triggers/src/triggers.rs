@@ -32,8 +32,8 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan,
 };
 use agentmesh_engine::{
-    Admitted, Arrival, Delivered, EngineError, Input, NewTask, Origin, ResourceUpdate, Run,
-    Through, UserRef, WebhookError, normalize_trigger_input,
+    Admitted, Arrival, Delivered, EngineError, Entrance, Input, NewTask, Origin, ResourceUpdate,
+    Run, Through, UserRef, WebhookError, normalize_trigger_input,
 };
 
 use crate::{Result, Triggers, lock};
@@ -507,10 +507,7 @@ impl Triggers {
             } = fires.await?;
             Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped)))
         };
-        let delivered = Delivered {
-            headers,
-            proof: src.proof(),
-        };
+        let delivered = Delivered::new(headers, src.proof(), Entrance::Source(source));
         let (fired, dropped) = match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => return Ok(SourceDelivery::Duplicate),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
@@ -562,11 +559,11 @@ impl Triggers {
             Ok::<_, EngineError>(Admitted::Inputs(all.inputs, all.fired))
         };
         // No delivery id: an update is never a repeat of another.
-        let delivered = Delivered {
-            headers: &Headers::default(),
-            proof: Proof::Unsigned,
-        };
-        let fired = match self.engine.arrive(delivered, admit).await? {
+        let fired = match self
+            .engine
+            .arrive(Delivered::unnamed(&Headers::default()), admit)
+            .await?
+        {
             Through::Duplicate => Vec::new(),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
@@ -708,11 +705,8 @@ impl Triggers {
             };
             Ok::<_, FireError>(Admitted::Inputs(vec![input], task))
         };
-        // A token's holder names its own delivery ids.
-        let delivered = Delivered {
-            headers,
-            proof: Proof::Unsigned,
-        };
+        // A token's holder names its own delivery ids, for this trigger only.
+        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Trigger(id));
         match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => Err(FireError::Duplicate),
             Through::Queued { admitted: task, .. } => {
