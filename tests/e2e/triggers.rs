@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agentmesh_routing::signature::sign_github;
+use agentmesh_routing::signature::{sign_github, sign_standard_webhooks};
 use agentmesh_testkit::client::Response;
 use agentmesh_testkit::fixtures::echo_tool;
 use agentmesh_testkit::server::{Server, wait_for};
@@ -17,12 +17,18 @@ use crate::webhooks::fixture;
 
 const SECRET: &str = "e2e trigger secret";
 const OPS_TOKEN: &str = "e2e ops token";
+/// The Standard Webhooks secret of source `ci` (`whsec_` and the base64 of "e2e ci secret").
+const CI_SECRET: &str = "whsec_ZTJlIGNpIHNlY3JldA==";
 
-fn env() -> [(&'static str, &'static str); 2] {
-    [("E2E_TRIGGER_SECRET", SECRET), ("E2E_OPS_TOKEN", OPS_TOKEN)]
+fn env() -> [(&'static str, &'static str); 3] {
+    [
+        ("E2E_TRIGGER_SECRET", SECRET),
+        ("E2E_OPS_TOKEN", OPS_TOKEN),
+        ("E2E_CI_SECRET", CI_SECRET),
+    ]
 }
 
-/// A config dir: sources `github` and `ops` (bearer), agents `lab/triage` (answers at once),
+/// A config dir: sources `github`, `ci` (Standard Webhooks) and `ops` (bearer), agents `lab/triage` (answers at once),
 /// `lab/slow` (waits in a review nobody answers) and `lab/sleeper` (requests two wakeups),
 /// plus `extra` manifests and host `policy` lines.
 fn config(dir: &Path, policy: &str, extra: &str) {
@@ -32,6 +38,7 @@ fn config(dir: &Path, policy: &str, extra: &str) {
             "kind: agentmesh/v1/host
 sources:
   github: {{signature: github, secret: {{env: E2E_TRIGGER_SECRET}}}}
+  ci: {{signature: standard-webhooks, secret: {{env: E2E_CI_SECRET}}}}
   ops: {{signature: bearer, tokens: [{{subject: \"svc:deployer\", env: E2E_OPS_TOKEN}}]}}
 {policy}"
         ),
@@ -406,6 +413,93 @@ fn an_api_fires_delivery_id_is_remembered_only_when_the_fire_is_taken() {
         tasks(&server, "lab/triage").len(),
         2,
         "one task per fire taken"
+    );
+}
+
+/// A trigger of the Standard Webhooks source `ci`.
+const CI_TRIGGER: &str = "kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: builds
+agent: triage
+owner: user:ci@example.com
+source: {type: ci}
+message: Built.
+";
+
+#[test]
+fn a_signed_delivery_replayed_with_a_new_unsigned_delivery_header_is_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", CI_TRIGGER);
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
+    let body = br#"{"build": 7}"#;
+    let sent_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .cast_signed();
+    let signature = sign_standard_webhooks(CI_SECRET, "msg_1", sent_at, body).unwrap();
+    // The signature covers `webhook-id`, the timestamp and the body; `X-GitHub-Delivery` is
+    // no part of it, so anyone holding the request can set it.
+    let send = |github_delivery: Option<&str>| {
+        let request = server
+            .request("POST", "/v1/webhooks/sources/ci")
+            .header("Content-Type", "application/json")
+            .header("webhook-id", "msg_1")
+            .header("webhook-timestamp", &sent_at.to_string())
+            .header("webhook-signature", &signature);
+        match github_delivery {
+            Some(id) => request.header("X-GitHub-Delivery", id),
+            None => request,
+        }
+        .body(body.to_vec())
+        .send()
+    };
+    let r = send(None);
+    assert_eq!(r.status, 202, "{}", r.text());
+    for replay in ["replay-1", "replay-2"] {
+        let r = send(Some(replay));
+        assert_eq!(
+            r.status,
+            200,
+            "a replay is a duplicate of `msg_1`: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["status"], "duplicate");
+    }
+    assert_eq!(
+        tasks(&server, "lab/triage").len(),
+        1,
+        "one task for one message"
+    );
+}
+
+#[test]
+fn a_delivery_id_named_at_one_entrance_does_not_stop_the_same_id_at_another() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", TRIGGERS);
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
+    // A holder of the `ops` token names an id the `github` source will send later.
+    let r = server
+        .request("POST", "/v1/triggers/lab/deploy/fire")
+        .header("Authorization", &format!("Bearer {OPS_TOKEN}"))
+        .header("X-Delivery-Id", "d-shared")
+        .json(&json!({"version": "1.0"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let r = deliver(&server, "d-shared", &fixture("issues.opened.json"), SECRET);
+    assert_eq!(r.status, 202, "GitHub's delivery is its own: {}", r.text());
+    assert_eq!(
+        r.json()["tasks"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r.text()
+    );
+    let again = deliver(&server, "d-shared", &fixture("issues.opened.json"), SECRET);
+    assert_eq!(
+        again.status,
+        200,
+        "and its redelivery a duplicate: {}",
+        again.text()
     );
 }
 

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_model::delivery::{Headers, delivery_id, safe_headers};
+use agentmesh_model::delivery::{Headers, Proof, delivery_id, safe_headers};
 use agentmesh_model::event::TriggerEnvelope;
 use agentmesh_store::{Backend, Delivery, Typed, now_ms, now_rfc3339};
 use serde_json::{Value, json};
@@ -103,6 +103,57 @@ impl Origin {
     }
 }
 
+/// Where a delivery came in. The door remembers a delivery id within its entrance only, so
+/// that one sender's ids never stand for another's: a bearer token's holder or an unsigned
+/// event's sender cannot name, ahead of time, the id a signed delivery will bring elsewhere.
+/// Every key starts with the entrance's kind (`tool:`, `source:`, `trigger:`), so none names
+/// a claim of the host's own ([`Arrival::once`]: `tick:…`, `wakeup:…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entrance<'a> {
+    /// The events of tool `namespace/name`: its webhook, its pollers.
+    Tool(&'a str),
+    /// Trigger source `name`'s webhook.
+    Source(&'a str),
+    /// Trigger `namespace/name`'s API fire.
+    Trigger(&'a str),
+}
+
+impl Entrance<'_> {
+    /// The key delivery id `id` is remembered by at this entrance: its kind, its name with `%`
+    /// and `:` escaped (so that no name and id spell another name's key), then `id`.
+    fn key(self, id: &str) -> String {
+        let (kind, name) = match self {
+            Entrance::Tool(name) => ("tool", name),
+            Entrance::Source(name) => ("source", name),
+            Entrance::Trigger(name) => ("trigger", name),
+        };
+        let name = name.replace('%', "%25").replace(':', "%3A");
+        format!("{kind}:{name}:{id}")
+    }
+}
+
+/// A delivery at the door: its headers, and its delivery id (read from the header its
+/// [`Proof`] covers) with the key it is remembered by at its [`Entrance`].
+#[derive(Debug, Clone)]
+pub struct Delivered<'a> {
+    headers: &'a Headers,
+    /// The id as sent, and its key.
+    id: Option<(&'a str, String)>,
+}
+
+impl<'a> Delivered<'a> {
+    /// A delivery with `headers`, proved by `proof`, at `entrance`.
+    pub fn new(headers: &'a Headers, proof: Proof, entrance: Entrance<'_>) -> Self {
+        let id = delivery_id(headers, proof).map(|id| (id, entrance.key(id)));
+        Delivered { headers, id }
+    }
+
+    /// A delivery without an id, never a repeat of another (an MCP server's resource update).
+    pub fn unnamed(headers: &'a Headers) -> Self {
+        Delivered { headers, id: None }
+    }
+}
+
 /// Who runs the input an arrival queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Run {
@@ -157,17 +208,19 @@ pub enum Through<T> {
     Nothing(T),
 }
 
-/// The delivery ids at the door, each with the lock its repeats wait on. An id is forgotten
-/// when its arrival ends and nobody waits behind it.
+/// The delivery ids at the door (by key, see [`Entrance`]), each with the lock its repeats
+/// wait on. An id is forgotten when its arrival ends and nobody waits behind it.
 #[derive(Default)]
 pub(crate) struct Door {
     arriving: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
-/// Delivery id `id` held at the door; dropping it lets the next arrival of the id in.
+/// Delivery id `id` held at the door by its `key`; dropping it lets the next arrival of the
+/// key in.
 struct Serial<'a> {
     door: &'a Door,
     id: String,
+    key: String,
     lock: Arc<Mutex<()>>,
     guard: Option<OwnedMutexGuard<()>>,
 }
@@ -179,7 +232,7 @@ impl Drop for Serial<'_> {
         // Waiters clone the lock under the map's lock: with only the map's and this one left,
         // nobody waits.
         if Arc::strong_count(&self.lock) <= 2 {
-            arriving.remove(&self.id);
+            arriving.remove(&self.key);
         }
     }
 }
@@ -228,8 +281,10 @@ impl Arrival<'_> {
     }
 
     /// An arrival that is no delivery but that every host sharing the store makes (a wakeup's
-    /// fire): remembered by `id` as a delivery is, so that only the first is queued and the
-    /// others are [`Accepted::Duplicate`].
+    /// fire, a schedule's tick): remembered by `id` as a delivery is, so that only the first
+    /// is queued and the others are [`Accepted::Duplicate`]. No delivery can name `id` when it
+    /// starts with none of an [`Entrance`]'s kinds (the host's claims are `tick:…` and
+    /// `wakeup:…`).
     pub fn once(id: String) -> Self {
         Arrival {
             once: Some(id),
@@ -308,9 +363,11 @@ impl Arrival<'_> {
             .unzip();
         let store = engine.store();
         let delivery = self
-            .delivery_id()
+            .serial
+            .as_ref()
+            .map(|s| s.key.as_str())
             .or(self.once.as_deref())
-            .map(|id| (id, until));
+            .map(|key| (key, until));
         let refs: Vec<(&str, i64, &QueuedInput)> = tasks
             .iter()
             .zip(&entries)
@@ -348,14 +405,14 @@ impl Arrival<'_> {
 }
 
 impl Door {
-    /// Takes a webhook delivery with `headers` through the door (see [`Engine::arrive`]).
+    /// Takes a webhook delivery through the door (see [`Engine::arrive`]).
     pub(crate) async fn through<T, E: From<EngineError>>(
         &self,
         engine: &Engine,
-        headers: &Headers,
+        delivered: Delivered<'_>,
         admit: impl AsyncFnOnce(&Arrival<'_>) -> std::result::Result<Admitted<T>, E>,
     ) -> std::result::Result<Through<T>, E> {
-        let Some(arrival) = self.open(engine.store(), headers).await? else {
+        let Some(arrival) = self.open(engine.store(), delivered).await? else {
             return Ok(Through::Duplicate);
         };
         let (inputs, admitted) = match admit(&arrival).await? {
@@ -374,15 +431,15 @@ impl Door {
         )
     }
 
-    /// Opens the door for a webhook delivery with `headers`: `None` when its delivery id was
-    /// seen within the dedupe window; otherwise its id is held until the arrival is dropped.
+    /// Opens the door for a webhook delivery: `None` when its delivery id was seen within the
+    /// dedupe window; otherwise its id is held until the arrival is dropped.
     async fn open<'d>(
         &'d self,
         store: &dyn Backend,
-        headers: &Headers,
+        Delivered { headers, id }: Delivered<'_>,
     ) -> Result<Option<Arrival<'d>>> {
         let delivered = Some((Value::Object(safe_headers(headers)), now_rfc3339()));
-        let Some(id) = delivery_id(headers) else {
+        let Some((id, key)) = id else {
             return Ok(Some(Arrival {
                 fired_at: now_ms(),
                 delivered,
@@ -391,16 +448,17 @@ impl Door {
                 until: None,
             }));
         };
-        let gate = Arc::clone(lock(&self.arriving).entry(id.to_owned()).or_default());
+        let gate = Arc::clone(lock(&self.arriving).entry(key.clone()).or_default());
         let mut serial = Serial {
             door: self,
             id: id.to_owned(),
+            key,
             lock: Arc::clone(&gate),
             guard: None,
         };
         serial.guard = Some(gate.lock_owned().await);
         // Seen: `serial` lets the next one in as it goes.
-        if store.is_remembered(id)? {
+        if store.is_remembered(&serial.key)? {
             return Ok(None);
         }
         Ok(Some(Arrival {
@@ -427,13 +485,50 @@ mod tests {
         [("X-Delivery-Id", id)].into_iter().collect()
     }
 
+    fn at_tool(headers: &Headers) -> Delivered<'_> {
+        Delivered::new(headers, Proof::Unsigned, Entrance::Tool("ops/pager"))
+    }
+
+    #[test]
+    fn no_entrance_and_id_spell_another_entrances_key() {
+        let key = |entrance: Entrance<'_>, id: &str| entrance.key(id);
+        assert_eq!(
+            key(Entrance::Tool("ops/pager"), "d-1"),
+            "tool:ops/pager:d-1"
+        );
+        assert_ne!(
+            key(Entrance::Source("a:b"), "c"),
+            key(Entrance::Source("a"), "b:c")
+        );
+        assert_ne!(
+            key(Entrance::Source("a%3Ab"), "c"),
+            key(Entrance::Source("a:b"), "c")
+        );
+        assert_ne!(
+            key(Entrance::Trigger("a/b"), "d"),
+            key(Entrance::Tool("a/b"), "d")
+        );
+        for entrance in [
+            Entrance::Tool("t"),
+            Entrance::Source("s"),
+            Entrance::Trigger("g"),
+        ] {
+            let claim = key(entrance, "tick:t/nightly:1700000000000");
+            assert!(
+                !claim.starts_with("tick:") && !claim.starts_with("wakeup:"),
+                "{claim}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn an_arrival_given_up_while_waiting_at_the_door_leaves_no_id_behind() {
         let dir = tempfile::tempdir().unwrap();
         let store = agentmesh_store::open(dir.path()).unwrap();
         let door = Door::default();
+        let first_headers = headers("d-1");
         let first = door
-            .open(store.as_ref(), &headers("d-1"))
+            .open(store.as_ref(), at_tool(&first_headers))
             .await
             .unwrap()
             .unwrap();
@@ -441,7 +536,7 @@ mod tests {
             // A redelivery waits behind the first, then its caller gives up (its connection
             // closed): the future is dropped while waiting.
             let again = headers("d-1");
-            let mut waiting = pin!(door.open(store.as_ref(), &again));
+            let mut waiting = pin!(door.open(store.as_ref(), at_tool(&again)));
             let mut cx = Context::from_waker(Waker::noop());
             assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Pending));
         }

@@ -94,7 +94,6 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use agentmesh_expr::{Activation, Bound, Needs};
-use agentmesh_model::delivery::Headers;
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::{Backend, Offloaded, StoreError, Typed, now_ms, now_rfc3339};
@@ -104,7 +103,8 @@ use serde_json::{Map, Value, json};
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use direct::DirectEnd;
 pub use door::{
-    Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Input, Origin, Run, Through, WebhookError,
+    Accepted, Admitted, Arrival, DEFAULT_DEDUPE_WINDOW, Delivered, Entrance, Input, Origin, Run,
+    Through, WebhookError,
 };
 pub use hosts::MissedHook;
 pub use inspect::{CacheStats, LoadedDetail};
@@ -1481,16 +1481,18 @@ impl Engine {
         Ok(n)
     }
 
-    /// Takes a webhook delivery with `headers` through the door: a repeat of a delivery id
-    /// seen within the dedupe window is [`Through::Duplicate`]; otherwise `admit` decides what
-    /// the delivery brings while another delivery with the same id waits here (one without an
-    /// id is never a repeat), and what it admitted is accepted. See [`door`](crate#modules).
+    /// Takes a webhook delivery through the door: a repeat of a delivery id (read from the
+    /// header its proof names) seen at its entrance within the dedupe window is
+    /// [`Through::Duplicate`];
+    /// otherwise `admit` decides what the delivery brings while another delivery with the
+    /// same id waits here (one without an id is never a repeat), and what it admitted is
+    /// accepted. See [`door`](crate#modules).
     pub async fn arrive<T, E: From<EngineError>>(
         &self,
-        headers: &Headers,
+        delivered: Delivered<'_>,
         admit: impl AsyncFnOnce(&Arrival<'_>) -> std::result::Result<Admitted<T>, E>,
     ) -> std::result::Result<Through<T>, E> {
-        self.inner.door.through(self, headers, admit).await
+        self.inner.door.through(self, delivered, admit).await
     }
 
     /// Whether task `task` takes tool event `event` of `tool` that routing matched to it

@@ -1,6 +1,7 @@
 //! A delivery as it arrived, without HTTP ([`Inbound`]: its raw body and its [`Headers`]),
 //! and what the host takes from its headers besides its signature: the delivery id that
-//! makes redelivery idempotent, and the headers an agent may see.
+//! makes redelivery idempotent (read from the header its signature covers, see [`Proof`]), and
+//! the headers an agent may see.
 
 use serde_json::{Map, Value as Json};
 
@@ -80,9 +81,27 @@ pub struct Inbound<'a> {
     pub body: &'a [u8],
 }
 
-/// The headers that carry a delivery id, in the order they are consulted (CONTRACT §5,
-/// "Idempotency"): GitHub's, Standard Webhooks', then the generic one.
+/// The headers that carry a delivery id, in the order an unsigned delivery's are consulted
+/// (CONTRACT §5, "Idempotency"): GitHub's, Standard Webhooks', then the generic one.
 pub const DELIVERY_ID_HEADERS: [&str; 3] = ["X-GitHub-Delivery", "webhook-id", "X-Delivery-Id"];
+
+/// What proved where a delivery came from, which decides the header its delivery id is read
+/// from. The id is what dedupe trusts: an id read from a header the signature does not cover
+/// would let anyone holding a signed request send it again under a new id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// A Standard Webhooks signature, which covers `webhook-id` (with the timestamp and the
+    /// body): the id is `webhook-id` and nothing else.
+    StandardWebhooks,
+    /// A GitHub signature, which covers the body only: the id is GitHub's own
+    /// `X-GitHub-Delivery`. No signature covers it, so dedupe takes GitHub's redeliveries
+    /// once but cannot stop a replay of a captured request (GitHub signs no time either).
+    GitHub,
+    /// No signature: a bearer token's holder (trusted to name its own ids) or an unsigned
+    /// event (whose sender anyone may be). The id is the first non-empty of
+    /// [`DELIVERY_ID_HEADERS`].
+    Unsigned,
+}
 
 /// Headers never shown to an agent whatever their name says: credentials and cookies.
 const SECRET_HEADERS: [&str; 4] = [
@@ -96,9 +115,15 @@ const SECRET_HEADERS: [&str; 4] = [
 /// `x-gitlab-token`, `x-hub-signature-256`, `webhook-signature`, `x-auth-user`, …).
 const SECRET_FRAGMENTS: [&str; 5] = ["secret", "token", "key", "auth", "signature"];
 
-/// The delivery id of a request: the first non-empty of [`DELIVERY_ID_HEADERS`].
-pub fn delivery_id(headers: &Headers) -> Option<&str> {
-    DELIVERY_ID_HEADERS.iter().find_map(|name| {
+/// The delivery id of a request proved by `proof`: the non-empty value of the header it
+/// names (see [`Proof`]).
+pub fn delivery_id(headers: &Headers, proof: Proof) -> Option<&str> {
+    let names: &[&str] = match proof {
+        Proof::StandardWebhooks => &["webhook-id"],
+        Proof::GitHub => &["X-GitHub-Delivery"],
+        Proof::Unsigned => &DELIVERY_ID_HEADERS,
+    };
+    names.iter().find_map(|name| {
         headers
             .text(name)
             .and_then(Result::ok)
@@ -149,16 +174,30 @@ mod tests {
     }
 
     #[test]
-    fn delivery_id_prefers_github_then_standard_webhooks_then_generic() {
+    fn an_unsigned_delivery_id_prefers_github_then_standard_webhooks_then_generic() {
         let all = headers(&[
             ("X-Delivery-Id", "generic"),
             ("webhook-id", "msg_1"),
             ("X-GitHub-Delivery", "72d3162e"),
         ]);
-        assert_eq!(delivery_id(&all), Some("72d3162e"));
+        assert_eq!(delivery_id(&all, Proof::Unsigned), Some("72d3162e"));
         let two = headers(&[("x-delivery-id", "generic"), ("Webhook-Id", "msg_1")]);
-        assert_eq!(delivery_id(&two), Some("msg_1"));
-        assert_eq!(delivery_id(&headers(&[("X-Delivery-Id", "g")])), Some("g"));
+        assert_eq!(delivery_id(&two, Proof::Unsigned), Some("msg_1"));
+        let one = headers(&[("X-Delivery-Id", "g")]);
+        assert_eq!(delivery_id(&one, Proof::Unsigned), Some("g"));
+    }
+
+    #[test]
+    fn a_signed_delivery_id_is_read_from_its_schemes_header_only() {
+        let all = headers(&[
+            ("X-GitHub-Delivery", "sent-by-anyone"),
+            ("webhook-id", "msg_1"),
+            ("X-Delivery-Id", "generic"),
+        ]);
+        assert_eq!(delivery_id(&all, Proof::StandardWebhooks), Some("msg_1"));
+        let github = headers(&[("webhook-id", "msg_1"), ("X-Delivery-Id", "generic")]);
+        assert_eq!(delivery_id(&github, Proof::GitHub), None);
+        assert_eq!(delivery_id(&all, Proof::GitHub), Some("sent-by-anyone"));
     }
 
     #[test]
@@ -167,7 +206,7 @@ mod tests {
             .into_iter()
             .collect();
         assert_eq!(h.text("x-github-delivery"), Some(Err(())));
-        assert_eq!(delivery_id(&h), None);
+        assert_eq!(delivery_id(&h, Proof::Unsigned), None);
         assert_eq!(h.text("webhook-id"), None);
         let h = headers(&[("X-GitHub-Delivery", "d\t1")]);
         assert_eq!(h.text("X-GITHUB-DELIVERY"), Some(Ok("d\t1")));
@@ -175,8 +214,10 @@ mod tests {
 
     #[test]
     fn empty_delivery_id_is_no_delivery_id() {
-        assert_eq!(delivery_id(&headers(&[("X-GitHub-Delivery", " ")])), None);
-        assert_eq!(delivery_id(&Headers::default()), None);
+        let blank = headers(&[("X-GitHub-Delivery", " ")]);
+        assert_eq!(delivery_id(&blank, Proof::Unsigned), None);
+        assert_eq!(delivery_id(&blank, Proof::GitHub), None);
+        assert_eq!(delivery_id(&Headers::default(), Proof::Unsigned), None);
     }
 
     #[test]

@@ -61,7 +61,7 @@ mod poll;
 mod routes;
 mod webhooks;
 
-pub use agentmesh_model::delivery::{self, Headers, Inbound, delivery_id, safe_headers};
+pub use agentmesh_model::delivery::{self, Headers, Inbound, Proof, delivery_id, safe_headers};
 pub use agentmesh_secrets::signature;
 pub use allow_list::{AllowLists, allow_value};
 pub use analysis::Pin;

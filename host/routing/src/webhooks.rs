@@ -10,14 +10,15 @@ use std::time::SystemTime;
 
 use agentmesh_engine::plan::{EventPlan, Secret, ToolPlan, Via};
 use agentmesh_engine::{
-    Arrival, Engine, EngineError, Origin, ResourceUpdate, Through, WebhookError,
+    Arrival, Delivered, Engine, EngineError, Entrance, Origin, ResourceUpdate, Through,
+    WebhookError,
 };
 use agentmesh_store::now_ms;
 use serde_json::{Value, json};
 
 use crate::admit;
 use crate::routes::SharedRoutes;
-use crate::{Headers, Inbound, delivery_id, signature};
+use crate::{Headers, Inbound, Proof, delivery_id, signature};
 
 /// The origin of a webhook's tool events (a tool webhook names no `auth_subject`).
 pub(crate) const WEBHOOK: Origin = Origin::Webhook { auth_subject: None };
@@ -69,7 +70,7 @@ impl EventRouter {
             .get(tool_id)
             .filter(|t| t.events.iter().any(|e| matches!(e.via, Via::Webhook)))
             .ok_or_else(|| WebhookError::UnknownTool(tool_id.to_owned()))?;
-        let events = verified_events(tool, headers, body)?;
+        let (events, proof) = verified_events(tool, headers, body)?;
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let routes = &*self.routes;
@@ -86,11 +87,12 @@ impl EventRouter {
                 .await,
             )
         };
-        match self.engine.arrive(headers, admit).await? {
+        let delivered = Delivered::new(headers, proof, Entrance::Tool(tool_id));
+        match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => Ok(WebhookOutcome::Duplicate),
             Through::Queued { tasks, .. } => Ok(WebhookOutcome::Accepted(tasks)),
             Through::Nothing(()) => {
-                tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers), "webhook matched no subscription");
+                tracing::info!(tool.name = %tool_id, delivery.id = ?delivery_id(headers, proof), "webhook matched no subscription");
                 Ok(WebhookOutcome::Unmatched)
             }
         }
@@ -120,7 +122,8 @@ impl EventRouter {
 
     /// Routes `payload` as the events of tool `tool_id` that `pick` keeps (from `origin`) to
     /// the subscribed tasks that `keep` keeps, through the door with `headers` (a delivery id
-    /// among them makes it idempotent). Returns the tasks it was queued on (on disk).
+    /// among them, which the host made, makes it idempotent). Returns the tasks it was queued
+    /// on (on disk).
     pub(crate) async fn deliver_events(
         &self,
         (tool_id, pick): (&str, impl Fn(&EventPlan) -> bool),
@@ -147,7 +150,8 @@ impl EventRouter {
                 .await,
             )
         };
-        match self.engine.arrive(headers, admit).await? {
+        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Tool(tool_id));
+        match self.engine.arrive(delivered, admit).await? {
             Through::Queued { tasks, .. } => Ok(tasks),
             Through::Duplicate | Through::Nothing(()) => Ok(Vec::new()),
         }
@@ -164,15 +168,17 @@ impl EventRouter {
     }
 }
 
-/// The events of `tool` whose signature check `body` passes; when none does, the first
-/// failure says why.
+/// The events of `tool` whose signature check `body` passes, and what proved the delivery
+/// (the scheme of a signature that passed; [`Proof::Unsigned`] when only events without a
+/// secret took it); when none does, the first failure says why.
 fn verified_events<'t>(
     tool: &'t ToolPlan,
     headers: &Headers,
     body: &[u8],
-) -> Result<Vec<&'t EventPlan>, WebhookError> {
+) -> Result<(Vec<&'t EventPlan>, Proof), WebhookError> {
     let now = SystemTime::now();
     let mut passed = Vec::new();
+    let mut proof = Proof::Unsigned;
     let mut first_error = None;
     // Several events often share one secret: check each distinct secret once.
     let mut checked: HashMap<&str, bool> = HashMap::new();
@@ -182,7 +188,10 @@ fn verified_events<'t>(
             Secret::None => true,
             Secret::Key(key) => *checked.entry(key.as_str()).or_insert_with(|| {
                 match signature::verify(key, headers, body, now) {
-                    Ok(_) => true,
+                    Ok(scheme) => {
+                        proof = scheme.into();
+                        true
+                    }
                     Err(e) => {
                         first_error.get_or_insert_with(|| e.to_string());
                         false
@@ -205,5 +214,5 @@ fn verified_events<'t>(
             first_error.unwrap_or_else(|| "no event accepts this delivery".into()),
         ));
     }
-    Ok(passed)
+    Ok((passed, proof))
 }

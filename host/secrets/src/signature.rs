@@ -15,7 +15,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agentmesh_model::delivery::Headers;
+use agentmesh_model::delivery::{Headers, Proof};
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
@@ -54,7 +54,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// GitHub's signature header: `sha256=<hex HMAC-SHA256 of the body>`.
 pub const GITHUB_SIGNATURE: &str = "X-Hub-Signature-256";
-/// The Standard Webhooks message id (also the delivery id, see [`agentmesh_model::delivery::delivery_id`]).
+/// The Standard Webhooks message id, which the signature covers: a signed delivery's id (see
+/// [`Proof::StandardWebhooks`]).
 pub const WEBHOOK_ID: &str = "webhook-id";
 /// The Standard Webhooks send time, in Unix seconds.
 pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
@@ -63,7 +64,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
 
 /// How far a Standard Webhooks timestamp may be from now, in seconds. A captured request
 /// replayed later than this is refused even though its signature is valid; the delivery-id
-/// deduplication covers replays inside the window.
+/// deduplication, on the signed `webhook-id`, covers replays inside the window.
 pub const TIMESTAMP_TOLERANCE_SECS: u64 = 5 * 60;
 
 /// The Standard Webhooks secret prefix.
@@ -112,6 +113,15 @@ impl Scheme {
         match self {
             Scheme::GitHub => verify_github(secret, headers, body),
             Scheme::StandardWebhooks => verify_standard_webhooks(secret, headers, body, now),
+        }
+    }
+}
+
+impl From<Scheme> for Proof {
+    fn from(scheme: Scheme) -> Proof {
+        match scheme {
+            Scheme::GitHub => Proof::GitHub,
+            Scheme::StandardWebhooks => Proof::StandardWebhooks,
         }
     }
 }

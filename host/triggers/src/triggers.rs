@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentmesh_expr::Activation;
-use agentmesh_model::delivery::Inbound;
+use agentmesh_model::delivery::{Headers, Inbound, Proof};
 use agentmesh_store::Typed;
 use agentmesh_store::{now_ms, now_rfc3339};
 use agentmesh_timing::{DailyQuota, Throttle};
@@ -32,8 +32,8 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_TRIGGERED_TURNS_PER_USER_PER_DAY, SourcePlan, TriggerPlan,
 };
 use agentmesh_engine::{
-    Admitted, Arrival, EngineError, Input, NewTask, Origin, ResourceUpdate, Run, Through, UserRef,
-    WebhookError, normalize_trigger_input,
+    Admitted, Arrival, Delivered, EngineError, Entrance, Input, NewTask, Origin, ResourceUpdate,
+    Run, Through, UserRef, WebhookError, normalize_trigger_input,
 };
 
 use crate::{Result, Triggers, lock};
@@ -507,7 +507,8 @@ impl Triggers {
             } = fires.await?;
             Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped)))
         };
-        let (fired, dropped) = match self.engine.arrive(headers, admit).await? {
+        let delivered = Delivered::new(headers, src.proof(), Entrance::Source(source));
+        let (fired, dropped) = match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => return Ok(SourceDelivery::Duplicate),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
@@ -558,7 +559,11 @@ impl Triggers {
             Ok::<_, EngineError>(Admitted::Inputs(all.inputs, all.fired))
         };
         // No delivery id: an update is never a repeat of another.
-        let fired = match self.engine.arrive(&Default::default(), admit).await? {
+        let fired = match self
+            .engine
+            .arrive(Delivered::unnamed(&Headers::default()), admit)
+            .await?
+        {
             Through::Duplicate => Vec::new(),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
@@ -700,7 +705,9 @@ impl Triggers {
             };
             Ok::<_, FireError>(Admitted::Inputs(vec![input], task))
         };
-        match self.engine.arrive(headers, admit).await? {
+        // A token's holder names its own delivery ids, for this trigger only.
+        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Trigger(id));
+        match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => Err(FireError::Duplicate),
             Through::Queued { admitted: task, .. } => {
                 self.record_fire(TRIGGER_STATE, id, Ok(&task));

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use agentmesh_expr::{Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
-use agentmesh_model::delivery::Inbound;
+use agentmesh_model::delivery::{Inbound, Proof};
 use agentmesh_secrets::signature;
 use agentmesh_secrets::{BearerTokens, TokenError};
 use agentmesh_timing::Timing;
@@ -55,6 +55,19 @@ pub enum SourcePlan {
 pub struct Unauthenticated(pub String);
 
 impl SourcePlan {
+    /// What proves where its deliveries came from: its signature scheme, or nothing for a
+    /// `bearer` source (whose token holders name their own delivery ids).
+    pub fn proof(&self) -> Proof {
+        match self {
+            SourcePlan::Signed {
+                scheme: SignatureScheme::Github,
+                ..
+            } => Proof::GitHub,
+            SourcePlan::Signed { .. } => Proof::StandardWebhooks,
+            SourcePlan::Bearer(_) | SourcePlan::Mcp { .. } => Proof::Unsigned,
+        }
+    }
+
     /// Authenticates a delivery: `Ok(auth_subject)` (a bearer token's subject; `None` for a
     /// signed delivery), or why it is refused.
     pub fn authenticate(
