@@ -66,9 +66,9 @@ impl FileMount {
         self.root.join(self.prefix.trim_start_matches('/'))
     }
 
-    /// The prefix's directory for a component's sandbox, opened and created as in
-    /// [`FileMount::open_prefix`] and held open, so that the component is given this directory
-    /// whatever is put at its path afterwards.
+    /// The prefix's directory for a component's sandbox, opened from the root one name at a
+    /// time without following a symbolic link, created where missing, and held open, so that
+    /// the component is given this directory whatever is put at its path afterwards.
     pub fn open_dir(&self) -> Result<MountDir, String> {
         Ok(MountDir::new(self.open_prefix(true)?, self.dir()))
     }

@@ -1,7 +1,7 @@
 //! Action backends: `cel`, `stateless_http` (and the HTTP requests `stateful_session` makes,
-//! `session.rs`), `openapi` (`runtime/openapi.rs`), the dispatch to Wasm components
-//! (`wasm.rs`), MCP servers (`mcp.rs`) and Kubernetes Jobs (`kubernetes.rs`), and sub-agent
-//! delegation.
+//! `session.rs`; their URLs made in `runtime/url.rs`), `openapi` (`runtime/openapi.rs`), the
+//! dispatch to Wasm components (`wasm.rs`), MCP servers (`mcp.rs`) and Kubernetes Jobs
+//! (`kubernetes.rs`), and sub-agent delegation.
 
 mod openapi;
 mod url;
