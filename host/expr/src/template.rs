@@ -30,12 +30,12 @@ pub enum Segment {
 }
 
 /// A rendered piece of a template.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Rendered<'t> {
     /// The template's own text.
     Text(&'t str),
-    /// A hole's value: a string as it is, any other value as JSON.
-    Value(String),
+    /// A hole's value (a string as it is, any other value as JSON) and its expression.
+    Value(String, &'t Expression),
 }
 
 impl Template {
@@ -131,7 +131,7 @@ impl Template {
         for piece in self.render_pieces(activation)? {
             match piece {
                 Rendered::Text(t) => out.push_str(t),
-                Rendered::Value(v) => out.push_str(&v),
+                Rendered::Value(v, _) => out.push_str(&v),
             }
         }
         Ok(out)
@@ -160,7 +160,7 @@ impl Template {
                         })
                     })
                     .map_err(|err| hole_error(e, &err))?;
-                    pieces.push(Rendered::Value(value));
+                    pieces.push(Rendered::Value(value, e));
                 }
             }
         }

@@ -3,15 +3,16 @@
 //! shape: name another host, add a query, or leave the path the template gives (`..`, which
 //! would walk around a bound parameter placed before it).
 //!
-//! - A hole that starts the template is the URL's beginning (`{settings.base_url}/…`): it is
-//!   inserted as it is.
+//! - A hole that starts the template is the URL's beginning (`{settings.base_url}/…`), and a
+//!   hole that reads nothing but `settings` is the operator's (a host, a password in the user
+//!   info): both are inserted as they are.
 //! - In the authority and in a path segment every byte but RFC 3986's unreserved characters is
 //!   encoded; a hole that ends the path (nothing but a query or fragment after it) may span
 //!   segments: its `/` are kept, each segment encoded.
 //! - In the query and the fragment every byte but the unreserved characters is encoded.
 //! - A URL whose path has a `.` or `..` segment (in any spelling URL parsers accept) is refused.
 
-use agentmesh_expr::{Activation, Rendered, Template};
+use agentmesh_expr::{Activation, Expression, Rendered, Template};
 
 /// `template` rendered with each value encoded for where it lands (see the module's docs).
 pub(crate) fn render(template: &Template, act: &Activation) -> Result<String, String> {
@@ -20,14 +21,14 @@ pub(crate) fn render(template: &Template, act: &Activation) -> Result<String, St
     for (i, piece) in pieces.iter().enumerate() {
         match piece {
             Rendered::Text(text) => url.push_str(text),
-            Rendered::Value(value) if i == 0 => url.push_str(value),
-            Rendered::Value(value) => match part_at_end(&url) {
+            Rendered::Value(value, hole) if i == 0 || operators(hole) => url.push_str(value),
+            Rendered::Value(value, _) => match part_at_end(&url) {
                 Part::Authority | Part::Query => url.push_str(&encode(value)),
                 Part::Path => {
                     let ends_path = match pieces.get(i + 1) {
                         None => true,
                         Some(Rendered::Text(next)) => next.starts_with(['?', '#']),
-                        Some(Rendered::Value(_)) => false,
+                        Some(Rendered::Value(..)) => false,
                     };
                     if ends_path {
                         let segments: Vec<String> = value.split('/').map(encode).collect();
@@ -41,6 +42,12 @@ pub(crate) fn render(template: &Template, act: &Activation) -> Result<String, St
     }
     no_dot_segments(&url)?;
     Ok(url)
+}
+
+/// Whether a hole's value is the operator's: it reads nothing but `settings` (a base URL, a
+/// host, a password in the user info), so it is inserted as it is.
+fn operators(hole: &Expression) -> bool {
+    hole.roots().iter().all(|root| root.name == "settings")
 }
 
 /// The part of a URL that text appended to `url` would be in.
@@ -186,10 +193,25 @@ mod tests {
     }
 
     #[test]
-    fn a_value_that_starts_the_template_is_the_urls_beginning() {
+    fn a_value_that_starts_the_template_or_reads_only_settings_is_as_it_is() {
         assert_eq!(
             url("{settings.base}/x", json!({})).unwrap(),
             "https://api.example/v1/x"
+        );
+        let mut act = Activation::new();
+        act.set(
+            "settings",
+            json!({"pw": "p@ss:w", "host": "127.0.0.1:8080"}),
+        );
+        act.set("parameters", json!({"host": "127.0.0.1:8080"}));
+        let made = |t: &str| render(&Template::parse(t).unwrap(), &act);
+        assert_eq!(
+            made("http://ops:{settings.pw}@{settings.host}/x").unwrap(),
+            "http://ops:p@ss:w@127.0.0.1:8080/x"
+        );
+        assert_eq!(
+            made("http://{parameters.host}/x").unwrap(),
+            "http://127.0.0.1%3A8080/x"
         );
     }
 }
