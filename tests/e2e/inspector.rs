@@ -104,7 +104,9 @@ pub(crate) fn task(server: &Server, token: &str, agent: &str, message: &str) -> 
             .header("Authorization", &format!("Bearer {token}"))
             .send()
             .json();
-        matches!(t["status"].as_str(), Some("idle" | "waiting")).then_some(())
+        // A new task is idle before its runner takes the input: settled once it is taken.
+        (matches!(t["status"].as_str(), Some("idle" | "waiting")) && t["queue_depth"] == 0)
+            .then_some(())
     })
     .unwrap_or_else(|| panic!("task {id} did not settle"));
     id
