@@ -96,6 +96,19 @@ pub(crate) async fn run(
     let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
         invoked(record, name);
         let input = &vars.input;
+        // The task may be past its `max_age` by now (a call before this one, or a review in
+        // the steps, took that long): nothing more runs; its next LLM call ends the task.
+        if let Some(message) = record.past_max_age(agent) {
+            let not_run = format!("not run: {message}");
+            return Ok(Inner::Ended(errored(
+                record,
+                name,
+                input.clone(),
+                not_run,
+                None,
+                CallEnd::Error,
+            )));
+        }
         // What leaves the process is preceded by a write of the turn so far.
         let result = match (&cap.target, function.action) {
             (Target::Tool(tool), Some(action)) => {

@@ -139,7 +139,7 @@ impl Engine {
                 thought: String::new(),
             },
         );
-        let limit = match turn::too_old(&agent, record) {
+        let limit = match record.past_max_age(&agent) {
             Some(message) => Some(("max_age", message)),
             None => turn::over_tool_calls(&agent, record).map(|m| ("max_tool_calls", m)),
         };

@@ -338,6 +338,13 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// Why the task is past `agent`'s `max_age`, if it is.
+    pub(crate) fn past_max_age(&self, agent: &AgentPlan) -> Option<String> {
+        let max = agent.limits.max_age?;
+        let age = agentmesh_store::now_ms().saturating_sub(self.created_ms);
+        (age as u128 > max.0.as_millis()).then(|| format!("the task is older than {max}"))
+    }
+
     /// Adds `value` to `tool`'s allow list for `param` (an empty list is made if needed).
     pub(crate) fn allow(&mut self, tool: &str, param: &str, value: Option<String>) {
         let list = allow_list(&mut self.allow_lists, tool, param);

@@ -230,17 +230,10 @@ fn limit_before_llm(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static 
             format!("no more LLM turns: the limit of {max} is reached"),
         ));
     }
-    if let Some(message) = too_old(agent, record) {
+    if let Some(message) = record.past_max_age(agent) {
         return Some(("max_age", message));
     }
     tokens_exceeded(agent, record)
-}
-
-/// Why the task is past its `max_age`, if it is.
-pub(crate) fn too_old(agent: &AgentPlan, record: &TaskRecord) -> Option<String> {
-    let max = agent.limits.max_age?;
-    let age = now_ms().saturating_sub(record.created_ms);
-    (age as u128 > max.0.as_millis()).then(|| format!("the task is older than {max}"))
 }
 
 fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static str, String)> {
@@ -287,7 +280,14 @@ async fn conversation(
         if let Some((limit, message)) = limit_before_llm(agent, record) {
             return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }
+        let calls = record.llm_calls;
         crate::condense::maybe_condense(engine, agent, record).await?;
+        // Condensing made an LLM call of its own, counted like any other.
+        if record.llm_calls != calls
+            && let Some((limit, message)) = limit_before_llm(agent, record)
+        {
+            return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
+        }
         let provider = engine.inner.providers.get(&plan, &agent.model);
         let response = match provider {
             Ok((provider, model)) => {

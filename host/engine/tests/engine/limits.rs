@@ -1,8 +1,9 @@
 //! Each of the five limits terminates the task with `limit_exceeded` and an event naming it.
 
 use agentmesh_engine::{Reason, Run, Status};
+use serde_json::json;
 
-use crate::util::{echo_agent, harness, limit};
+use crate::util::{echo_agent, harness, harness_with, limit, observations};
 
 fn agent(limits: &str) -> String {
     echo_agent(&format!("limits: {limits}\ncapabilities:\n  echo: \"*\"\n"))
@@ -91,4 +92,77 @@ async fn without_limits_the_same_script_ends_idle() {
     let task = h.run("t/a", "go").await;
     assert_eq!(task.status(), Status::Idle);
     assert_eq!(task.tool_calls, 4);
+}
+
+/// Condensing the log is an LLM call, counted like any other: the agent's own call it made
+/// room for is then past `max_turns`, and does not run.
+#[tokio::test]
+async fn max_turns_counts_the_condensing_call() {
+    let script = "responses:
+  - tool_calls: [{name: echo_say, arguments: {text: one}}]
+  - text: SUMMARY
+  - tool_calls: [{name: echo_say, arguments: {text: past-the-limit}}]
+  - text: done
+";
+    let host = "kind: agentmesh/v1/host\ncondensation: {max_events: 2, keep_recent: 1}\n";
+    let h = harness_with(
+        &agent("{max_turns: 2}"),
+        &[("script.yaml", script), ("host.yaml", host)],
+    );
+    let task = h.run("t/a", "go").await;
+    let events = h.events(&task);
+    assert_eq!(task.reason, Some(Reason::LimitExceeded));
+    assert_eq!(limit(&events).as_deref(), Some("max_turns"));
+    assert_eq!(task.llm_calls, 2, "an LLM call past the limit was made");
+    assert_eq!(
+        observations(&events),
+        [json!({"text": "one", "owner": "nobody"})],
+        "a call the third LLM call asked for ran"
+    );
+}
+
+/// A call does not run once the task is past its `max_age` (here the first of two parallel
+/// calls outlasts it; a review that waited long would do the same).
+#[tokio::test]
+async fn max_age_stops_a_call_due_after_it() {
+    let (port, received) = agentmesh_testkit::serve(2, |_| {
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        ("200 OK", "{}".into())
+    });
+    let slow = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: slow
+description: Answers slowly.
+actions:
+  - name: wait
+    description: Wait.
+    execute: {{stateless_http: {{method: GET, url: \"http://127.0.0.1:{port}/slow\"}}}}
+---
+"
+    );
+    let script = "responses:
+  - tool_calls:
+      - {name: slow, arguments: {}}
+      - {name: echo_say, arguments: {text: after-max-age}}
+  - text: done
+";
+    let agent =
+        echo_agent("limits: {max_age: 500ms}\ncapabilities:\n  echo: \"*\"\n  slow: \"*\"\n");
+    let h = harness(&format!("{slow}{agent}"), script);
+    let task = h.run("t/a", "go").await;
+    let events = h.events(&task);
+    assert_eq!(task.reason, Some(Reason::LimitExceeded));
+    assert_eq!(limit(&events).as_deref(), Some("max_age"));
+    assert!(
+        received
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .is_ok(),
+        "the first call should have run"
+    );
+    assert!(
+        !observations(&events).contains(&json!({"text": "after-max-age", "owner": "nobody"})),
+        "a call ran after the task's max_age: {:?}",
+        observations(&events)
+    );
 }
