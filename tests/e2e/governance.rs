@@ -1004,3 +1004,27 @@ capabilities:
         );
     }
 }
+
+/// A capability that delegates to an agent has no actions: a `match` on one of its steps
+/// would skip the step for every call (a guard that never runs), so it is refused at
+/// `validate`, as a `match` naming an action its tool does not have is.
+#[test]
+fn match_on_a_delegated_agents_step_is_refused_at_validate() {
+    let body = "capabilities:
+  t/helper:
+    before:
+      - {match: t/helper, assert: \"false\"}
+";
+    let helper = scripted_agent("t/helper", "");
+    let (_root, dir, _data) = dirs(&[
+        ("helper.yaml", &helper),
+        ("agent.yaml", &scripted_agent("t/a", body)),
+        ("script.yaml", "responses:\n  - text: ok\n"),
+    ]);
+    let (code, out, _) = agentmesh(&["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("`match`") && out.contains("delegates to agent `t/helper`"),
+        "{out}"
+    );
+}

@@ -74,13 +74,14 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
             }
         }
         if let Some(cap) = cap {
-            let tool = match resolved.target {
-                Target::Tool(t) => Some(t),
-                Target::Agent(_) => None,
+            let (tool, delegate) = match resolved.target {
+                Target::Tool(t) => (Some(t), None),
+                Target::Agent(_) => (None, Some(key.as_str())),
             };
             let around = Around {
                 namespace: &agent.namespace,
                 tool,
+                delegate,
             };
             let lists = [
                 ("before_first", &cap.before_first, Layer::BeforeFirst),
@@ -95,6 +96,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
         let around = Around {
             namespace: &agent.namespace,
             tool: None,
+            delegate: None,
         };
         let lists = [
             ("before", &g.before, Layer::GuardBefore),

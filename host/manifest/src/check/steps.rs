@@ -48,6 +48,8 @@ pub(crate) struct Around<'a> {
     pub namespace: &'a str,
     /// The tool of the capability, when it is one.
     pub tool: Option<&'a Tool>,
+    /// The agent the capability delegates to, when it does (it has no actions to match).
+    pub delegate: Option<&'a str>,
 }
 
 /// Checks the steps at `path` (a list of [`MiddlewareStep`]).
@@ -183,6 +185,16 @@ fn check_step(
                 ),
             );
         }
+    }
+    if let (Some(_), Some(agent)) = (&step.match_action, around.delegate) {
+        c.error(
+            source,
+            pos_at(&source.node, &at("match")),
+            format!(
+                "`match` names an action, and this capability delegates to agent `{agent}`, \
+                 which has none: the step would never run (leave `match` out)"
+            ),
+        );
     }
     if let Some(target) = &step.invoke {
         check_invoke(c, source, &at("invoke"), target, around);

@@ -39,6 +39,7 @@ pub(crate) fn check_trigger(c: &mut Checker, doc: &Loaded<Trigger>) {
         let around = Around {
             namespace: &t.namespace,
             tool: None,
+            delegate: None,
         };
         steps::check(
             c,
