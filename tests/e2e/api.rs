@@ -401,3 +401,131 @@ fn the_lists_hold_every_task_and_review_from_the_first_call_after_a_restart() {
     assert_eq!(ids, newest_first);
     assert_eq!(tasks["tasks"][3]["status"], "waiting", "{tasks}");
 }
+
+/// The events of task `id`, as the API lists them.
+fn task_events(server: &Server, id: &str) -> Vec<Value> {
+    let events = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .json();
+    events["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// Deleting or interrupting a task whose call waits in a review ends the wait at once: the
+/// call is denied and never runs, whatever is decided later.
+#[test]
+fn interrupting_or_deleting_a_task_waiting_in_a_review_ends_the_wait() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let in_review = || {
+        let id =
+            server.create_task(&json!({"agent": "lab/careful", "input": {"message": "echo hi"}}));
+        let review = server.wait_for_event(&id, "ReviewRequestEvent")["review_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (id, review)
+    };
+
+    let (id, review) = in_review();
+    let answer = server
+        .request("POST", &format!("/v1/tasks/{id}/interrupt"))
+        .send_head(Duration::from_secs(10));
+    assert_eq!(
+        answer.map(|r| r.status),
+        Some(202),
+        "the interrupt waited for the review"
+    );
+    let r = decide(&server, &id, &review);
+    assert_eq!(
+        r.status,
+        404,
+        "the ended review was still open: {}",
+        r.text()
+    );
+    let events = task_events(&server, &id);
+    assert!(
+        !events.iter().any(|e| e["kind"] == "ObservationEvent"),
+        "the call ran: {events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e["kind"] == "ReviewDecisionEvent"),
+        "no decision ended the review: {events:?}"
+    );
+
+    let (id, review) = in_review();
+    let answer = server
+        .request("DELETE", &format!("/v1/tasks/{id}"))
+        .send_head(Duration::from_secs(10));
+    assert_eq!(
+        answer.map(|r| r.status),
+        Some(204),
+        "the deletion waited for the review"
+    );
+    assert_eq!(decide(&server, &id, &review).status, 404);
+    let events = task_events(&server, &id);
+    assert!(
+        !events.iter().any(|e| e["kind"] == "ObservationEvent"),
+        "the call ran: {events:?}"
+    );
+    let t = server
+        .request("GET", &format!("/v1/tasks/{id}"))
+        .send()
+        .json();
+    assert_eq!(t["reason"], "deleted", "{t}");
+}
+
+/// An interrupt its caller gave up on while it waited for the turn (the connection closed)
+/// is withdrawn: the turn goes on, and later input runs.
+#[test]
+fn an_interrupt_given_up_on_is_withdrawn() {
+    let (port, _received) = agentmesh_testkit::serve(4, |_| {
+        std::thread::sleep(Duration::from_secs(3));
+        ("200 OK", "{\"slow\": true}".into())
+    });
+    let manifests = format!(
+        "{}{}",
+        fixtures::slow_tool("lab", port),
+        fixtures::scripted_agent("lab/patient", "capabilities: {slow: \"*\"}\n")
+    );
+    let (_root, dir, data) = fixtures::dirs(&[
+        ("manifests.yaml", &manifests),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: slow, arguments: {}}]
+  - text: first done
+  - text: second done
+",
+        ),
+    ]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let id = server.create_task(&json!({"agent": "lab/patient", "input": {"message": "go"}}));
+    server.wait_for_event(&id, "ActionEvent");
+    let gave_up = server
+        .request("POST", &format!("/v1/tasks/{id}/interrupt"))
+        .send_head(Duration::from_millis(300));
+    assert!(
+        gave_up.is_none(),
+        "the interrupt answered before the call ended"
+    );
+    server.send_input(&id, "again");
+    let texts = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        let texts: Vec<Value> = t["output"]
+            .as_array()?
+            .iter()
+            .map(|o| o["message"][0]["text"].clone())
+            .collect();
+        (texts.len() == 2).then_some(texts)
+    });
+    assert_eq!(
+        texts,
+        Some(vec![json!("first done"), json!("second done")]),
+        "the task stopped for an interrupt nobody waited for: {:?}",
+        task_events(&server, &id)
+    );
+}

@@ -237,8 +237,11 @@ struct Inner {
     options: EngineOptions,
     /// One lock per task: a turn holds it, so turns of one task never overlap.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Tasks whose running turn must stop at its next step.
-    interrupts: Mutex<HashSet<String>>,
+    /// Tasks whose running turn must stop at its next step, with how many callers ask it
+    /// (see [`StopRequest`]).
+    interrupts: Mutex<HashMap<String, usize>>,
+    /// Woken whenever a task is asked to stop (a turn waiting in a review listens).
+    stop_asked: tokio::sync::Notify,
     /// Tasks with a runner (see [`Engine::kick`]); `true`: more input arrived while it ran.
     runners: Mutex<HashMap<String, bool>>,
     /// What is kept in step with the task records (see [`watch`]).
@@ -305,7 +308,8 @@ impl Engine {
                 providers: Providers::default(),
                 options,
                 locks: Mutex::new(HashMap::new()),
-                interrupts: Mutex::new(HashSet::new()),
+                interrupts: Mutex::new(HashMap::new()),
+                stop_asked: tokio::sync::Notify::new(),
                 runners: Mutex::new(HashMap::new()),
                 watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
@@ -888,9 +892,9 @@ impl Engine {
         if self.records().peek(id, TaskRecord::status)? == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
-        lock(&self.inner.interrupts).insert(id.to_owned());
+        let stop = self.ask_to_stop(id);
         let held = self.hold_task(id).await;
-        lock(&self.inner.interrupts).remove(id);
+        drop(stop);
         let (_turn, holder) = held?;
         if let hosts::Holder::Elsewhere(host) = holder {
             let request = hosts::Request::Interrupt {
@@ -933,7 +937,34 @@ impl Engine {
 
     /// Whether task `id` was asked to stop its running turn.
     pub(crate) fn interrupt_requested(&self, id: &str) -> bool {
-        lock(&self.inner.interrupts).contains(id)
+        lock(&self.inner.interrupts).contains_key(id)
+    }
+
+    /// Asks task `id`'s running turn to stop at its next step (a review it waits in ends),
+    /// until the request is dropped: when its caller holds the task, or gives up midway.
+    fn ask_to_stop(&self, id: &str) -> StopRequest<'_> {
+        *lock(&self.inner.interrupts)
+            .entry(id.to_owned())
+            .or_default() += 1;
+        self.inner.stop_asked.notify_waiters();
+        StopRequest {
+            engine: self,
+            id: id.to_owned(),
+        }
+    }
+
+    /// Resolves once task `id` is asked to stop.
+    pub(crate) async fn stop_asked(&self, id: &str) {
+        loop {
+            let asked = self.inner.stop_asked.notified();
+            let mut asked = std::pin::pin!(asked);
+            // Registered before the look, so a request made between the two is not missed.
+            asked.as_mut().enable();
+            if self.interrupt_requested(id) {
+                return;
+            }
+            asked.await;
+        }
     }
 
     /// Deletes task `id`: it terminates with reason `deleted`, its queue is cleared and its
@@ -946,9 +977,9 @@ impl Engine {
     /// ends), a task that has ended already is left as it is, and `why` is logged first.
     async fn end_task(&self, id: &str, why: Option<(EventSource, EventKind)>) -> Result<()> {
         self.task(id)?;
-        lock(&self.inner.interrupts).insert(id.to_owned());
+        let stop = self.ask_to_stop(id);
         let held = self.hold_task(id).await;
-        lock(&self.inner.interrupts).remove(id);
+        drop(stop);
         let (_turn, holder) = held?;
         if let hosts::Holder::Elsewhere(host) = holder {
             if why.is_some() {
@@ -1970,5 +2001,25 @@ fn message_parts(message: &Value) -> Result<Value> {
         _ => Err(EngineError::Input(
             "`message` must be a string or a list of content parts".into(),
         )),
+    }
+}
+
+/// A request that a task's running turn stop (see [`Engine::interrupt`]); dropped, it is
+/// withdrawn, so a caller that gives up while it waits (its connection closed) leaves no
+/// request behind that would stop every later turn.
+struct StopRequest<'e> {
+    engine: &'e Engine,
+    id: String,
+}
+
+impl Drop for StopRequest<'_> {
+    fn drop(&mut self) {
+        let mut all = lock(&self.engine.inner.interrupts);
+        if let Some(count) = all.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                all.remove(&self.id);
+            }
+        }
     }
 }

@@ -143,9 +143,18 @@ async fn review(
     )?;
     // Durable before a reviewer can answer it: the review survives a crash too.
     engine.flush()?;
-    let decision = match engine.review_timeout(&record.id) {
-        Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
-        None => rx.await.ok(),
+    let id = record.id.clone();
+    let decided = async {
+        match engine.review_timeout(&id) {
+            Some(t) => tokio::time::timeout(t, rx).await.ok().and_then(Result::ok),
+            None => rx.await.ok(),
+        }
+    };
+    // An interrupt or a deletion ends the wait: the call is denied, and the turn stops at its
+    // next step.
+    let (decision, ended_by) = tokio::select! {
+        decision = decided => (decision, "timeout"),
+        () = engine.stop_asked(&id) => (None, "interrupt"),
     };
     lock(&engine.inner.reviews).remove(&review_id);
     let (approve, decided_by, recorded) = match decision {
@@ -154,7 +163,7 @@ async fn review(
             user,
             recorded,
         }) => (approve, user, Some(recorded)),
-        None => (false, "timeout".into(), None),
+        None => (false, ended_by.into(), None),
     };
     let events = decision_events(record, review_id, approve, decided_by);
     // Durable before the decider is answered: what it was told is what the log says.

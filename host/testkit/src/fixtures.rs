@@ -160,3 +160,20 @@ pub const API_TOKEN_ENV: [(&str, &str); 5] = [
     ("T_BOB", "bob-token"),
     ("T_AUDIT", "audit-token"),
 ];
+
+/// A tool `NAMESPACE/slow` whose one action, `wait`, asks the HTTP server on `port` (one
+/// started by [`crate::serve`] whose answer takes its time), then a `---` line.
+pub fn slow_tool(namespace: &str, port: u16) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: {namespace}
+name: slow
+description: Answers slowly.
+actions:
+  - name: wait
+    description: Wait.
+    execute: {{stateless_http: {{method: GET, url: \"http://127.0.0.1:{port}/slow\"}}}}
+---
+"
+    )
+}

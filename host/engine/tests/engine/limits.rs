@@ -129,18 +129,7 @@ async fn max_age_stops_a_call_due_after_it() {
         std::thread::sleep(std::time::Duration::from_millis(800));
         ("200 OK", "{}".into())
     });
-    let slow = format!(
-        "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: slow
-description: Answers slowly.
-actions:
-  - name: wait
-    description: Wait.
-    execute: {{stateless_http: {{method: GET, url: \"http://127.0.0.1:{port}/slow\"}}}}
----
-"
-    );
+    let slow = agentmesh_testkit::fixtures::slow_tool("t", port);
     let script = "responses:
   - tool_calls:
       - {name: slow, arguments: {}}

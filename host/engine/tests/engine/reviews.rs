@@ -228,26 +228,45 @@ async fn a_denied_review_blocks_the_call_and_the_turn_goes_on() {
 }
 
 #[tokio::test]
-async fn an_interrupt_during_a_turn_keeps_what_the_turn_did() {
-    let h = harness(&agent(REVIEWED_ECHO), SAY_EVIL);
+async fn an_interrupt_ends_a_review_and_keeps_what_the_turn_did() {
+    let script = "responses:
+  - tool_calls:
+      - {name: echo_shout, arguments: {text: one}}
+      - {name: echo_say, arguments: {text: two}}
+      - {name: echo_shout, arguments: {text: three}}
+  - text: after the interrupt
+";
+    let h = harness(&agent(REVIEWED_SAY), script);
     let (id, runner, review_id) = until_review(&h).await;
-    // The interrupt arrives while the call waits; the turn stops after the call.
-    let engine = h.engine.clone();
-    let task_id = id.clone();
-    let interrupt = tokio::spawn(async move { engine.interrupt(&task_id).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    decide(&h.engine, &id, &review_id, true).await;
+    // The interrupt ends the wait at once, before anyone decides: the reviewed call is denied
+    // and the turn stops there, keeping the call that ran before it.
+    tokio::time::timeout(Duration::from_secs(10), h.engine.interrupt(&id))
+        .await
+        .expect("the interrupt waited for a decision")
+        .unwrap();
     runner.await.unwrap();
-    interrupt.await.unwrap();
     let record = h.engine.task(&id).unwrap();
     assert_eq!(record.status(), Status::Idle);
-    assert_eq!(record.capabilities["echo_say"].count_successful, 1);
+    assert_eq!(record.pending_review, None);
+    assert_eq!(record.capabilities["echo_shout"].count_successful, 1);
+    assert_eq!(record.capabilities["echo_say"].count_successful, 0);
+    let late = h
+        .engine
+        .decide_review(&id, &review_id, true, Decider::Admin("alice"))
+        .await;
+    assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
     let events = h.events(&record);
-    let at = |kind: &str| events.iter().position(|e| e.kind.name() == kind);
-    let observed = at("ObservationEvent").expect("the call's result is in the log");
+    assert_eq!(decisions(&events), [(false, "interrupt".to_owned())]);
+    assert_eq!(
+        observations(&events),
+        [json!({"text": "one!"}), json!({"rejected": "Denied."})]
+    );
+    assert_eq!(call_errors(&events), ["not run: the task was interrupted"]);
+    let at = |kind: &str| events.iter().rposition(|e| e.kind.name() == kind);
+    let observed = at("ObservationEvent").expect("the calls' results are in the log");
     let paused = at("PauseEvent").expect("the interrupt is in the log");
     assert!(observed < paused, "{events:?}");
-    // The LLM was not asked again: no answer after the call.
+    // The LLM was not asked again: no answer after the calls.
     assert!(
         !events
             .iter()
