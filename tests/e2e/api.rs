@@ -529,3 +529,103 @@ fn an_interrupt_given_up_on_is_withdrawn() {
         task_events(&server, &id)
     );
 }
+
+/// What a live stream sends until it ends, and whether it ended: not when it goes on for 20 s
+/// (keep-alives come every 15 s) or sends a `stop` event kind.
+fn rest_of_stream(sse: &mut BufReader<TcpStream>, stop: &[&str]) -> (String, bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        let mut line = String::new();
+        match sse.read_line(&mut line) {
+            Ok(0) => return (text, true),
+            Ok(_) => text.push_str(&line),
+            Err(_) => break,
+        }
+        if stop.iter().any(|kind| line.contains(kind)) {
+            break;
+        }
+    }
+    (text, false)
+}
+
+/// A live stream is authorized for every batch of events it sends, not once when it opens: a
+/// reviewer whose review was decided, and a caller whose token a reload removed, read nothing
+/// the task did afterwards; their streams end.
+#[test]
+fn a_stream_ends_when_its_caller_may_no_longer_read_the_task() {
+    let (_root, dir, data) = dirs(API_TOKENS);
+    let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
+    let id = server.create_task_as(
+        "alice-token",
+        &json!({"agent": "lab/careful", "input": {"message": "echo hi"}}),
+    );
+    // `user:ops` reads alice's task only while its review waits.
+    let waiting = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (t["status"] == "waiting").then_some(())
+    });
+    assert!(waiting.is_some(), "the task never waited in its review");
+    let (head, mut reviewer) = server.open_sse_as(&id, "ops-token");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let review_id = read_until_kind(&mut reviewer, "ReviewRequestEvent")["review_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (head, mut owner) = server.open_sse_as(&id, "alice-token");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    read_until_kind(&mut owner, "ReviewRequestEvent");
+
+    // A reload removes alice's token.
+    let without_alice = API_TOKENS.replace(
+        "  - {subject: \"user:alice\", role: agent_user, env: T_ALICE}\n",
+        "",
+    );
+    assert_ne!(without_alice, API_TOKENS);
+    let careful = reviewed_agent("lab/careful", "script.yaml");
+    std::fs::write(
+        dir.join("manifests.yaml"),
+        format!("{}---\n{careful}---\n{without_alice}", echo_tool("lab")),
+    )
+    .unwrap();
+    let removed = wait_for(Duration::from_secs(30), || {
+        let r = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", "Bearer alice-token")
+            .send();
+        (r.status == 401).then_some(())
+    });
+    assert!(removed.is_some(), "the reload never removed alice's token");
+
+    let r = server
+        .request("POST", &format!("/v1/tasks/{id}/reviews/{review_id}"))
+        .header("Authorization", "Bearer ops-token")
+        .json(&json!({"approve": true}))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answered = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .header("Authorization", "Bearer admin-token")
+            .send()
+            .json();
+        (t["status"] == "idle").then_some(())
+    });
+    assert!(answered.is_some(), "the approved task never answered");
+
+    for (who, sse) in [("the reviewer", &mut reviewer), ("alice", &mut owner)] {
+        let after = ["ObservationEvent", "MessageEvent"];
+        let (rest, ended) = rest_of_stream(sse, &after);
+        for kind in after {
+            assert!(
+                !rest.contains(kind),
+                "{who} read the task's {kind} after losing access: {rest}"
+            );
+        }
+        assert!(ended, "{who}'s stream did not end: {rest}");
+    }
+}

@@ -330,7 +330,20 @@ pub async fn events(
         let events = state.engine().events(&id, q.after)?;
         return Ok(Json(json!({ "events": events })).into_response());
     }
-    Ok(event_stream(state, id, q.after, |_, event| {
+    // Asked again before each batch of events is sent: a token removed by a reload, or a
+    // reviewer whose review was decided, reads nothing more.
+    let authorization = headers.get(header::AUTHORIZATION).cloned();
+    let may_read = move |state: &AppState, id: &str| {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = authorization.clone() {
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        state
+            .auth()
+            .caller(&headers)
+            .is_ok_and(|c| readable_task(state, &c, id).is_ok())
+    };
+    Ok(event_stream(state, id, q.after, may_read, |_, event| {
         SseEvent::default()
             .id(event.seq.to_string())
             .event(event.kind.name())
@@ -340,46 +353,49 @@ pub async fn events(
 }
 
 /// A live SSE stream of task `id`'s events after `after`, each as `frame` makes it (from the
-/// task id and the event), with keep-alives.
+/// task id and the event), with keep-alives. `may_read` is asked after each read of new
+/// events, before any of them is sent: when the caller may no longer read the task (its
+/// token was removed, the review that let it read was decided), the stream ends. Asked after
+/// the read, it answers as a `GET` of the events at that moment would.
 pub(crate) fn event_stream(
     state: Arc<AppState>,
     id: String,
     after: u64,
+    may_read: impl Fn(&AppState, &str) -> bool + Send + Sync + 'static,
     frame: fn(&str, &agentmesh_model::event::Event) -> SseEvent,
 ) -> Response {
+    let may_read = Arc::new(may_read);
     let stream = futures::stream::unfold(
         (state, id, after, Vec::new().into_iter()),
-        move |(state, id, mut after, mut pending)| async move {
-            loop {
-                if let Some(event) = pending.next() {
-                    let event: agentmesh_model::event::Event = event;
-                    after = event.seq;
-                    let sse = frame(&id, &event);
-                    return Some((Ok::<_, Infallible>(sse), (state, id, after, pending)));
-                }
-                // Subscribe before reading so nothing appended in between is missed.
-                let mut appended = state.appended.subscribe();
-                match state.engine().events(&id, after) {
-                    Ok(events) if !events.is_empty() => {
-                        pending = events.into_iter();
-                        continue;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(task.id = %id, "event stream ended: {e}");
-                        return None;
-                    }
-                }
-                let mut draining = state.draining.subscribe();
+        move |(state, id, mut after, mut pending)| {
+            let may_read = Arc::clone(&may_read);
+            async move {
                 loop {
-                    let grown = tokio::select! {
-                        grown = tokio::time::timeout(Duration::from_secs(15), appended.recv()) => grown,
-                        _ = draining.wait_for(|d| *d) => return None,
-                    };
-                    match grown {
-                        Ok(Ok(task)) if *task != *id => continue,
-                        Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
-                        _ => break,
+                    if let Some(event) = pending.next() {
+                        let event: agentmesh_model::event::Event = event;
+                        after = event.seq;
+                        let sse = frame(&id, &event);
+                        return Some((Ok::<_, Infallible>(sse), (state, id, after, pending)));
+                    }
+                    // Subscribe before reading so nothing appended in between is missed.
+                    let mut appended = state.appended.subscribe();
+                    match state.engine().events(&id, after) {
+                        Ok(events) if !events.is_empty() => {
+                            if !may_read(&state, &id) {
+                                tracing::info!(task.id = %id, "event stream ended: the caller may no longer read the task");
+                                return None;
+                            }
+                            pending = events.into_iter();
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(task.id = %id, "event stream ended: {e}");
+                            return None;
+                        }
+                    }
+                    if !wait_for_more(&state, &id, &mut appended).await {
+                        return None;
                     }
                 }
             }
@@ -388,6 +404,26 @@ pub(crate) fn event_stream(
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// Waits until task `id` may have new events (or 15 s pass); `false` once the host drains.
+async fn wait_for_more(
+    state: &AppState,
+    id: &str,
+    appended: &mut tokio::sync::broadcast::Receiver<Arc<str>>,
+) -> bool {
+    let mut draining = state.draining.subscribe();
+    loop {
+        let grown = tokio::select! {
+            grown = tokio::time::timeout(Duration::from_secs(15), appended.recv()) => grown,
+            _ = draining.wait_for(|d| *d) => return false,
+        };
+        match grown {
+            Ok(Ok(task)) if *task != *id => continue,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return false,
+            _ => return true,
+        }
+    }
 }
 
 /// The caller of a request that changes task `id`, checked: it may write, and see the task.

@@ -195,13 +195,28 @@ impl Server {
     /// Opens task `id`'s live event stream (`Accept: text/event-stream`): the response head
     /// and the reader positioned at the first frame.
     pub fn open_sse(&self, id: &str) -> (String, BufReader<TcpStream>) {
+        self.open_sse_with(id, "")
+    }
+
+    /// [`Server::open_sse`] as the holder of `token`, on a connection that closes when the
+    /// stream ends.
+    pub fn open_sse_as(&self, id: &str, token: &str) -> (String, BufReader<TcpStream>) {
+        self.open_sse_with(
+            id,
+            &format!("Authorization: Bearer {token}\r\nConnection: close\r\n"),
+        )
+    }
+
+    /// Opens task `id`'s live event stream with `headers` (each line ending in CRLF) added.
+    fn open_sse_with(&self, id: &str, headers: &str) -> (String, BufReader<TcpStream>) {
         let mut stream = TcpStream::connect(self.addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
         write!(
             stream,
-            "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+            "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n{headers}\r\n",
+            self.addr
         )
         .unwrap();
         let mut sse = BufReader::new(stream);

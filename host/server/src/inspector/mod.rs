@@ -287,22 +287,29 @@ impl FromRequestParts<Arc<AppState>> for Ui {
             .filter_map(|v| v.to_str().ok())
             .find_map(session::id_in_cookies)
             .map(str::to_owned);
-        let Some((id, session)) =
-            id.and_then(|id| state.inspector.sessions.get(&id).map(|s| (id, s)))
-        else {
+        let Some(id) = id else {
             return Err(UiError::Login(back));
         };
-        match caller_of_token(&state.auth(), &session.token) {
-            Ok(caller) => Ok(Ui {
+        match session_caller(state, &id) {
+            Some((session, caller)) => Ok(Ui {
                 caller,
                 session,
                 id,
             }),
-            // The token was removed or rotated by a reload: the session ends.
-            Err(_) => {
-                state.inspector.sessions.close(&id);
-                Err(UiError::Login(back))
-            }
+            None => Err(UiError::Login(back)),
+        }
+    }
+}
+
+/// Session `id` and who its token names now; `None` when there is no such session, or its
+/// token was removed or rotated by a reload (the session then ends).
+pub(crate) fn session_caller(state: &AppState, id: &str) -> Option<(Session, Caller)> {
+    let session = state.inspector.sessions.get(id)?;
+    match caller_of_token(&state.auth(), &session.token) {
+        Ok(caller) => Some((session, caller)),
+        Err(_) => {
+            state.inspector.sessions.close(id);
+            None
         }
     }
 }

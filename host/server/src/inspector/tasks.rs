@@ -585,10 +585,18 @@ pub async fn stream(
     ApiQuery(q): ApiQuery<StreamQuery>,
 ) -> UiResult<Response> {
     crate::tasks::readable_task(&state, &ui.caller, &id)?;
+    // Asked again before each batch of rows: a session logged out or whose token a reload
+    // removed, or a reviewer whose review was decided, reads nothing more.
+    let session = ui.id;
+    let may_read = move |state: &AppState, id: &str| {
+        super::session_caller(state, &session)
+            .is_some_and(|(_, c)| crate::tasks::readable_task(state, &c, id).is_ok())
+    };
     Ok(crate::tasks::event_stream(
         state,
         id,
         q.after,
+        may_read,
         |task, event| {
             // A carriage return cannot travel in an SSE field; as a character reference it is the
             // same text.
