@@ -629,3 +629,93 @@ fn a_stream_ends_when_its_caller_may_no_longer_read_the_task() {
         assert!(ended, "{who}'s stream did not end: {rest}");
     }
 }
+
+/// Sends `request` (a whole HTTP/1.1 request, `Connection: close`) to `server`; the status
+/// and the answer's text.
+fn raw(server: &Server, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text}"));
+    (status, text)
+}
+
+/// A host without tokens (every caller an admin) answers only its own machine: not a web
+/// page that reached it by DNS rebinding (the `Host` is the page's name), nor a cross-site
+/// form or `fetch` that needs no answer to do harm (the `Origin` is the page's). Its own
+/// tools and pages, and webhooks, still get through.
+#[test]
+fn a_token_less_host_answers_no_other_site() {
+    let (_root, dir, data) = dirs("");
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let port = server.addr.port();
+    let task = r#"{"agent": "lab/careful"}"#;
+    let post = |path: &str, host: &str, extra: &str, body: &str| {
+        raw(
+            &server,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let rebound = format!("rebound.example:{port}");
+
+    // Rebinding: the page's name in `Host`.
+    let (status, text) = raw(
+        &server,
+        &format!("GET /v1/tasks HTTP/1.1\r\nHost: {rebound}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("loopback"), "{text}");
+    let (status, text) = post(
+        "/ui/login",
+        &rebound,
+        &format!("Origin: http://{rebound}\r\nContent-Type: application/x-www-form-urlencoded\r\n"),
+        "token=",
+    );
+    assert_eq!(status, 403, "{text}");
+    assert!(!text.to_ascii_lowercase().contains("set-cookie"), "{text}");
+    let (status, text) = post(
+        "/mcp?agent=lab/careful",
+        &rebound,
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    );
+    assert_eq!(status, 403, "{text}");
+
+    // Cross-site: a form posting JSON as text/plain needs no preflight.
+    let local = format!("127.0.0.1:{port}");
+    let (status, text) = post(
+        "/v1/tasks",
+        &local,
+        "Origin: https://evil.example\r\nContent-Type: text/plain\r\n",
+        task,
+    );
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("origin"), "{text}");
+    let listed = server.request("GET", "/v1/tasks").send().json();
+    assert_eq!(listed["tasks"], json!([]), "a cross-site post made a task");
+
+    // This machine's own tools (no `Origin`) and pages (a loopback `Origin`).
+    let ct = "Content-Type: application/json\r\n";
+    assert_eq!(post("/v1/tasks", &local, ct, task).0, 201);
+    let own_page = format!("Origin: http://localhost:{port}\r\n{ct}");
+    assert_eq!(
+        post("/v1/tasks", &format!("localhost:{port}"), &own_page, task).0,
+        201
+    );
+    // Webhooks take no token and check their senders themselves.
+    let (status, text) = post("/v1/webhooks/tools/lab/echo", &rebound, ct, "{}");
+    assert_ne!(status, 403, "{text}");
+}

@@ -99,12 +99,13 @@ fn body_slower_than_the_body_timeout_gets_a_json_408() {
     let (server, _dir, _data) = serve("body_timeout: 1s");
     let mut stream = connect(&server, Duration::from_secs(20));
     // The body is announced as 1000 bytes; 9 arrive, then nothing.
-    stream
-        .write_all(
-            b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-              Content-Length: 1000\r\n\r\n{\"agent\":",
-        )
-        .unwrap();
+    write!(
+        stream,
+        "POST /v1/tasks HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n{{\"agent\":",
+        server.addr
+    )
+    .unwrap();
     let got = read_until_closed(&mut stream, "a body stalled for 20 s");
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");

@@ -19,6 +19,8 @@
 //! - [`inspector`]: `/ui/` — the web inspector: server-rendered views of tasks, reviews,
 //!   triggers and schedules, plugins and config, behind the same tokens (a session cookie)
 //!   with CSRF-checked forms and a strict Content-Security-Policy;
+//! - `loopback`: a host without tokens answers only its own machine's callers (a loopback
+//!   `Host` and `Origin`), against DNS rebinding and cross-site requests;
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
 //! - `connections`: the accept loop, with a cap on connections, header, body and idle
 //!   timeouts, and JSON answers for oversized heads;
@@ -33,6 +35,7 @@ pub mod connections;
 mod error;
 pub mod health;
 pub mod inspector;
+mod loopback;
 mod mcp;
 mod metrics;
 pub mod reload;
@@ -243,6 +246,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             scrub::answers,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            loopback::only_local_callers,
         ))
         .layer(axum::middleware::from_fn(connections::head_limits))
         .with_state(state)

@@ -3,8 +3,7 @@
 //! token's subject; a `read_only` token cannot open one.
 //!
 //! Every request is checked here before the MCP transport sees it, with the configuration in
-//! force (a reload applies at once): the caller, the agent, the `Host` name (loopback names
-//! only while the host has no tokens, against DNS rebinding) and, for a request in a session,
+//! force (a reload applies at once): the caller, the agent and, for a request in a session,
 //! that the session is the caller's own — a session id held by anyone else answers 404, so
 //! no other token can read, stream or close it. The body is read within the API's size cap
 //! and body timeout.
@@ -16,7 +15,7 @@ use std::time::{Duration, Instant};
 use agentmesh_engine::UserRef;
 use agentmesh_mcp::SessionOf;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tower::ServiceExt;
@@ -76,14 +75,8 @@ pub async fn route(
     ApiQuery(query): ApiQuery<AgentQuery>,
     request: Request,
 ) -> ApiResult<Response> {
-    let auth = state.auth();
-    let caller = auth.caller(request.headers())?;
+    let caller = state.auth().caller(request.headers())?;
     caller.require_write()?;
-    if auth.is_open() && !loopback_host(request.headers()) {
-        return Err(ApiError::forbidden(
-            "without api_tokens the host answers MCP only to a loopback Host name",
-        ));
-    }
     let agent = query
         .agent
         .ok_or_else(|| ApiError::bad_request("name the agent to serve: `/mcp?agent=ns/name`"))?;
@@ -133,50 +126,4 @@ pub async fn route(
         Some(_) => {}
     }
     Ok(response.map(axum::body::Body::new).into_response())
-}
-
-/// Whether the request's `Host` is a loopback name (`localhost`, `127.0.0.1`, `[::1]`, with
-/// any port).
-fn loopback_host(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    matches!(name, "localhost" | "127.0.0.1" | "::1")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host(value: &'static str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, axum::http::HeaderValue::from_static(value));
-        headers
-    }
-
-    #[test]
-    fn only_loopback_names_are_loopback_hosts() {
-        for name in [
-            "localhost",
-            "localhost:8080",
-            "127.0.0.1:1",
-            "[::1]:80",
-            "[::1]",
-        ] {
-            assert!(loopback_host(&host(name)), "{name}");
-        }
-        for name in [
-            "evil.example",
-            "evil.example:80",
-            "127.0.0.2",
-            "localhost.evil:80",
-        ] {
-            assert!(!loopback_host(&host(name)), "{name}");
-        }
-        assert!(!loopback_host(&HeaderMap::new()));
-    }
 }
