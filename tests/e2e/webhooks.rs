@@ -641,22 +641,24 @@ capabilities:
     assert_eq!(got, [("d-bug".to_owned(), "issue crash".to_owned())]);
 }
 
-#[test]
-fn a_review_in_event_middleware_denies_at_once() {
-    let (_root, dir, data) = dirs(&[]);
+/// A server whose agent `engineering/gated` has the github-pr `capability` lines, with
+/// `files` beside it in the config dir, and a task of it waiting for events: the config's
+/// root (kept while the server runs), the server and the task's id.
+fn gated(capability: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, Server, String) {
+    let gated = agent("gated", "Codertocat", "Hello-World", capability);
+    let mut all = vec![("gated.yaml", gated.as_str())];
+    all.extend_from_slice(files);
+    let (root, dir, data) = dirs(&all);
     config(&dir, &[("gated", "responses: []\n")]);
-    std::fs::write(
-        dir.join("gated.yaml"),
-        agent(
-            "gated",
-            "Codertocat",
-            "Hello-World",
-            "    before:\n      - assert: \"review('user:ops')\"\n",
-        ),
-    )
-    .unwrap();
     let server = start(&dir, &data);
     let id = watching(&server, "engineering/gated", "watch");
+    (root, server, id)
+}
+
+#[test]
+fn a_review_in_event_middleware_denies_at_once() {
+    let capability = "    before:\n      - assert: \"review('user:ops')\"\n";
+    let (_root, server, id) = gated(capability, &[]);
     let r = deliver(
         &server,
         "issue_comment",
@@ -669,16 +671,63 @@ fn a_review_in_event_middleware_denies_at_once() {
         0,
         "nobody can review while routing: denied"
     );
-    let t = task(&server, &id);
+    routing_wrote_nothing(&server, &id);
+}
+
+/// Checks that routing wrote nothing to task `id` (it is idle, and asked for no review).
+fn routing_wrote_nothing(server: &Server, id: &str) {
+    let t = task(server, id);
     assert_eq!(
         t["status"], "idle",
         "routing wrote nothing to the task: {t}"
     );
     assert!(
-        !events(&server, &id)
+        !events(server, id)
             .iter()
-            .any(|e| e["kind"] == "ReviewRequestEvent")
+            .any(|e| e["kind"] == "ReviewRequestEvent"),
+        "routing asked for a review"
     );
+    let reviews = server.request("GET", "/v1/reviews").send().json();
+    assert_eq!(reviews["reviews"], json!([]), "{reviews}");
+}
+
+/// A `cel` tool that asks for a review, `invoke`d by event middleware: routing cannot wait for
+/// a person either, so the review is a denial decided at once; the delivery is answered at
+/// once, and nothing of the routing is written to the task.
+#[test]
+fn a_review_in_a_tool_invoked_by_event_middleware_denies_at_once() {
+    let gate = "kind: commonagents.info/v1beta2/tool
+namespace: engineering
+name: gate
+description: Asks ops.
+actions:
+  - name: ask
+    description: Ask ops.
+    parameters: {type: object}
+    execute:
+      cel: {expression: \"review('user:ops')\"}
+";
+    let capability = "    before:
+      - invoke: \"gate:ask\"
+      - assert: \"context.capabilities['gate_ask'].outputs[0] == true\"
+  gate: \"*\"
+";
+    let (_root, server, id) = gated(capability, &[("gate.yaml", gate)]);
+    let answer = signed_delivery(
+        &server,
+        "engineering/github-pr",
+        "issue_comment",
+        "d-1",
+        &fixture("issue_comment.created.json"),
+        SECRET,
+    )
+    .send_head(Duration::from_secs(10));
+    let status = answer.map(|r| r.status);
+    assert_eq!(status, Some(202), "the delivery waited for a review");
+    routing_wrote_nothing(&server, &id);
+    settle(&server, &id);
+    let queued = webhook_messages(&server, &id);
+    assert!(queued.is_empty(), "a denied event was queued: {queued:?}");
 }
 
 /// Writes an `audit` tool calling the API on `port`, and agent `engineering/audited` (for

@@ -115,7 +115,7 @@ pub(crate) async fn run(
                 if !runtime::stays_inside(agent, tool, action) {
                     engine.records().write_ahead(record)?;
                 }
-                runtime::run_action(engine, agent, record, tool, action, input).await
+                runtime::run_action(engine, agent, record, tool, action, input, false).await
             }
             (Target::Agent(agent_id), _) => {
                 engine.records().write_ahead(record)?;

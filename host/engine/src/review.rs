@@ -74,20 +74,22 @@ pub(crate) async fn with_reviews(
 
 /// Obtains the decisions of the `review()` calls of a `cel` tool's expression, whose
 /// reviewers see the call's `input`. The action runs once its steps have passed, so, like a
-/// review in an `after` step, this one does not wait across a restart.
+/// review in an `after` step, this one does not wait across a restart. `routing`: the tool
+/// runs for an event being routed (see [`Asking::routing`]).
 pub(crate) async fn tool_reviews(
     engine: &Engine,
     record: &mut TaskRecord,
     expr: &Expression,
     act: Activation,
     (action, input): (&str, &Value),
+    routing: bool,
 ) -> Result<Activation> {
     let asking = Asking {
         at: At {
             action: Some(action),
             phase: "action",
         },
-        routing: false,
+        routing,
         call_id: None,
         replay: &mut Replay::default(),
         subject: json!({"input": input}),

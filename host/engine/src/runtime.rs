@@ -76,7 +76,10 @@ pub(crate) fn stays_inside(agent: &AgentPlan, tool: &ToolPlan, action: usize) ->
             .is_some_and(|a| matches!(&a.runtime, Runtime::Cel(e) if !e.calls_review()))
 }
 
-/// Runs action `action` of `tool` with resolved `input`.
+/// Runs action `action` of `tool` with resolved `input`. `routing`: the action runs for an
+/// event being routed (an `invoke` in event middleware), on a copy of the task that nothing
+/// may be written from, with nobody to wait for: a `review()` in a `cel` tool's expression
+/// is a denial, decided at once.
 pub(crate) async fn run_action(
     engine: &Engine,
     agent: &AgentPlan,
@@ -84,6 +87,7 @@ pub(crate) async fn run_action(
     tool: &ToolPlan,
     action: usize,
     input: &Value,
+    routing: bool,
 ) -> ActionResult {
     let Some(plan) = tool.actions.get(action) else {
         return ActionResult::Fatal(format!("tool `{}` has no action #{action}", tool.id()));
@@ -109,7 +113,9 @@ pub(crate) async fn run_action(
             }
             if expr.calls_review() {
                 let asked = (plan.name.as_str(), input);
-                act = match crate::review::tool_reviews(engine, record, expr, act, asked).await {
+                act = match crate::review::tool_reviews(engine, record, expr, act, asked, routing)
+                    .await
+                {
                     Ok(act) => act,
                     Err(e) => return ActionResult::Fatal(e.to_string()),
                 };

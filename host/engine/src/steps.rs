@@ -59,7 +59,7 @@ async fn with_reviews(
     }
     let asking = Asking {
         at,
-        routing: !vars.event.is_null() && !vars.guardrail,
+        routing: vars.routing(),
         call_id: match phase {
             Phase::Before => vars.call_id.clone(),
             Phase::After => None,
@@ -230,8 +230,11 @@ pub(crate) async fn run(
                         if !runtime::stays_inside(agent, tool, *action) {
                             engine.records().write_ahead(record)?;
                         }
-                        match runtime::run_action(engine, agent, record, tool, *action, &input)
-                            .await
+                        let routing = vars.routing();
+                        match runtime::run_action(
+                            engine, agent, record, tool, *action, &input, routing,
+                        )
+                        .await
                         {
                             runtime::ActionResult::Ok(v) => (Outcome::Successful, input, v, None),
                             runtime::ActionResult::Recoverable(e)
@@ -456,6 +459,12 @@ impl StepVars {
             call_id: None,
             replay: Replay::default(),
         }
+    }
+
+    /// Whether these steps decide on an event being routed, which cannot wait for a person:
+    /// every `review()` they lead to is a denial, decided at once.
+    pub(crate) fn routing(&self) -> bool {
+        !self.event.is_null() && !self.guardrail
     }
 
     /// The activation of `steps`' expressions: the context, and those of the variables they
