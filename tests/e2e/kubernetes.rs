@@ -198,6 +198,30 @@ fn a_log_longer_than_max_output_is_cut() {
     assert_eq!(obs[0]["log_truncated"], true);
 }
 
+/// A secret where the log is cut is hidden whole, not cut to a head that stays.
+#[test]
+fn a_secret_across_the_cut_of_a_log_is_hidden_whole() {
+    let printed = format!("{}{TOKEN} and more", "x".repeat(1020));
+    let cluster = Cluster::start(TOKEN, move |_| Run::exits(0, &printed, Duration::ZERO));
+    let dir = config(
+        &cluster.url(),
+        "ci",
+        "        max_output: 1KiB\n",
+        &[json!({"suite": "leaky"})],
+    );
+    let (log, obs) = run(&dir);
+    let kept = obs[0]["log"].as_str().unwrap_or_default();
+    assert!(
+        !log.contains(&TOKEN[..4]),
+        "the token's head is in the log: {kept}"
+    );
+    assert!(
+        kept.starts_with(&format!("{}***", "x".repeat(1020))),
+        "{obs:?}"
+    );
+    assert_eq!(obs[0]["log_truncated"], true);
+}
+
 #[test]
 fn an_unreachable_or_refusing_api_and_a_bad_namespace_are_observations() {
     // Nobody listens on port 1.

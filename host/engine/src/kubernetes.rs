@@ -479,7 +479,10 @@ async fn pod_of(
             .or_else(|| s.pointer("/lastState/terminated/exitCode"))
             .and_then(Value::as_i64)
     });
-    let mut query = format!("limitBytes={}", max.saturating_add(1));
+    // A secret where the log is cut is replaced whole: scrubbed with as much more as the
+    // longest secret, then cut.
+    let read = max.saturating_add(api.secrets.longest());
+    let mut query = format!("limitBytes={}", read.saturating_add(1));
     if let Some(c) = container.filter(|c| is_dns_label(c)) {
         query.push_str(&format!("&container={c}"));
     }
@@ -488,13 +491,13 @@ async fn pod_of(
         .response(api.request(reqwest::Method::GET, &path))
         .await?;
     let status = response.status();
-    // The first `max` bytes and one more, to know whether there were more; the rest is not
+    // The first `read` bytes and one more, to know whether there were more; the rest is not
     // read (an API server may ignore `limitBytes`).
     let mut bytes = Vec::new();
-    while bytes.len() <= max {
+    while bytes.len() <= read {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                bytes.extend_from_slice(&chunk[..chunk.len().min(max + 1 - bytes.len())])
+                bytes.extend_from_slice(&chunk[..chunk.len().min(read + 1 - bytes.len())])
             }
             Ok(None) => break,
             Err(e) => return Err(format!("reading its log: {e}")),
@@ -503,7 +506,9 @@ async fn pod_of(
     if !status.is_success() {
         return Err(format!("reading its log: {}", api.refusal(status, &bytes)));
     }
-    let truncated = bytes.len() > max;
+    let unread = bytes.len() > read;
+    let bytes = api.secrets.scrub_bytes(&bytes);
+    let truncated = unread || bytes.len() > max;
     let mut log = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned();
     if truncated && log.ends_with('\u{FFFD}') {
         log.pop();

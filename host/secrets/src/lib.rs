@@ -50,6 +50,12 @@ pub const REDACTED: &str = "***";
 /// short is found by trying every value anyway: hiding it protects nothing.
 pub const MIN_SECRET_BYTES: usize = 4;
 
+/// Lines of a multi-line secret (a PEM key) at least this long are secrets of their own: text
+/// that leaves the host line by line (a component's stderr, a log line) holds one line of it
+/// at a time. Shorter lines (a PEM key's short last line) are not, for the reason of
+/// [`MIN_SECRET_BYTES`], with a margin: such lines are more often ordinary text.
+pub const MIN_SECRET_LINE_BYTES: usize = 8;
+
 /// A set of secret values, and the scrubbing of text by them.
 ///
 /// Each secret is searched for as written and in the forms it takes in the host's output:
@@ -77,6 +83,19 @@ impl Secrets {
             .map(|v| v.as_ref().to_owned())
             .filter(|v| v.len() >= MIN_SECRET_BYTES)
             .collect();
+        let count = {
+            let mut distinct = secrets.clone();
+            distinct.sort();
+            distinct.dedup();
+            distinct.len()
+        };
+        let lines: Vec<String> = secrets
+            .iter()
+            .filter(|v| v.contains('\n'))
+            .flat_map(|v| v.lines().map(str::trim).map(str::to_owned))
+            .filter(|line| line.len() >= MIN_SECRET_LINE_BYTES)
+            .collect();
+        secrets.extend(lines);
         secrets.sort();
         secrets.dedup();
         let mut patterns = Vec::with_capacity(secrets.len());
@@ -108,15 +127,21 @@ impl Secrets {
                     .build(&patterns)?,
             )
         };
-        Ok(Secrets {
-            matcher,
-            count: secrets.len(),
-        })
+        Ok(Secrets { matcher, count })
     }
 
     /// Whether the set holds no secret (then every scrub returns its input).
     pub fn is_empty(&self) -> bool {
         self.matcher.is_none()
+    }
+
+    /// The length in bytes of the longest text [`Secrets::scrub`] replaces (a secret in its
+    /// longest form; 0 for an empty set). Text about to be cut at some length is scrubbed
+    /// with this much more of it first, so that a secret across the cut is replaced whole.
+    pub fn longest(&self) -> usize {
+        self.matcher
+            .as_ref()
+            .map_or(0, AhoCorasick::max_pattern_len)
     }
 
     /// How many distinct secret values the set holds.
@@ -313,6 +338,19 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s.scrub("abc on 8080"), "abc on ***");
         assert!(Secrets::new(["abc"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn each_line_of_a_multi_line_secret_is_hidden_alone() {
+        let key = "-----BEGIN PRIVATE KEY-----\r\nMIIEvQIBADANBgkqhkiG9w0BAQEF\r\nAASCBKcwggSjAgEAAoIBAQ\r\nZm9v\r\n-----END PRIVATE KEY-----\r\n";
+        let s = Secrets::new([key]).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.scrub(key), "***");
+        // As a component's stderr gives it, line by line.
+        assert_eq!(s.scrub("key: MIIEvQIBADANBgkqhkiG9w0BAQEF"), "key: ***");
+        assert_eq!(s.scrub("AASCBKcwggSjAgEAAoIBAQ\n"), "***\n");
+        // A line too short to hide without hiding ordinary text is left.
+        assert_eq!(s.scrub("Zm9v"), "Zm9v");
     }
 
     #[test]
