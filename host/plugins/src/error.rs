@@ -170,8 +170,9 @@ pub enum Fault {
         /// The trap's description.
         message: String,
     },
-    /// The guest called the host in a way the host refuses (an oversized key-value entry,
-    /// for instance); the call was ended.
+    /// The guest called the host in a way the host refuses (an oversized key-value entry, more
+    /// WASI resources or larger HTTP headers than its memory limit allows, for instance); the
+    /// call was ended.
     #[error("component `{component}` was stopped: {message}")]
     Refused {
         /// The component's name.

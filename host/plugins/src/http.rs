@@ -23,6 +23,10 @@
 //!
 //! Refusals are logged and recorded for the call, so the tool error the LLM sees says what was
 //! refused and why.
+//!
+//! A request's body is written in chunks of at most a resource's share of the memory limit
+//! (`state::resource_bytes`), and at most two of them wait in the host to be sent: bodies held
+//! open without end cannot make the host hold more than the instance's memory limit.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -308,15 +312,19 @@ pub(crate) struct OutgoingPolicy {
     component: Arc<str>,
     /// Refusals of the current call, for the error the LLM sees.
     denials: Arc<Mutex<Vec<String>>>,
+    /// The most bytes one write to an outgoing body may carry.
+    body_chunk: usize,
 }
 
 impl OutgoingPolicy {
-    /// A policy allowing `origins`.
+    /// A policy allowing `origins`, whose outgoing bodies are written in chunks of at most
+    /// `body_chunk` bytes.
     pub(crate) fn new(
         origins: &[Origin],
         tls: Arc<rustls::ClientConfig>,
         component: Arc<str>,
         denials: Arc<Mutex<Vec<String>>>,
+        body_chunk: usize,
     ) -> Self {
         let vouched = origins
             .iter()
@@ -331,6 +339,7 @@ impl OutgoingPolicy {
             tls,
             component,
             denials,
+            body_chunk,
         }
     }
 }
@@ -362,6 +371,17 @@ type SendFuture = Box<
 >;
 
 impl WasiHttpHooks for OutgoingPolicy {
+    /// One chunk written but not yet sent, besides the one being sent: an outgoing body, its
+    /// stream and its request (three resources) hold at most two chunks.
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    /// wasi:http's default is 1 MiB, whatever the instance's memory limit.
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.body_chunk
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

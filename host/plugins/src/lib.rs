@@ -16,7 +16,9 @@
 //! - Event filters ([`event_filter`]): [`LoadedComponent::event_filter_matches`].
 //! - The sandbox ([`sandbox`], [`http`]): no environment, no sockets, no files but the mount,
 //!   stdout/stderr to the log, outgoing HTTP only to `allowed_hosts` (DNS-rebinding safe),
-//!   memory, time and output limits. Breaking a limit is a [`Fault`], never a host failure.
+//!   memory, time and output limits; the WASI resources an instance holds in the host (how
+//!   many, how large) bounded by its memory limit. Breaking a limit is a [`Fault`], never a host
+//!   failure.
 //! - `interface host`: `log` to `tracing`, and `kv-*` on a
 //!   [`KvStore`] scoped to (component, task).
 //! - Hot reload: [`ComponentRegistry`] swaps versions; in-flight calls keep theirs.

@@ -1,14 +1,14 @@
 //! The data of one `Store`: the component's WASI context (its sandbox), its outgoing-HTTP
-//! policy, its memory limiter, its key-value scope — and the bookkeeping that turns a failed
-//! call into a precise [`Fault`].
+//! policy, its memory limiter and the bounds on the WASI resources it holds, its key-value
+//! scope — and the bookkeeping that turns a failed call into a precise [`Fault`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{ResourceTable, ResourceTableError};
 use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi_http::{FieldMapError, WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capacity::Capacity;
 use crate::error::{Fault, PluginError, Result};
@@ -22,6 +22,33 @@ use crate::stdio::{LogStream, Output, Stream};
 /// Tables hold function references; a guest growing one without bound would make the host
 /// allocate (8 bytes per element) outside the memory limit.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// The most WASI resources an instance may hold at once: entries of its store's resource
+/// table — streams, pollables, HTTP header sets, requests, bodies and responses, open files.
+///
+/// Each is host memory that the instance's memory limit does not see. wasmtime allows
+/// 1,000,000 by default: enough for a guest to make the host allocate gigabytes (header sets of
+/// 64 KiB, made over and over from the same few bytes of its own memory). The example guests
+/// in Rust, Python and JavaScript hold at most 7 at once (the JavaScript `counter` in an
+/// outgoing request, measured): 1024 leaves room for over a hundred requests in flight.
+const MAX_RESOURCES: usize = 1024;
+/// The least host memory one resource may hold, whatever the memory limit: the headers of an
+/// ordinary request fit (proxies commonly allow 8 KiB).
+const MIN_RESOURCE_BYTES: usize = 8 * 1024;
+/// The most host memory one resource may hold: wasi-http's own bound on a header set.
+const MAX_RESOURCE_BYTES: usize = 128 * 1024;
+
+/// How much host memory one resource of an instance whose memory limit is `memory` may hold:
+/// the most bytes in a header set, and in one write to an outgoing body. The memory limit is
+/// shared out over [`MAX_RESOURCES`], so that all of the instance's resources together hold
+/// about as much as its own memory (no more than [`MIN_RESOURCE_BYTES`] × [`MAX_RESOURCES`],
+/// 8 MiB, below an 8 MiB limit), within [`MIN_RESOURCE_BYTES`] and [`MAX_RESOURCE_BYTES`].
+pub(crate) fn resource_bytes(memory: u64) -> usize {
+    let share = memory / MAX_RESOURCES as u64;
+    usize::try_from(share)
+        .unwrap_or(usize::MAX)
+        .clamp(MIN_RESOURCE_BYTES, MAX_RESOURCE_BYTES)
+}
 
 /// What a store holds for its component.
 pub(crate) struct PluginState {
@@ -176,16 +203,22 @@ pub(crate) fn new_store(
     }
 
     let kv = spec.kv_scope.map(|scope| (shared.kv.clone(), scope));
+    let resource_bytes = resource_bytes(spec.limits.memory);
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(resource_bytes);
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_RESOURCES);
     let state = PluginState {
         component: name.clone(),
         wasi: wasi.build(),
-        http: WasiHttpCtx::new(),
-        table: ResourceTable::new(),
+        http,
+        table,
         policy: OutgoingPolicy::new(
             spec.allowed_hosts,
             shared.tls.clone(),
             name,
             denials.clone(),
+            resource_bytes,
         ),
         limiter: MemoryLimiter {
             limit: usize::try_from(spec.limits.memory).unwrap_or(usize::MAX),
@@ -317,6 +350,9 @@ pub(crate) fn classify(
     if let Some(message) = state.refusal.take() {
         return Failure::Fault(Fault::Refused { component, message });
     }
+    if let Some(message) = resource_refusal(&error, limits) {
+        return Failure::Fault(Fault::Refused { component, message });
+    }
     let trap = error.downcast_ref::<Trap>().copied();
     if trap == Some(Trap::Interrupt) {
         return Failure::Fault(Fault::Timeout {
@@ -367,6 +403,27 @@ pub(crate) fn classify(
         ),
     };
     Failure::Fault(Fault::Trap { component, message })
+}
+
+/// What the guest did, when `error` is wasmtime refusing it more host memory through
+/// resources: a resource table at [`MAX_RESOURCES`], or a header set over [`resource_bytes`]
+/// (wasi:http 0.2 has no error for that: it traps).
+fn resource_refusal(error: &wasmtime::Error, limits: &Limits) -> Option<String> {
+    if let Some(ResourceTableError::Full) = error.downcast_ref() {
+        return Some(format!(
+            "it held {MAX_RESOURCES} host resources (WASI streams, HTTP header sets, requests, responses, ...) at once, the most an instance may"
+        ));
+    }
+    if let Some(FieldMapError::TotalSizeTooBig | FieldMapError::TooManyFields) =
+        error.downcast_ref()
+    {
+        return Some(format!(
+            "an HTTP header set (wasi:http `fields`) grew past {} bytes, the most one may hold in an instance with a memory limit of {} KiB",
+            resource_bytes(limits.memory),
+            limits.memory / 1024
+        ));
+    }
+    None
 }
 
 /// How many of the last lines of a guest's stderr a fault's message carries.
@@ -430,4 +487,25 @@ pub(crate) async fn instantiate<P>(
         deadline,
         instantiate(&mut *store)
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_share_the_memory_limit_within_bounds() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(resource_bytes(64 * MIB), 64 * 1024);
+        assert_eq!(resource_bytes(16 * MIB), 16 * 1024);
+        // All resources together hold at most the memory limit...
+        for memory in [8 * MIB, 16 * MIB, 64 * MIB, 128 * MIB] {
+            assert!(resource_bytes(memory) * MAX_RESOURCES <= memory as usize);
+        }
+        // ...within bounds: the headers of an ordinary request fit under a small limit, and a
+        // large limit buys no more than wasi-http's own bound.
+        assert_eq!(resource_bytes(MIB), MIN_RESOURCE_BYTES);
+        assert_eq!(resource_bytes(4096 * MIB), MAX_RESOURCE_BYTES);
+        assert_eq!(resource_bytes(u64::MAX), MAX_RESOURCE_BYTES);
+    }
 }

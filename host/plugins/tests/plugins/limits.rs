@@ -1,10 +1,12 @@
-//! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, an
-//! oversized answer refused — each a recoverable fault, and the next call is served; input
-//! nested as deep as the JSON parser allows fits a guest's (small) stack.
+//! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, a guest
+//! holding host memory through WASI resources at about its memory limit, an oversized answer
+//! refused — each a recoverable fault, and the next call is served; input nested as deep as the
+//! JSON parser allows fits a guest's (small) stack.
 
 use std::time::{Duration, Instant};
 
 use agentmesh_plugins::{Fault, Limits, Sandbox, ToolError, ToolSession};
+use serde_json::json;
 
 use crate::util::{FakeGithub, load};
 
@@ -122,6 +124,64 @@ async fn a_memory_hog_fails_at_its_memory_limit() {
         .await
         .unwrap();
     assert_eq!(next.as_deref(), Ok(r#"{"keys":[]}"#));
+}
+
+/// A session of `test-header-hog` with a memory limit of 16 MiB.
+async fn header_hog(task: &str) -> ToolSession {
+    let sandbox = Sandbox::new(Limits {
+        memory: 16 * 1024 * 1024,
+        ..Limits::default()
+    });
+    ToolSession::lazy(load("test-header-hog"), sandbox, "{}", "{}", task)
+        .unwrap()
+        .open()
+        .await
+        .unwrap()
+}
+
+/// Asks `test-header-hog` to hold `bytes` in header values of `value` bytes each; expects it
+/// to be stopped with `refusal`, and the session's next call, in a fresh instance, to hold what
+/// fits.
+async fn assert_header_hog_stopped(task: &str, bytes: u64, value: u64, refusal: &str) {
+    let mut session = header_hog(task).await;
+    let hold = json!({"bytes": bytes, "value": value}).to_string();
+    let answer = session.invoke("hold", &hold).await.unwrap();
+    let Err(ToolError::Fault(fault @ Fault::Refused { .. })) = &answer else {
+        panic!("the guest held more than its memory limit of 16 MiB: {answer:?}")
+    };
+    assert_eq!(
+        fault.to_string(),
+        format!("component `test-header-hog` was stopped: {refusal}")
+    );
+    let fits = json!({"bytes": 1 << 20, "value": 4 << 10}).to_string();
+    let answer = session.invoke("hold", &fits).await.unwrap();
+    assert_eq!(answer.as_deref(), Ok(r#"{"fields":256,"held":1048576}"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_sets_cannot_hold_more_than_the_memory_limit() {
+    // 48 MiB, three times the memory limit, in header values of 64 KiB made from one buffer of
+    // the guest's: host memory its own memory limit does not see.
+    assert_header_hog_stopped(
+        "t_headers",
+        48 << 20,
+        64 << 10,
+        "an HTTP header set (wasi:http `fields`) grew past 16384 bytes, the most one may hold in an instance with a memory limit of 16384 KiB",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_holding_too_many_host_resources_is_stopped() {
+    // Values of 4 KiB, well within the size of one header set: only their number can stop the
+    // guest before it holds 48 MiB (12,288 header sets).
+    assert_header_hog_stopped(
+        "t_resources",
+        48 << 20,
+        4 << 10,
+        "it held 1024 host resources (WASI streams, HTTP header sets, requests, responses, ...) at once, the most an instance may",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
