@@ -1,6 +1,7 @@
 //! The host's log: messages land in its tracing output, tagged with the component's name (long
-//! ones truncated). A guest's stderr goes there too, and its last lines before a failure reach
-//! the task's error observation.
+//! ones truncated; a call's messages past its first 64 KiB dropped and counted). A guest's
+//! stderr goes there too, and its last lines before a failure reach the task's error
+//! observation.
 
 use crate::bindings::agentmesh::plugin::host::{self, Level};
 

@@ -11,7 +11,6 @@ use crate::state::PluginState;
 ///
 /// Guests choose what they log; one unbounded message could be megabytes in every log sink.
 const MAX_LOG_MESSAGE: usize = 4096;
-
 /// Adds `interface host` to `linker`.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<PluginState>,
@@ -20,6 +19,14 @@ pub(crate) fn add_to_linker(
 }
 
 impl PluginState {
+    /// Logs what the current call's `log` calls dropped since the last report, if anything: at
+    /// the end of every guest call.
+    pub(crate) fn report_dropped_log(&mut self) {
+        if let Some(line) = self.log.take_dropped() {
+            tracing::warn!(component.name = &*self.component, "{line}");
+        }
+    }
+
     /// Stops the call: the guest broke a host bound.
     fn refuse(&mut self, message: String) -> wasmtime::Error {
         let error = wasmtime::format_err!("{message}");
@@ -77,6 +84,9 @@ impl host::Host for PluginState {
                 .unwrap_or(0);
             message.truncate(cut);
             message.push_str("… (truncated)");
+        }
+        if !self.log.admit(message.len()) {
+            return Ok(());
         }
         let component = &*self.component;
         match level {

@@ -19,7 +19,7 @@
 //!   memory, time and output limits; the WASI resources an instance holds in the host (how
 //!   many, how large) bounded by its memory limit. Breaking a limit is a [`Fault`], never a host
 //!   failure.
-//! - `interface host`: `log` to `tracing`, and `kv-*` on a
+//! - `interface host`: `log` to `tracing` (a budget per call), and `kv-*` on a
 //!   [`KvStore`] scoped to (component, task).
 //! - Hot reload: [`ComponentRegistry`] swaps versions; in-flight calls keep theirs.
 //! - Threads: a guest call starts on the async worker that awaits it; one still in Wasm after

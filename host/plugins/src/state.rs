@@ -15,7 +15,7 @@ use crate::error::{Fault, PluginError, Result};
 use crate::http::{Origin, OutgoingPolicy};
 use crate::kv::{KvError, KvScope, KvStore};
 use crate::sandbox::{Limits, MOUNT_GUEST_PATH, MountDir};
-use crate::stdio::{LogStream, Output, Stream};
+use crate::stdio::{LogBudget, LogStream, Output, Stream};
 
 /// The most table elements a component may grow a table to.
 ///
@@ -67,6 +67,8 @@ pub(crate) struct PluginState {
     pub(crate) kv_failure: Option<KvError>,
     /// The guest broke a host bound during the current call.
     pub(crate) refusal: Option<String>,
+    /// What the guest's `log` calls have taken of the current call's budget.
+    pub(crate) log: LogBudget,
     /// Stdout/stderr bookkeeping.
     output: Arc<Mutex<Output>>,
     /// Outgoing requests refused during the current call.
@@ -229,6 +231,7 @@ pub(crate) fn new_store(
         kv_writes: 0,
         kv_failure: None,
         refusal: None,
+        log: LogBudget::default(),
         output,
         denials,
         started: Instant::now(),
@@ -267,6 +270,7 @@ pub(crate) fn begin_call(
     state.kv_writes = 0;
     state.kv_failure = None;
     state.refusal = None;
+    state.log.begin_call();
     state.limiter.hit = false;
     state
         .output
@@ -441,7 +445,7 @@ fn last_lines(said: &str, stderr: &str) -> String {
 }
 
 /// Awaits a guest call until the deadline `begin_call` gave — off the async workers once it runs
-/// long (see `offload`) — and classifies a failure:
+/// long (see `offload`) — says what the call's log dropped, and classifies a failure:
 /// `guarded!(store, limits, phase, deadline, call)` → `Result<T, Failure>`.
 macro_rules! guarded {
     ($store:ident, $limits:expr, $phase:expr, $deadline:expr, $call:expr) => {{
@@ -452,6 +456,7 @@ macro_rules! guarded {
             let mut call = ::std::pin::pin!(tokio::time::timeout_at($deadline, $call));
             ::std::future::poll_fn(|cx| $crate::offload::poll_guest(call.as_mut(), cx)).await
         };
+        $store.data_mut().report_dropped_log();
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err($crate::state::classify(

@@ -3,6 +3,8 @@
 //!
 //! The last whole lines written to stderr are kept for the current call: a Rust guest prints its
 //! panic message there before it traps, and the host puts that message into the error.
+//!
+//! What a call writes through the `log` import is budgeted here too ([`LogBudget`]).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -211,6 +213,62 @@ impl std::fmt::Debug for LogStream {
     }
 }
 
+/// How many bytes of log messages one call may write; the call's later messages are dropped,
+/// and one line says how many.
+///
+/// Each message is cut at 4 KiB (see `host`), but a guest calling `log` in a loop would flood
+/// the host's log (its disk, every sink downstream) for as long as its timeout lets it run.
+const MAX_LOG_PER_CALL: usize = 64 * 1024;
+
+/// What a store's `log` calls have taken of the current call's budget
+/// ([`MAX_LOG_PER_CALL`]).
+#[derive(Debug, Default)]
+pub(crate) struct LogBudget {
+    /// Bytes logged in the current call.
+    used: usize,
+    /// A message of the current call did not fit: this and every later one is dropped.
+    spent: bool,
+    /// Messages dropped since the last report.
+    dropped: usize,
+    /// Their bytes.
+    dropped_bytes: usize,
+}
+
+impl LogBudget {
+    /// Gives the new call the whole budget (a call begins).
+    pub(crate) fn begin_call(&mut self) {
+        *self = LogBudget::default();
+    }
+
+    /// Whether a message of `len` bytes is logged: it fits what is left of the call's budget,
+    /// and no earlier message of the call was dropped (the log keeps the call's first messages,
+    /// in order). A message not logged is counted.
+    pub(crate) fn admit(&mut self, len: usize) -> bool {
+        if !self.spent && self.used + len <= MAX_LOG_PER_CALL {
+            self.used += len;
+            return true;
+        }
+        self.spent = true;
+        self.dropped += 1;
+        self.dropped_bytes += len;
+        false
+    }
+
+    /// The line saying what was dropped since it last said so, if anything was.
+    pub(crate) fn take_dropped(&mut self) -> Option<String> {
+        if self.dropped == 0 {
+            return None;
+        }
+        let line = format!(
+            "dropped {} log messages ({} bytes) of this call: over its budget of {MAX_LOG_PER_CALL} bytes",
+            self.dropped, self.dropped_bytes
+        );
+        self.dropped = 0;
+        self.dropped_bytes = 0;
+        Some(line)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -229,5 +287,25 @@ mod tests {
         let tail = output.lock().unwrap().stderr_tail.clone();
         // Over the tail again: the long line goes whole.
         assert_eq!(tail, "panicked at src/lib.rs:1:2:\n");
+    }
+
+    #[test]
+    fn the_log_budget_keeps_a_calls_first_messages_and_counts_the_rest() {
+        let mut budget = LogBudget::default();
+        assert!(budget.admit(MAX_LOG_PER_CALL - 10));
+        assert_eq!(budget.take_dropped(), None);
+        assert!(!budget.admit(11));
+        // Once one is dropped, so are the later ones, even those that would fit.
+        assert!(!budget.admit(1));
+        assert_eq!(
+            budget.take_dropped().as_deref(),
+            Some("dropped 2 log messages (12 bytes) of this call: over its budget of 65536 bytes")
+        );
+        assert_eq!(budget.take_dropped(), None);
+        assert!(!budget.admit(1));
+        assert!(budget.take_dropped().is_some());
+        // The next call has the whole budget again.
+        budget.begin_call();
+        assert!(budget.admit(MAX_LOG_PER_CALL));
     }
 }

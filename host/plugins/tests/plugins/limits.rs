@@ -1,14 +1,14 @@
 //! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, a guest
 //! holding host memory through WASI resources at about its memory limit, an oversized answer
-//! refused — each a recoverable fault, and the next call is served; input nested as deep as the
-//! JSON parser allows fits a guest's (small) stack.
+//! refused — each a recoverable fault, and the next call is served; a call's log is bounded;
+//! input nested as deep as the JSON parser allows fits a guest's (small) stack.
 
 use std::time::{Duration, Instant};
 
 use agentmesh_plugins::{Fault, Limits, Sandbox, ToolError, ToolSession};
 use serde_json::json;
 
-use crate::util::{FakeGithub, load};
+use crate::util::{FakeGithub, capture_log, load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_infinite_loop_is_stopped_at_its_timeout() {
@@ -182,6 +182,76 @@ async fn a_guest_holding_too_many_host_resources_is_stopped() {
         "it held 1024 host resources (WASI streams, HTTP header sets, requests, responses, ...) at once, the most an instance may",
     )
     .await;
+}
+
+// On the current-thread runtime: the guest logs on the thread that polls its call, the one
+// whose log is captured.
+#[tokio::test]
+async fn a_call_logs_at_most_its_budget_and_says_what_it_dropped() {
+    let (_guard, logged) = capture_log();
+    let mut session = ToolSession::lazy(
+        load("test-log-flood"),
+        Sandbox::default(),
+        "{}",
+        "{}",
+        "t_flood",
+    )
+    .unwrap()
+    .open()
+    .await
+    .unwrap();
+    let flood = |logged: &[crate::util::Logged]| -> Vec<String> {
+        logged
+            .iter()
+            .filter(|l| l.component.as_deref() == Some("test-log-flood"))
+            .map(|l| l.message.clone())
+            .collect()
+    };
+    // 10,000 messages of 1 KiB: 10 MB in one call.
+    let answer = session
+        .invoke(
+            "flood",
+            &json!({"messages": 10_000, "bytes": 1024}).to_string(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.as_deref(), Ok(r#"{"logged":10000}"#));
+    let messages = flood(&logged.lock().unwrap());
+    let kept: Vec<&String> = messages
+        .iter()
+        .filter(|m| m.starts_with("message "))
+        .collect();
+    let bytes: usize = kept.iter().map(|m| m.len()).sum();
+    assert!(
+        bytes <= 64 * 1024,
+        "{} messages, {bytes} bytes reached the log in one call",
+        kept.len()
+    );
+    // The first 64 KiB, in order, then one line for the rest.
+    assert_eq!(kept.len(), 64);
+    assert!(kept[63].starts_with("message 64 "), "{}", kept[63]);
+    let dropped: Vec<&String> = messages
+        .iter()
+        .filter(|m| m.starts_with("dropped "))
+        .collect();
+    assert_eq!(
+        dropped,
+        ["dropped 9936 log messages (10174464 bytes) of this call: over its budget of 65536 bytes"]
+    );
+    // The budget is per call: the next call logs again.
+    logged.lock().unwrap().clear();
+    let answer = session
+        .invoke("flood", &json!({"messages": 10, "bytes": 1024}).to_string())
+        .await
+        .unwrap();
+    assert_eq!(answer.as_deref(), Ok(r#"{"logged":10}"#));
+    let messages = flood(&logged.lock().unwrap());
+    let kept = messages
+        .iter()
+        .filter(|m| m.starts_with("message "))
+        .count();
+    assert_eq!(kept, 10, "{messages:?}");
+    assert!(!messages.iter().any(|m| m.starts_with("dropped ")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,5 @@
-//! Shared test fixtures: the guest components, a plugin host, the fake GitHub server.
+//! Shared test fixtures: the guest components, a plugin host, the fake GitHub server, a
+//! capture of the host's log.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tracing_subscriber::layer::{Context, SubscriberExt};
 use wasmtime_wasi_http::io::TokioIo;
 
 /// The command that builds the guests.
@@ -183,4 +185,45 @@ async fn answer(
         .body(Full::new(Bytes::from(reply.to_string())))
         .unwrap();
     Ok(response)
+}
+
+/// One event of the host's log: the `component.name` it was tagged with, and its message.
+#[derive(Debug, Clone, Default)]
+pub struct Logged {
+    pub component: Option<String>,
+    pub message: String,
+}
+
+impl tracing::field::Visit for Logged {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "component.name" {
+            self.component = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        }
+    }
+}
+
+/// Records every event into the shared list.
+struct Capture(Arc<Mutex<Vec<Logged>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut logged = Logged::default();
+        event.record(&mut logged);
+        self.0.lock().unwrap().push(logged);
+    }
+}
+
+/// Captures the host's log on this thread (every level) while the guard lives. Guest calls
+/// log on the thread that polls them, so a test that captures runs on a current-thread
+/// runtime.
+pub fn capture_log() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<Logged>>>) {
+    let logged = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Capture(logged.clone()));
+    (tracing::subscriber::set_default(subscriber), logged)
 }
