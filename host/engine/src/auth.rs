@@ -232,17 +232,7 @@ fn token_of(answer: Option<&Value>) -> Result<(String, Option<Duration>), String
 
 /// `text` as `application/x-www-form-urlencoded` writes it.
 fn form_encoded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(b))
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use std::io::Write;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 /// The secrets cannot be searched for (too many or too long for the automaton). Refusing the
@@ -105,8 +106,8 @@ impl Secrets {
                 html_escaped(secret),
                 html_escaped(&json),
                 json,
-                percent_encoded(secret, |b| !is_unreserved(b)),
-                percent_encoded(secret, is_url_escaped),
+                percent_encoded(secret, NOT_UNRESERVED),
+                percent_encoded(secret, URL_ESCAPED),
                 form_encoded(secret),
             ];
             patterns.push(secret.clone());
@@ -232,38 +233,37 @@ fn html_escaped(text: &str) -> String {
     out
 }
 
-/// RFC 3986 unreserved bytes, which no encoder escapes.
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
+/// Every byte but RFC 3986's unreserved ones (ASCII letters, digits and `-._~`), which no
+/// encoder escapes.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// The bytes a URL parser escapes in a path or query (the WHATWG sets): controls, space,
-/// non-ASCII and `"#<>'?`{}`.
-fn is_url_escaped(b: u8) -> bool {
-    !b.is_ascii_graphic() || matches!(b, b'"' | b'#' | b'<' | b'>' | b'\'' | b'`' | b'{' | b'}')
-}
+/// non-ASCII and `"#<>'`{}`.
+const URL_ESCAPED: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'\'')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
 
 /// `secret` as a form encodes it (`application/x-www-form-urlencoded`, as
 /// `url::form_urlencoded` and `Url::query_pairs_mut` write a query, e.g. an `openapi` key in
 /// the query): a space as `+`, every byte but ASCII letters, digits and `*-._` as `%XX`.
 fn form_encoded(secret: &str) -> String {
-    percent_encoded(secret, |b| {
-        !(b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_' | b' '))
-    })
-    .replace(' ', "+")
+    form_urlencoded::byte_serialize(secret.as_bytes()).collect()
 }
 
-/// `secret` with the bytes `escape` picks as `%XX`.
-fn percent_encoded(secret: &str, escape: impl Fn(u8) -> bool) -> String {
-    let mut out = String::with_capacity(secret.len());
-    for &b in secret.as_bytes() {
-        if escape(b) {
-            out.push_str(&format!("%{b:02X}"));
-        } else {
-            out.push(char::from(b));
-        }
-    }
-    out
+/// `secret` with the bytes of `set` (and every non-ASCII byte) as `%XX`.
+fn percent_encoded(secret: &str, set: &'static AsciiSet) -> String {
+    utf8_percent_encode(secret, set).to_string()
 }
 
 /// The secrets in force, shared between whoever replaces them (the engine, when a

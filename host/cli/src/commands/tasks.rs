@@ -94,15 +94,7 @@ fn from_server(server: &str, args: &Args) -> anyhow::Result<Vec<Value>> {
 
 /// `value` percent-encoded for a query string.
 fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// The tasks of a store no host serves, newest first.

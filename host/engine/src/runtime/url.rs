@@ -71,16 +71,15 @@ fn part_at_end(url: &str) -> Part {
 /// `text` percent-encoded but for RFC 3986's unreserved characters: as one path segment it
 /// cannot add segments or a query; as a query value it cannot add parameters.
 pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
+
+/// Every byte but RFC 3986's unreserved ones (ASCII letters, digits and `-._~`).
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Refuses a URL whose path has a `.` or `..` segment, which URL parsers remove together with
 /// the segment before it (`%2e` counts as a dot, `\` as a slash, as they read them).

@@ -212,17 +212,9 @@ impl IntoResponse for UiError {
     }
 }
 
-/// `s` percent-encoded for a query value.
+/// `s` encoded for a query value.
 fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 /// The inspector's result.
