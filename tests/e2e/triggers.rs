@@ -641,15 +641,7 @@ fn sleeper(server: &Server) -> String {
         .send();
     assert_eq!(r.status, 201, "{}", r.text());
     let id = r.json()["id"].as_str().unwrap().to_owned();
-    wait_for(Duration::from_secs(10), || {
-        let t = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (t["status"] == "idle" && t["output"].as_array().is_some_and(|o| !o.is_empty()))
-            .then_some(())
-    })
-    .expect("the first turn finishes");
+    server.wait_answered(&id, Duration::from_secs(10), "the first turn finishes");
     id
 }
 

@@ -359,6 +359,48 @@ capabilities:
     );
 }
 
+/// Deleting a task removes what its components kept for it in the store; another task's
+/// entries stay.
+#[test]
+fn deleting_a_task_removes_what_its_components_kept() {
+    let agent =
+        agentmesh_testkit::fixtures::scripted_agent("t/writer", "capabilities: {notes: \"*\"}\n");
+    let (_root, dir, data) = agentmesh_testkit::fixtures::dirs(&[
+        ("all.yaml", &format!("{}---\n{agent}", notes_tool())),
+        (
+            "script.yaml",
+            "responses:
+  - tool_calls: [{name: notes_put, arguments: {key: plan, value: ship it}}]
+  - text: done
+",
+        ),
+    ]);
+    let mut server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let [deleted, kept] = ["one", "two"].map(|message| {
+        let id = server.create_task(&json!({"agent": "t/writer", "input": {"message": message}}));
+        server.wait_answered(&id, Duration::from_secs(30), "a writer");
+        id
+    });
+    let r = server
+        .request("DELETE", &format!("/v1/tasks/{deleted}"))
+        .send();
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(server.stop_within(Duration::from_secs(30)), Some(0));
+
+    let store = agentmesh_store::open(&data).unwrap();
+    let note = |task: &str| {
+        store
+            .kv_value(&format!("t/notes/{task}"), "note/plan")
+            .unwrap()
+    };
+    assert_eq!(note(&kept).as_deref(), Some(&b"ship it"[..]));
+    assert_eq!(
+        note(&deleted),
+        None,
+        "the deleted task's note is still kept"
+    );
+}
+
 /// The `actions:` of a tool run by the `notes` guest: `put {key, value}` and `get {key}`.
 const NOTES_ACTIONS: &str = "  - name: put
     description: Store a note.

@@ -1027,6 +1027,9 @@ impl Engine {
             w.deleted(self, id)?;
         }
         self.close_task_sessions(id).await;
+        // What its components kept for it goes with it (their sessions are closed: none
+        // writes again).
+        self.inner.store.kv_clear_task_buffered(id)?;
         Ok(())
     }
 

@@ -137,12 +137,6 @@ impl KvStore for StoreKv {
             .kv_delete_buffered(&scope_key(scope), key)
             .map_err(|e| KvError(e.to_string()))
     }
-
-    fn clear(&self, scope: &KvScope) -> Result<(), KvError> {
-        self.0
-            .kv_clear_buffered(&scope_key(scope))
-            .map_err(|e| KvError(e.to_string()))
-    }
 }
 
 /// A tool session: the task, and the tool with the runtime block the action runs (component

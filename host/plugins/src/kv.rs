@@ -63,8 +63,8 @@ pub struct KvError(pub String);
 /// one at a time per scope (a scope belongs to one task, and a task's calls do not overlap), so
 /// implementations need no per-scope locking of their own but must be `Send + Sync`. Keys and
 /// values arrive within [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`]. An `Err` is a host fault: the
-/// guest call is stopped and reported as [`crate::PluginError::Kv`]. When a task is deleted the
-/// engine calls [`KvStore::clear`] for its scopes.
+/// guest call is stopped and reported as [`crate::PluginError::Kv`]. The entries of a deleted task
+/// are removed by whoever keeps them (the engine's store removes every scope of the task).
 ///
 /// A durable implementation (sled) maps a scope and key to one store key, e.g.
 /// `plugin_kv/{component}\0{task}\0{key}`, and should make `set` durable with the task's next
@@ -76,8 +76,6 @@ pub trait KvStore: Send + Sync {
     fn set(&self, scope: &KvScope, key: &str, value: &[u8]) -> Result<(), KvError>;
     /// Removes `key` from `scope`; a missing key is not an error.
     fn delete(&self, scope: &KvScope, key: &str) -> Result<(), KvError>;
-    /// Removes every entry of `scope` (the task ended).
-    fn clear(&self, scope: &KvScope) -> Result<(), KvError>;
 }
 
 /// A [`KvStore`] in memory, lost when the process ends.
@@ -128,11 +126,6 @@ impl KvStore for MemoryKv {
         }
         Ok(())
     }
-
-    fn clear(&self, scope: &KvScope) -> Result<(), KvError> {
-        self.lock().remove(scope);
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -153,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn delete_and_clear_remove_entries() {
+    fn delete_removes_an_entry() {
         let kv = MemoryKv::new();
         let a = KvScope::new("notes", "t1");
         kv.set(&a, "k", b"v").unwrap();
@@ -161,7 +154,7 @@ mod tests {
         kv.delete(&a, "k").unwrap();
         kv.delete(&a, "missing").unwrap();
         assert_eq!(kv.len(&a), 1);
-        kv.clear(&a).unwrap();
+        kv.delete(&a, "j").unwrap();
         assert!(kv.is_empty(&a));
     }
 }

@@ -155,7 +155,8 @@ pub trait HostState: Send + Sync {
     fn delete_state_buffered(&self, ns: &str, key: &str) -> Result<()>;
 }
 
-/// The key-value store of Wasm plugins, by scope (a component and a task).
+/// The key-value store of Wasm plugins, by scope: `{component}/{task}`, a component and a task
+/// (task ids hold no `/`).
 pub trait PluginKv: Send + Sync {
     /// The value of `key` in `scope`.
     fn kv_value(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>>;
@@ -166,8 +167,9 @@ pub trait PluginKv: Send + Sync {
     /// Deletes `key` in `scope`; buffered.
     fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()>;
 
-    /// Deletes every key of `scope`; buffered.
-    fn kv_clear_buffered(&self, scope: &str) -> Result<()>;
+    /// Deletes every key of every scope of task `task` (every component's, `…/{task}`), when
+    /// the task is deleted; buffered. It may read every scope's keys to find them.
+    fn kv_clear_task_buffered(&self, task: &str) -> Result<()>;
 }
 
 /// Making writes durable.

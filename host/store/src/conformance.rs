@@ -380,12 +380,20 @@ pub fn state_and_kv(dir: &Path, open: Open<'_>) {
     b.delete_state_buffered("trigger", "a").unwrap();
     assert!(b.state_value("trigger", "a").unwrap().is_none());
     b.kv_put_buffered("c/t_1", "k", b"1").unwrap();
+    b.kv_put_buffered("ns/d/t_1", "k", b"1").unwrap();
     b.kv_put_buffered("c/t_12", "k", b"2").unwrap();
-    b.kv_clear_buffered("c/t_1").unwrap();
+    b.kv_put_buffered("c/xt_1", "k", b"3").unwrap();
+    // Every component's scope of the task, and no other task's.
+    b.kv_clear_task_buffered("t_1").unwrap();
     assert!(b.kv_value("c/t_1", "k").unwrap().is_none());
+    assert!(b.kv_value("ns/d/t_1", "k").unwrap().is_none());
     assert_eq!(
         b.kv_value("c/t_12", "k").unwrap().as_deref(),
         Some(&b"2"[..])
+    );
+    assert_eq!(
+        b.kv_value("c/xt_1", "k").unwrap().as_deref(),
+        Some(&b"3"[..])
     );
     b.kv_delete_buffered("c/t_12", "k").unwrap();
     assert!(b.kv_value("c/t_12", "k").unwrap().is_none());
@@ -426,7 +434,9 @@ pub fn buffered_writes_counted(dir: &Path, open: Open<'_>) {
         ("kv_put_buffered again", &|b| {
             b.kv_put_buffered("s", "k", b"2").unwrap()
         }),
-        ("kv_clear_buffered", &|b| b.kv_clear_buffered("s").unwrap()),
+        ("kv_clear_task_buffered", &|b| {
+            b.kv_clear_task_buffered("t").unwrap()
+        }),
         ("queue_durably", &|b| {
             b.queue_durably(Some(("d-1", i64::MAX)), &[("u", 1, b"1")])
                 .map(|_| ())

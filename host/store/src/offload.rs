@@ -144,8 +144,8 @@ impl PluginKv for Offloaded {
     fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()> {
         self.off(|s| s.kv_delete_buffered(scope, key))
     }
-    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
-        self.off(|s| s.kv_clear_buffered(scope))
+    fn kv_clear_task_buffered(&self, task: &str) -> Result<()> {
+        self.off(|s| s.kv_clear_task_buffered(task))
     }
 }
 

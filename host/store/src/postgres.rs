@@ -1089,9 +1089,13 @@ impl PluginKv for PgStore {
         .map(drop)
     }
 
-    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
-        self.write("DELETE FROM agentmesh_kv WHERE scope = $1", &[&scope])
-            .map(drop)
+    fn kv_clear_task_buffered(&self, task: &str) -> Result<()> {
+        let suffix = format!("/{task}");
+        self.write(
+            "DELETE FROM agentmesh_kv WHERE right(scope, char_length($1)) = $1",
+            &[&suffix],
+        )
+        .map(drop)
     }
 }
 

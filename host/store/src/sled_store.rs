@@ -581,9 +581,14 @@ impl PluginKv for SledStore {
         Ok(())
     }
 
-    fn kv_clear_buffered(&self, scope: &str) -> Result<()> {
-        for key in self.kv.scan_prefix(prefix(scope)).keys() {
-            self.kv.remove(key?)?;
+    fn kv_clear_task_buffered(&self, task: &str) -> Result<()> {
+        // Keys begin with the component: the task's scopes are found among all of them.
+        let suffix = format!("/{task}");
+        for key in self.kv.iter().keys() {
+            let key = key?;
+            if split_key(&key).0.ends_with(&suffix) {
+                self.kv.remove(key)?;
+            }
         }
         self.wrote();
         Ok(())

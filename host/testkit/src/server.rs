@@ -192,6 +192,20 @@ impl Server {
         .unwrap_or_else(|| panic!("no {kind} in task {id}'s log"))
     }
 
+    /// Waits until task `id` is idle with an answer (at most `limit`); panics saying `what`
+    /// when it is not.
+    pub fn wait_answered(&self, id: &str, limit: Duration, what: &str) {
+        wait_for(limit, || {
+            let t = self
+                .request("GET", &format!("/v1/tasks/{id}"))
+                .send()
+                .json();
+            (t["status"] == "idle" && t["output"].as_array().is_some_and(|o| !o.is_empty()))
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("{what}: task {id} never answered"));
+    }
+
     /// Opens task `id`'s live event stream (`Accept: text/event-stream`): the response head
     /// and the reader positioned at the first frame.
     pub fn open_sse(&self, id: &str) -> (String, BufReader<TcpStream>) {
