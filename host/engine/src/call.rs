@@ -129,7 +129,6 @@ pub(crate) async fn run(
                 ActionResult::Fatal(format!("tool `{}` has no such action", tool.id()))
             }
         };
-        grow_allow_list(record, cap, input);
         let (error, end): (String, fn(String) -> CallEnd) = match result {
             ActionResult::Ok(v) => {
                 raw = v.clone();
@@ -138,6 +137,9 @@ pub(crate) async fn run(
             ActionResult::Recoverable(e) => (e, CallEnd::Error),
             ActionResult::Fatal(e) => (e, CallEnd::Fatal),
         };
+        // A failed call was made with these values all the same (the allow list grows with
+        // every call); one that succeeded grows it once its `after` steps let it through.
+        grow_allow_list(record, cap, input);
         let from = child.as_deref();
         Ok(Inner::Ended(errored(
             record,
@@ -174,15 +176,20 @@ pub(crate) async fn run(
             if gated {
                 record.before_first_done.insert(cap.key.clone());
             }
+            grow_allow_list(record, cap, &input);
             stats(record, name, Outcome::Successful, input, raw, from);
             Ok(CallEnd::Observation(seen))
         }
+        // Refused after it ran: what the LLM was kept from is not kept for later steps and
+        // bindings either (`outputs[0]` is the refusal, as for a call refused before).
         Verdict::Block(reason) => {
-            stats(record, name, Outcome::Restricted, input, raw, from);
+            let refused = json!({"error": reason});
+            stats(record, name, Outcome::Restricted, input, refused, from);
             Ok(CallEnd::Rejected(reason))
         }
         Verdict::Lock(reason) => {
-            stats(record, name, Outcome::Restricted, input, raw, from);
+            let refused = json!({"error": reason});
+            stats(record, name, Outcome::Restricted, input, refused, from);
             Ok(CallEnd::Locked(reason))
         }
     }
@@ -258,6 +265,11 @@ fn resolve_input(
         return Err(format!(
             "the arguments are not a JSON object: `{shown}{more}`; send them as one JSON object"
         ));
+    }
+    // A delegation shows the LLM `message` alone: any other argument would set a parameter
+    // of the agent it calls that the LLM was never offered (only bindings set those).
+    if matches!(cap.target, Target::Agent(_)) {
+        args.retain(|name, _| name == "message");
     }
     let mut act = Activation::new();
     if !cap.bindings.is_empty() {

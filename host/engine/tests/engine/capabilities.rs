@@ -57,6 +57,44 @@ async fn bindings_hide_the_parameter_and_win_over_the_llm() {
     );
 }
 
+/// A call that ran but an `after` step refused is recorded as refused: a later step or
+/// binding reading `outputs[0]` sees the refusal, not what the LLM was kept from, and its
+/// values do not join the allow list (no events about what it was refused).
+#[tokio::test]
+async fn a_call_refused_after_it_ran_leaves_no_output_and_no_allow_list_value() {
+    let cap = "  echo:
+    after:
+      - assert: \"output.owner != 'evil'\"
+        match: say
+        error_message: Not yours.
+";
+    let script = "responses:
+  - tool_calls:
+      - {name: echo_say, arguments: {text: mine, owner: me}}
+      - {name: echo_say, arguments: {text: theirs, owner: evil}}
+  - text: done
+";
+    let h = harness(&agent(cap), script);
+    let task = h.run("t/a", "go").await;
+    let stats = &task.capabilities["echo_say"];
+    assert_eq!((stats.count_successful, stats.count_restricted), (1, 1));
+    assert!(
+        stats.outputs[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Not yours.")),
+        "the refused call's output is kept: {:?}",
+        stats.outputs
+    );
+    assert_eq!(stats.outputs[1], json!({"owner": "me", "text": "mine"}));
+    assert_eq!(
+        task.allow_lists["t/echo"]["owner"]
+            .iter()
+            .collect::<Vec<_>>(),
+        ["me"],
+        "the refused call's value joined the allow list"
+    );
+}
+
 #[tokio::test]
 async fn include_hides_actions() {
     let h = harness(
@@ -196,9 +234,10 @@ async fn exposes_appear_in_the_output() {
     assert_eq!(output[0]["says"], json!(1));
 }
 
-#[tokio::test]
-async fn a_delegated_agents_answer_returns_to_the_parent() {
-    let manifests = format!(
+/// An agent `t/boss` on the scripted model (`script.yaml`) with the `capabilities:` lines
+/// `capabilities`.
+fn boss(capabilities: &str) -> String {
+    format!(
         "kind: commonagents.info/v1beta2/agent
 namespace: t
 name: boss
@@ -206,10 +245,13 @@ description: Delegates.
 prompt: Delegate.
 model: scripted/script.yaml
 capabilities:
-  researcher: \"*\"
----
-{RESEARCHER}"
-    );
+{capabilities}"
+    )
+}
+
+#[tokio::test]
+async fn a_delegated_agents_answer_returns_to_the_parent() {
+    let manifests = format!("{}---\n{RESEARCHER}", boss("  researcher: \"*\"\n"));
     let parent = "responses:\n  - tool_calls: [{name: researcher, arguments: {message: find it}}]\n  - text: parent done\n";
     let h = harness_with(
         &manifests,
@@ -225,6 +267,47 @@ capabilities:
     let child = h.engine.task(child).unwrap();
     assert_eq!(child.parent.as_deref(), Some(task.id.as_str()));
     assert_eq!(task.delegation_count, 1);
+}
+
+/// The LLM is offered `message` alone when it delegates: another argument cannot set a
+/// parameter of the agent it calls (only the capability's bindings set those).
+#[tokio::test]
+async fn a_delegation_passes_the_child_only_its_message_and_bindings() {
+    let boss = boss("  refunder:\n    bindings: {region: \"'eu'\"}\n");
+    let manifests = boss
+        + "---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: refunder
+description: Refunds.
+prompt: Refund.
+model: scripted/child.yaml
+parameters:
+  type: object
+  properties:
+    account: {type: string, default: own}
+    region: {type: string}
+";
+    let parent = "responses:
+  - tool_calls: [{name: refunder, arguments: {message: refund it, account: victim, region: us}}]
+  - text: parent done
+";
+    let h = harness_with(
+        &manifests,
+        &[
+            ("script.yaml", parent),
+            ("child.yaml", "responses:\n  - text: refunded\n"),
+        ],
+    );
+    let task = h.run("t/boss", "go").await;
+    let child = &task.capabilities["refunder"].task_ids.as_ref().unwrap()[0];
+    let child = h.engine.task(child).unwrap();
+    let input = &child.inputs[0];
+    assert_eq!(
+        input["account"], "own",
+        "the LLM set a hidden parameter: {input}"
+    );
+    assert_eq!(input["region"], "eu", "{input}");
 }
 
 #[tokio::test]
