@@ -319,6 +319,42 @@ fn a_trigger_without_message_creates_its_task_with_no_initial_message() {
     }
 }
 
+/// A fire's fields set the agent's parameters the trigger leaves open, never those its
+/// `inputs` fix: a source token does not choose the environment the trigger's owner fixed.
+#[test]
+fn an_api_fire_cannot_change_what_the_trigger_fixes() {
+    let ship = "kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: shipper
+description: Ships.
+prompt: \"Ship {context.input[0].version} to {context.input[0].environment}.\"
+model: scripted/triage.yaml
+parameters:
+  type: object
+  properties:
+    environment: {type: string}
+    version: {type: string, default: latest}
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: ship
+agent: shipper
+owner: user:ops@example.com
+source: {type: ops}
+inputs: {environment: staging}
+message: Ship it.
+";
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "", ship);
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &env());
+    let body = json!({"version": "2.0", "environment": "production"});
+    let r = fire(&server, "lab/ship", OPS_TOKEN, &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let task = r.json()["task_id"].as_str().unwrap().to_owned();
+    let prompt = server.wait_for_event(&task, "SystemPromptEvent");
+    assert_eq!(prompt["prompt"], "Ship 2.0 to staging.", "{prompt}");
+}
+
 #[test]
 fn api_fire_needs_the_sources_token_and_drops_fires_over_the_hourly_cap() {
     let dir = tempfile::tempdir().unwrap();

@@ -411,10 +411,11 @@ impl Triggers {
         };
         let mut io = t.inputs.clone();
         // The caller's other fields are the event's payload; those naming a parameter of the
-        // agent also set it.
+        // agent that the trigger's `inputs` leave open also set it (what the trigger's owner
+        // fixed, a caller cannot change).
         let declared = agent.parameters.as_ref().map(|p| &p.properties);
         for (k, v) in params {
-            if declared.is_some_and(|d| d.contains_key(k)) {
+            if declared.is_some_and(|d| d.contains_key(k)) && !t.inputs.contains_key(k) {
                 io.insert(k.clone(), v.clone());
             }
         }
