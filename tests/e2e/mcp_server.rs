@@ -365,3 +365,73 @@ actions:
         "{results:?}"
     );
 }
+
+#[test]
+fn a_clients_calls_pass_the_agents_guardrails_as_a_turn_does() {
+    // The agent's guardrails wrap each call of a client as they wrap a turn: `before` sees the
+    // call's arguments as the arriving message (and may refuse the caller, or replace what is
+    // sent), `after` sees the result as the answer going out.
+    let guarded = scripted_agent(
+        "t/a",
+        "capabilities:
+  notes: \"*\"
+guardrails:
+  before:
+    - assert: \"context.user.id != 'user:bob'\"
+      error_message: Not for bob.
+    - transform: \"input.message[0].text.replace('hunter2', '***')\"
+  after:
+    - transform: \"'checked: ' + output.message[0].text\"
+",
+    );
+    let (_root, dir, data) = dirs(&[
+        ("host.yaml", TOKENS),
+        ("tool.yaml", &notes_tool()),
+        ("agent.yaml", &guarded),
+        ("script.yaml", "responses:\n  - text: unused\n"),
+    ]);
+    let server = Server::start(AGENTMESH, &dir, &data, &ENV);
+    let url = format!("http://{}/mcp?agent=t/a", server.addr);
+    let calls = json!([
+        {"name": "notes_put", "arguments": {"key": "k", "value": "pw hunter2"}},
+        {"name": "notes_get", "arguments": {"key": "k"}},
+    ]);
+    let ann = run_sdk_client(&calls, &["http", &url, "ann-secret-token"]);
+    let results = &ann["results"];
+    assert_eq!(results[1]["is_error"], false, "{ann}");
+    assert_eq!(
+        results[1]["text"], r#"checked: {"key":"k","value":"pw ***"}"#,
+        "the before transform replaced the stored value, the after one the answer: {ann}"
+    );
+    assert_eq!(results[1]["structured"], Value::Null, "{ann}");
+    let bob = run_sdk_client(&calls, &["http", &url, "bob-secret-token"]);
+    let results = &bob["results"];
+    assert_eq!(results[0]["is_error"], true, "{bob}");
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Not for bob."),
+        "{bob}"
+    );
+    assert_eq!(results[1]["is_error"], true, "the task is locked: {bob}");
+    let bobs = bob["task_id"].as_str().unwrap().to_owned();
+    let anns = ann["task_id"].as_str().unwrap().to_owned();
+    let seen = server
+        .request("GET", &format!("/v1/tasks/{bobs}"))
+        .header("authorization", "Bearer bob-secret-token")
+        .send()
+        .json();
+    assert_eq!(seen["reason"], "locked", "{seen}");
+    assert_eq!(server.terminate(), Some(0));
+    let bobs = log_of(&data, &bobs);
+    assert!(
+        !bobs.iter().any(|e| e["kind"] == "ObservationEvent"),
+        "Bob's call never ran: {bobs:?}"
+    );
+    let anns = log_of(&data, &anns);
+    assert!(
+        !anns.iter().any(|e| e.to_string().contains("hunter2")),
+        "the original arguments are not stored: {anns:?}"
+    );
+}

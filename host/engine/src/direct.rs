@@ -1,17 +1,20 @@
 //! Calls made by a client outside any LLM turn: an MCP client calling the agent's functions
 //! (`agentmesh mcp`, `/mcp`). Each client session is one task. A call goes the way an LLM's
 //! call goes — bindings, the capability's steps, the runtime, allow lists, `max_tool_calls`
-//! and `max_age`, the event log — and its answer goes back to the client instead of to an LLM.
+//! and `max_age`, the event log — inside the agent's guardrails, which wrap it as they wrap a
+//! turn, and its answer goes back to the client instead of to an LLM.
 //! In the log, a client's call is an `ActionEvent` from the `user`, answered as any call.
 
-use agentmesh_model::event::{EventKind, EventSource, ToolCall, ToolSchema};
+use agentmesh_model::event::{ContentPart, EventKind, EventSource, ToolCall, ToolSchema};
 use agentmesh_secrets::Secrets;
 use agentmesh_store::now_ms;
 use serde_json::{Value, json};
 
 use crate::call::{self, CallEnd};
+use crate::plan::{AgentPlan, Steps};
 use crate::review::Replay;
-use crate::task::{Status, TaskRecord};
+use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
+use crate::task::{Reason, Status, TaskRecord};
 use crate::turn::{self, Events};
 use crate::{Engine, EngineError, NewTask, Result, Run};
 
@@ -31,6 +34,34 @@ pub enum DirectEnd {
 }
 
 impl DirectEnd {
+    /// The answer's text, as the `after` guardrails see it: a result's JSON text (a string
+    /// result as it is), an error or refusal as said.
+    fn text(&self) -> String {
+        match self {
+            DirectEnd::Observation(Value::String(text)) => text.clone(),
+            DirectEnd::Observation(value) => value.to_string(),
+            DirectEnd::Error(text) | DirectEnd::Rejected(text) | DirectEnd::Terminated(text) => {
+                text.clone()
+            }
+            DirectEnd::Unknown => String::new(),
+        }
+    }
+
+    /// This answer with `text`, the `after` guardrails' replacement: a result is the JSON value
+    /// the text holds (a string when it holds none, or when the result was one).
+    fn replaced(self, text: &str) -> DirectEnd {
+        match self {
+            DirectEnd::Observation(Value::String(_)) => DirectEnd::Observation(text.into()),
+            DirectEnd::Observation(_) => DirectEnd::Observation(
+                serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+            ),
+            DirectEnd::Error(_) => DirectEnd::Error(text.to_owned()),
+            DirectEnd::Rejected(_) => DirectEnd::Rejected(text.to_owned()),
+            DirectEnd::Terminated(_) => DirectEnd::Terminated(text.to_owned()),
+            DirectEnd::Unknown => DirectEnd::Unknown,
+        }
+    }
+
     /// This end with every secret of `secrets` replaced by `***`.
     fn scrubbed(mut self, secrets: &Secrets) -> DirectEnd {
         match &mut self {
@@ -116,6 +147,10 @@ impl Engine {
             .map_err(|e| crate::secrets::scrub_error(&secrets, e))
     }
 
+    /// Runs the call inside the agent's guardrails, as a turn runs: `before` sees the call's
+    /// arguments as the arriving message (a step may refuse the caller or replace what is
+    /// sent), `after` sees the answer going out (a step may refuse it or replace it). A
+    /// refusal locks the task, as in a turn.
     async fn direct(
         &self,
         record: &mut TaskRecord,
@@ -126,31 +161,97 @@ impl Engine {
         if agent.function(name).is_none_or(|f| f.host.is_some()) {
             return Ok(DirectEnd::Unknown);
         }
+        let call_id = format!("call_{:x}", self.inner.store.next_id()?);
+        let arriving = guarded(&agent.guard_before, || message(arguments.to_string()));
+        let mut vars = StepVars::guardrail(arriving.clone(), None);
+        let mut answered = None;
+        let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
+            let sent = as_sent(&vars.input, &arriving, arguments);
+            let end = self
+                .call_logged(&agent, record, call_id.clone(), name, sent)
+                .await?;
+            Ok(match end {
+                DirectEnd::Terminated(_) | DirectEnd::Unknown => Inner::Ended(end),
+                seen => {
+                    let out = guarded(&agent.guard_after, || message(seen.text()));
+                    answered = Some((seen, out.clone()));
+                    Inner::Output(out)
+                }
+            })
+        };
+        let layers = Layers::guardrails(&agent, false);
+        let wrapped = steps::around(self, &agent, record, layers, &mut vars, inner).await?;
+        let reason = match wrapped {
+            Wrapped::Ended(end) => return Ok(end),
+            Wrapped::Finished(Verdict::Pass) => {
+                let Some((seen, out)) = answered else {
+                    return Err(EngineError::Internal("a call answered nothing".into()));
+                };
+                return Ok(match vars.output {
+                    Some(left) if left != out => seen.replaced(&text_of(&left)),
+                    _ => seen,
+                });
+            }
+            Wrapped::Finished(Verdict::Lock(reason) | Verdict::Block(reason)) => {
+                let mut events = Vec::new();
+                turn::terminate(record, Reason::Locked, None, &reason, &mut events);
+                self.records().save(record, events)?;
+                return Ok(DirectEnd::Terminated(reason));
+            }
+            Wrapped::Blocked(reason) | Wrapped::Locked(reason) => reason,
+        };
+        // Refused on the way in: the call is logged as the guardrails left it, refused, and
+        // the task locked.
+        let left = text_of(&vars.input);
         let call = ToolCall {
-            id: format!("call_{:x}", self.inner.store.next_id()?),
+            id: call_id,
+            name: name.to_owned(),
+            arguments: serde_json::from_str(&left).unwrap_or(Value::String(left)),
+        };
+        let (mut events, _) = turn::answer(CallEnd::Rejected(reason.clone()), &call);
+        events.insert(0, asked(&call));
+        turn::terminate(record, Reason::Locked, None, &reason, &mut events);
+        self.records().save(record, events)?;
+        Ok(DirectEnd::Terminated(reason))
+    }
+
+    /// Logs call `id` of function `name` with the arguments the guardrails let through (or,
+    /// `Err`, the text they left that is not a call's arguments: the call is refused), runs
+    /// it, and logs its answer.
+    async fn call_logged(
+        &self,
+        agent: &AgentPlan,
+        record: &mut TaskRecord,
+        id: String,
+        name: &str,
+        sent: std::result::Result<Value, String>,
+    ) -> Result<DirectEnd> {
+        let (arguments, refused) = match sent {
+            Ok(arguments) => (arguments, None),
+            Err(text) => (Value::String(text), Some(NOT_ARGUMENTS.to_owned())),
+        };
+        let call = ToolCall {
+            id,
             name: name.to_owned(),
             arguments,
         };
-        let asked = (
-            EventSource::User,
-            EventKind::ActionEvent {
-                tool_call: call.clone(),
-                llm_response_id: String::new(),
-                thought: String::new(),
-            },
-        );
-        let limit = match record.past_max_age(&agent) {
+        let limit = match record.past_max_age(agent) {
             Some(message) => Some(("max_age", message)),
-            None => turn::over_tool_calls(&agent, record).map(|m| ("max_tool_calls", m)),
+            None => turn::over_tool_calls(agent, record).map(|m| ("max_tool_calls", m)),
         };
         if let Some((limit, message)) = limit {
-            turn::exceeded(self, record, limit, &message, vec![asked])?;
+            turn::exceeded(self, record, limit, &message, vec![asked(&call)])?;
             return Ok(DirectEnd::Terminated(message));
         }
-        self.records().log(record, vec![asked])?;
-        record.tool_calls += 1;
-        record.last_activity_ms = now_ms();
-        let end = call::run(self, &agent, record, &call, Replay::default()).await?;
+        self.records().log(record, vec![asked(&call)])?;
+        let end = match refused {
+            Some(reason) => CallEnd::Rejected(reason),
+            None => {
+                record.tool_calls += 1;
+                record.last_activity_ms = now_ms();
+                call::run(self, agent, record, &call, Replay::default()).await?
+            }
+        };
         record.last_activity_ms = now_ms();
         let seen = match &end {
             CallEnd::Observation(v) => DirectEnd::Observation(v.clone()),
@@ -167,6 +268,59 @@ impl Engine {
             None => self.records().log(record, events)?,
         }
         Ok(seen)
+    }
+}
+
+/// Why a call is refused whose arguments a `guardrails.before` step replaced with text that is
+/// not a JSON object.
+const NOT_ARGUMENTS: &str =
+    "guardrails.before replaced the call's arguments with text that is not a JSON object";
+
+/// The log's record of a client's call.
+fn asked(call: &ToolCall) -> (EventSource, EventKind) {
+    (
+        EventSource::User,
+        EventKind::ActionEvent {
+            tool_call: call.clone(),
+            llm_response_id: String::new(),
+            thought: String::new(),
+        },
+    )
+}
+
+/// What guardrail `steps` see of a call (`make`), or null when there are none to see it.
+fn guarded(steps: &Steps, make: impl FnOnce() -> Value) -> Value {
+    if steps.is_empty() {
+        Value::Null
+    } else {
+        make()
+    }
+}
+
+/// A guardrail's value for `text`: a message of one text part, as a turn's input and answer.
+fn message(text: String) -> Value {
+    json!({"message": [ContentPart::text(text)]})
+}
+
+/// The text of a guardrail's value (a message's text parts, joined).
+fn text_of(value: &Value) -> String {
+    let parts: Vec<ContentPart> = value
+        .get("message")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default();
+    ContentPart::join(&parts)
+}
+
+/// The arguments to send: `arguments` when the guardrails left the arriving value as it came,
+/// else the JSON object their replacement's text holds (`Err`: the text, which holds none).
+fn as_sent(left: &Value, arriving: &Value, arguments: Value) -> std::result::Result<Value, String> {
+    if left == arriving {
+        return Ok(arguments);
+    }
+    let text = text_of(left);
+    match serde_json::from_str::<Value>(&text) {
+        Ok(object @ Value::Object(_)) => Ok(object),
+        _ => Err(text),
     }
 }
 
