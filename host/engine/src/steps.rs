@@ -219,6 +219,7 @@ pub(crate) async fn run(
             } => {
                 let input =
                     invoke_input(engine, record, step, &act, (phase, name, &mut *vars)).await?;
+                let mut fatal = false;
                 let (outcome, input, output, failure) = match input {
                     Err(message) => (
                         Outcome::Errored,
@@ -237,13 +238,21 @@ pub(crate) async fn run(
                         .await
                         {
                             runtime::ActionResult::Ok(v) => (Outcome::Successful, input, v, None),
-                            runtime::ActionResult::Recoverable(e)
-                            | runtime::ActionResult::Fatal(e) => (
+                            runtime::ActionResult::Recoverable(e) => (
                                 Outcome::Errored,
                                 input,
                                 json!({"error": e}),
                                 Some(format!("invoke `{function}` failed: {e}")),
                             ),
+                            runtime::ActionResult::Fatal(e) => {
+                                fatal = true;
+                                (
+                                    Outcome::Errored,
+                                    input,
+                                    json!({"error": e}),
+                                    Some(format!("invoke `{function}` failed fatally: {e}")),
+                                )
+                            }
                         }
                     }
                 };
@@ -252,6 +261,11 @@ pub(crate) async fn run(
                     .entry(function.clone())
                     .or_default()
                     .record(outcome, input, output, None);
+                // A fatal failure ends the task whatever the step's `on_fail` says, as it
+                // would in a call (in routing: the event is dropped).
+                if let (true, Some(reason)) = (fatal, &failure) {
+                    return Ok(Verdict::Lock(reason.clone()));
+                }
                 // Later steps see the result.
                 (context, context_json) = bind_context(record, agent, needs, keep_json);
                 failure

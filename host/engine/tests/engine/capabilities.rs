@@ -415,3 +415,31 @@ async fn without_a_scheduler_the_wakeup_tools_refuse_and_keep_nothing() {
         agentmesh_store::Typed::states(h.engine.store(), "wakeup").unwrap();
     assert!(kept.is_empty(), "{kept:?}");
 }
+
+/// A fatal failure ends the task (CONTRACT §5), in an `invoke` step as in a call: whatever
+/// the step's `on_fail` says, the guarded call does not run.
+#[tokio::test]
+async fn a_fatal_failure_of_an_invoked_tool_ends_the_task() {
+    let broken = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: broken
+description: Misconfigured.
+actions:
+  - name: go
+    description: Go.
+    execute:
+      stateless_http: {method: GET, url: \"not a url\"}
+---
+";
+    let steps = "  echo:\n    before:\n      - invoke: \"broken:go\"\n        on_fail: continue\n";
+    let manifests = format!("{broken}{}", agent(steps));
+    let script = "responses:
+  - tool_calls: [{name: echo_say, arguments: {text: hi}}]
+  - text: done
+";
+    let h = harness(&manifests, script);
+    let task = h.run("t/a", "go").await;
+    assert_eq!(task.status(), Status::Terminated, "{task:?}");
+    assert_eq!(task.reason, Some(Reason::Locked), "{task:?}");
+    assert_eq!(task.capabilities["echo_say"].count_successful, 0);
+}
