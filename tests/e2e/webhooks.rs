@@ -674,6 +674,46 @@ fn a_review_in_event_middleware_denies_at_once() {
     routing_wrote_nothing(&server, &id);
 }
 
+#[test]
+fn an_event_a_reload_took_out_of_include_reaches_no_task() {
+    let (root, server, id) = gated("", &[]);
+    let comment = fixture("issue_comment.created.json");
+    let r = deliver(&server, "issue_comment", "d-1", &comment);
+    assert_eq!(r.json()["tasks"], 1, "`comment` is included: {}", r.text());
+    settle(&server, &id);
+    let generation = || {
+        let status = server.request("GET", "/v1/status").send().json();
+        status["reload"]["generation"].as_u64().unwrap()
+    };
+    let loaded = generation();
+    let narrowed = agent(
+        "gated",
+        "Codertocat",
+        "Hello-World",
+        "    include: [create_pr]\n",
+    );
+    std::fs::write(root.path().join("config/gated.yaml"), narrowed).unwrap();
+    wait_for(Duration::from_secs(30), || {
+        (generation() > loaded).then_some(())
+    })
+    .expect("the narrowed agent is in force");
+    let r = deliver(&server, "issue_comment", "d-2", &comment);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        r.json()["tasks"],
+        0,
+        "`comment` is no longer in the capability's include: {}",
+        r.text()
+    );
+    settle(&server, &id);
+    let got = webhook_messages(&server, &id);
+    assert_eq!(
+        got.len(),
+        1,
+        "only the first comment reached the task: {got:?}"
+    );
+}
+
 /// Checks that routing wrote nothing to task `id` (it is idle, and asked for no review).
 fn routing_wrote_nothing(server: &Server, id: &str) {
     let t = task(server, id);

@@ -8,7 +8,7 @@ use agentmesh_store::now_rfc3339;
 use serde_json::{Value, json};
 
 use crate::Engine;
-use crate::plan::{AgentPlan, EventPlan, Target, ToolPlan};
+use crate::plan::{AgentPlan, CapabilityPlan, EventPlan, Target, ToolPlan};
 use crate::review::Replay;
 use crate::steps::{self, Phase, StepVars, Verdict};
 use crate::task::Status;
@@ -29,13 +29,18 @@ pub(crate) async fn admit(
     }
     let agent = engine.agent(&record.agent)?;
     let tool_id = tool.id();
-    let Some(cap) = agent
+    // Every capability of the tool whose `include` takes the event guards it (the same tool
+    // may be listed under two refs); one that leaves it out does not admit it (a reload may
+    // have narrowed `include` since the task subscribed).
+    let caps: Vec<&CapabilityPlan> = agent
         .capabilities
         .iter()
-        .find(|c| matches!(&c.target, Target::Tool(t) if t.id() == tool_id))
-    else {
+        .filter(|c| matches!(&c.target, Target::Tool(t) if t.id() == tool_id))
+        .filter(|c| c.includes(&event.name))
+        .collect();
+    if caps.is_empty() {
         return Ok(None);
-    };
+    }
     if let Some(path) = &event.filter_component
         && !filter_component(engine, path, event_json, record.allow_lists.get(&tool_id)).await
     {
@@ -50,9 +55,12 @@ pub(crate) async fn admit(
         call_id: None,
         replay: Replay::default(),
     };
-    // Middleware decides on a copy: routing changes nothing in the task.
-    for (steps, phase) in [(&cap.before, Phase::Before), (&cap.after, Phase::After)] {
-        if phase == Phase::After {
+    // Middleware decides on a copy: routing changes nothing in the task. Each capability's
+    // `before` steps run, then each one's `after` steps on what the last left.
+    let befores = caps.iter().map(|c| (&c.before, Phase::Before));
+    let afters = caps.iter().map(|c| (&c.after, Phase::After));
+    for (i, (steps, phase)) in befores.chain(afters).enumerate() {
+        if i == caps.len() {
             vars.output = Some(vars.input.clone());
         }
         let verdict = steps::run(
