@@ -242,6 +242,9 @@ struct Inner {
     interrupts: Mutex<HashMap<String, usize>>,
     /// Woken whenever a task is asked to stop (a turn waiting in a review listens).
     stop_asked: tokio::sync::Notify,
+    /// The delegating task of each child task whose turn a parent's call waits for: a
+    /// request that the parent stop reaches the child's turn too.
+    delegations: Mutex<HashMap<String, String>>,
     /// Tasks with a runner (see [`Engine::kick`]); `true`: more input arrived while it ran.
     runners: Mutex<HashMap<String, bool>>,
     /// What is kept in step with the task records (see [`watch`]).
@@ -310,6 +313,7 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 interrupts: Mutex::new(HashMap::new()),
                 stop_asked: tokio::sync::Notify::new(),
+                delegations: Mutex::new(HashMap::new()),
                 runners: Mutex::new(HashMap::new()),
                 watchers: RwLock::new(Vec::new()),
                 reviews: Mutex::new(HashMap::new()),
@@ -935,9 +939,35 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether task `id` was asked to stop its running turn.
+    /// Whether task `id` was asked to stop its running turn, or a task whose call waits for
+    /// its turn (a delegation, at any depth) was.
     pub(crate) fn interrupt_requested(&self, id: &str) -> bool {
-        lock(&self.inner.interrupts).contains_key(id)
+        let stops = lock(&self.inner.interrupts);
+        if stops.is_empty() {
+            return false;
+        }
+        if stops.contains_key(id) {
+            return true;
+        }
+        let parents = lock(&self.inner.delegations);
+        let mut at = id;
+        // Each step goes one delegation up; depth is bounded by `MAX_DELEGATION_DEPTH`.
+        while let Some(parent) = parents.get(at) {
+            if stops.contains_key(parent) {
+                return true;
+            }
+            at = parent;
+        }
+        false
+    }
+
+    /// Records that `parent`'s call waits for `child`'s turn, until the returned guard drops.
+    pub(crate) fn delegating(&self, parent: &str, child: &str) -> Delegation<'_> {
+        lock(&self.inner.delegations).insert(child.to_owned(), parent.to_owned());
+        Delegation {
+            engine: self,
+            child: child.to_owned(),
+        }
     }
 
     /// Asks task `id`'s running turn to stop at its next step (a review it waits in ends),
@@ -2004,6 +2034,19 @@ fn message_parts(message: &Value) -> Result<Value> {
         _ => Err(EngineError::Input(
             "`message` must be a string or a list of content parts".into(),
         )),
+    }
+}
+
+/// A parent's call waiting for its child's turn (see [`Engine::delegating`]); dropped, the
+/// child is on its own again.
+pub(crate) struct Delegation<'e> {
+    engine: &'e Engine,
+    child: String,
+}
+
+impl Drop for Delegation<'_> {
+    fn drop(&mut self) {
+        lock(&self.engine.inner.delegations).remove(&self.child);
     }
 }
 

@@ -542,7 +542,19 @@ pub(crate) async fn delegate(
         }
     };
     let id = child_record.id.clone();
+    let delegation = engine.delegating(&record.id, &id);
     let done = Box::pin(engine.run_until_idle(&id)).await;
+    // The parent was asked to stop (interrupted, deleted): so is the child, whose turn
+    // stopped with it; its subscriptions are suspended as an interrupt's are.
+    let stopped = engine.interrupt_requested(&id);
+    drop(delegation);
+    if stopped {
+        if let Err(e) = Box::pin(engine.interrupt(&id)).await {
+            tracing::warn!(task.id = %id, "the child of a stopped task not interrupted: {e}");
+        }
+        let why = format!("agent `{child}` did not finish: the task was asked to stop");
+        return (ActionResult::Recoverable(why), Some(id));
+    }
     let result = match done {
         Ok(r) if r.status() == Status::Terminated => ActionResult::Recoverable(format!(
             "agent `{child}` ended its task ({})",

@@ -41,11 +41,18 @@ const SAY_EVIL: &str = "responses:
 /// Starts a task of `t/a` for alice and runs it in the background until its call waits in a
 /// review; returns the task id, the runner and the review id.
 async fn until_review(h: &Harness) -> (String, JoinHandle<Arc<TaskRecord>>, String) {
-    let task = h
-        .engine
+    let (id, runner) = run_for_alice(&h.engine, "t/a").await;
+    let review_id = pending_review(&h.engine, &id).await;
+    (id, runner, review_id)
+}
+
+/// Starts a task of `agent` for alice, told `go`, and runs it in the background; returns its
+/// id and the runner.
+async fn run_for_alice(engine: &Engine, agent: &str) -> (String, JoinHandle<Arc<TaskRecord>>) {
+    let task = engine
         .create_task(
             agentmesh_engine::NewTask {
-                agent: "t/a".into(),
+                agent: agent.into(),
                 input: Some(json!({"message": "go"})),
                 user: agentmesh_engine::UserRef {
                     id: "alice".into(),
@@ -56,11 +63,9 @@ async fn until_review(h: &Harness) -> (String, JoinHandle<Arc<TaskRecord>>, Stri
         )
         .await
         .unwrap();
-    let engine = h.engine.clone();
-    let id = task.id.clone();
+    let (engine, id) = (engine.clone(), task.id.clone());
     let runner = tokio::spawn(async move { engine.run_until_idle(&id).await.unwrap() });
-    let review_id = pending_review(&h.engine, &task.id).await;
-    (task.id, runner, review_id)
+    (task.id, runner)
 }
 
 /// Waits until task `id` waits in a review by alice; returns the review id.
@@ -568,4 +573,57 @@ async fn a_review_in_an_after_step_ends_at_a_restart() {
         .decide_review(&id, &review_id, true, Decider::Admin("alice"))
         .await;
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
+}
+
+#[tokio::test]
+async fn deleting_a_parent_ends_the_review_its_delegated_child_waits_in() {
+    // `t/boss` delegates to `t/a`, whose call waits in a review that never times out.
+    let boss = "kind: commonagents.info/v1beta2/agent
+namespace: t
+name: boss
+description: Delegates.
+prompt: Delegate.
+model: scripted/boss.yaml
+capabilities:
+  a: \"*\"
+";
+    let dir = tempfile::tempdir().unwrap();
+    agentmesh_testkit::engine::write_config(
+        dir.path(),
+        &format!("{}---\n{boss}", agent(REVIEWED_ECHO)),
+        &[
+            ("script.yaml", SAY_EVIL),
+            (
+                "boss.yaml",
+                "responses:\n  - tool_calls: [{name: a, arguments: {message: go}}]\n  - text: done\n",
+            ),
+        ],
+    );
+    let engine = engine_with_review_timeout(dir.path(), None);
+    let (parent, runner) = run_for_alice(&engine, "t/boss").await;
+    let mut child = None;
+    for _ in 0..1000 {
+        let waiting = engine.list_tasks(Some("t/a"), Some(Status::Waiting), None);
+        if let Some(t) = waiting.unwrap().into_iter().next() {
+            child = Some(t.id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let child = child.expect("the child never waited in its review");
+    tokio::time::timeout(Duration::from_secs(10), engine.delete_task(&parent))
+        .await
+        .expect("the deletion waited for the child's review")
+        .unwrap();
+    runner.await.unwrap();
+    assert_eq!(engine.task(&parent).unwrap().reason, Some(Reason::Deleted));
+    let child = engine.task(&child).unwrap();
+    assert_eq!(child.pending_review, None, "{child:?}");
+    assert_eq!(child.status(), Status::Idle, "{child:?}");
+    assert!(child.interrupted, "its parent's end stopped it: {child:?}");
+    assert!(child.subscriptions.is_empty(), "{child:?}");
+    assert_eq!(
+        child.capabilities["echo_say"].count_successful, 0,
+        "the reviewed call never ran"
+    );
 }
