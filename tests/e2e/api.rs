@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::AGENTMESH;
-use crate::util::agentmesh;
+use crate::util::{agentmesh, rest_of_stream};
 
 /// The config dir (and a data dir beside it): `lab/careful` calls `lab/echo` once, which
 /// waits for `user:ops` to approve, then answers; `host` ends the manifests.
@@ -528,25 +528,6 @@ fn an_interrupt_given_up_on_is_withdrawn() {
         "the task stopped for an interrupt nobody waited for: {:?}",
         task_events(&server, &id)
     );
-}
-
-/// What a live stream sends until it ends, and whether it ended: not when it goes on for 20 s
-/// (keep-alives come every 15 s) or sends a `stop` event kind.
-fn rest_of_stream(sse: &mut BufReader<TcpStream>, stop: &[&str]) -> (String, bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut text = String::new();
-    while std::time::Instant::now() < deadline {
-        let mut line = String::new();
-        match sse.read_line(&mut line) {
-            Ok(0) => return (text, true),
-            Ok(_) => text.push_str(&line),
-            Err(_) => break,
-        }
-        if stop.iter().any(|kind| line.contains(kind)) {
-            break;
-        }
-    }
-    (text, false)
 }
 
 /// A live stream is authorized for every batch of events it sends, not once when it opens: a

@@ -7,7 +7,8 @@
 //! `AGENTMESH_SCREENSHOTS=DIR` makes `every_view_renders_in_the_browser` keep a PNG of each
 //! view in DIR (`scripts/screenshots.sh` refreshes `docs/inspector/` this way).
 
-use std::io::{Read as _, Write as _};
+use std::io::{BufReader, Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
 use crate::AGENTMESH;
+use crate::util::rest_of_stream;
 use crate::wasm::guest;
 
 /// An agent whose `repo` must have 5 characters or more, and a schedule that ticks every
@@ -280,37 +282,100 @@ pub(crate) fn session_cookie(server: &Server, token: &str) -> String {
     cookie.split(';').next().unwrap().to_owned()
 }
 
+/// Opens the live stream at `path` as the holder of session `cookie`, with `headers` (each
+/// line ending in CRLF) added; its head read. A read waits at most 5 s: less than the
+/// keep-alives' 15 s, so that a stream that goes on is seen going on.
+fn open_stream(server: &Server, path: &str, cookie: &str, headers: &str) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n{headers}\r\n",
+        server.addr
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "{path}");
+    BufReader::new(stream)
+}
+
+/// Logs session `cookie` out, with `csrf`, its forms' token.
+fn log_out(server: &Server, cookie: &str, csrf: &str) {
+    let out = server
+        .request("POST", "/ui/logout")
+        .header("Cookie", cookie)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}").into_bytes())
+        .send();
+    assert_eq!(out.status, 303, "{}", out.text());
+}
+
+/// The CSRF token of a page's forms.
+fn csrf_of(html: &str) -> String {
+    html.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's CSRF token")
+        .to_owned()
+}
+
 #[test]
 fn open_live_streams_of_the_inspector_do_not_hold_a_stop() {
     let (_root, mut server) = start();
     let id = task(&server, "admin-token", "lab/plain", "hello");
     let cookie = session_cookie(&server, "admin-token");
     // The task list's notices and a task's rows, both open as a browser holds them.
-    let mut streams = Vec::new();
-    for path in [
+    let _streams: Vec<BufReader<TcpStream>> = [
         "/ui/changes".to_owned(),
         format!("/ui/tasks/{id}/stream?after=0"),
-    ] {
-        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n",
-            server.addr
-        )
-        .unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200", "{path}");
-        streams.push(stream);
-    }
+    ]
+    .iter()
+    .map(|path| open_stream(&server, path, &cookie, ""))
+    .collect();
     assert_eq!(
         server.stop_within(Duration::from_secs(10)),
         Some(0),
         "the server did not stop while live streams were open"
     );
+}
+
+#[test]
+fn live_streams_end_once_their_session_has_logged_out() {
+    let (_root, server) = start();
+    let id = task(&server, "alice-token", "lab/plain", "hello");
+    let cookie = session_cookie(&server, "alice-token");
+    let page = server
+        .request("GET", &format!("/ui/tasks/{id}"))
+        .header("Cookie", &cookie)
+        .send()
+        .text();
+    let csrf = csrf_of(&page);
+    // The task's rows, and the list's notices.
+    let paths = [
+        format!("/ui/tasks/{id}/stream?after=0"),
+        "/ui/changes".into(),
+    ];
+    let streams: Vec<BufReader<TcpStream>> = paths
+        .iter()
+        .map(|path| open_stream(&server, path, &cookie, "Connection: close\r\n"))
+        .collect();
+    log_out(&server, &cookie, &csrf);
+    // The task goes on: the stream, whose session ended, shows nothing of it and ends.
+    let sent = server
+        .request("POST", &format!("/v1/tasks/{id}/input"))
+        .header("Authorization", "Bearer admin-token")
+        .json(&json!({"message": "sent after the logout"}))
+        .send();
+    assert_eq!(sent.status, 202, "{}", sent.text());
+    for (path, mut stream) in paths.iter().zip(streams) {
+        let shown = ["sent after the logout", "Plain again"];
+        let (rest, ended) = rest_of_stream(&mut stream, &shown);
+        assert!(shown.iter().all(|s| !rest.contains(s)), "{path}: {rest}");
+        assert!(ended, "{path} went on after its session ended: {rest}");
+    }
 }
 
 #[test]
@@ -397,19 +462,8 @@ fn pages_carry_a_strict_policy_and_forms_need_the_sessions_csrf_token() {
     assert!(!list.text().contains(&id));
 
     // Logging out (with the page's CSRF token) ends the session.
-    let csrf = html
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
-    let out = server
-        .request("POST", "/ui/logout")
-        .header("Cookie", &cookie)
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf}").into_bytes())
-        .send();
-    assert_eq!(out.status, 303, "{}", out.text());
+    let csrf = csrf_of(&html);
+    log_out(&server, &cookie, &csrf);
     let after = server
         .request("GET", "/ui/")
         .header("Cookie", &cookie)

@@ -1,7 +1,10 @@
 //! Running the binary and reading what it prints.
 
+use std::io::{BufRead as _, BufReader};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use agentmesh_testkit::server::Server;
 use serde_json::Value;
@@ -153,4 +156,23 @@ pub fn triggered_messages(server: &Server, id: &str, source: &str) -> Vec<String
                 .to_owned()
         })
         .collect()
+}
+
+/// What a live stream sends until it ends, and whether it ended: not when it goes on for 20 s
+/// (keep-alives come every 15 s) or sends a `stop` event kind.
+pub fn rest_of_stream(sse: &mut BufReader<TcpStream>, stop: &[&str]) -> (String, bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        let mut line = String::new();
+        match sse.read_line(&mut line) {
+            Ok(0) => return (text, true),
+            Ok(_) => text.push_str(&line),
+            Err(_) => break,
+        }
+        if stop.iter().any(|kind| line.contains(kind)) {
+            break;
+        }
+    }
+    (text, false)
 }

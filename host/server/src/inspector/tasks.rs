@@ -273,22 +273,27 @@ fn table_rows(store: &dyn Backend, rows: &[Row]) -> UiResult<Markup> {
 
 /// `GET /ui/changes`: an SSE stream saying `changed` (at most once a second) whenever a
 /// task's log grows, for the list to fetch its rows again; it ends when the server drains, as
-/// the API's streams do.
-pub async fn changes(State(state): State<Arc<AppState>>, _ui: Ui) -> Response {
+/// the API's streams do, or when the session may no longer read (logged out, its token gone).
+pub async fn changes(State(state): State<Arc<AppState>>, ui: Ui) -> Response {
     let heard = (state.appended.subscribe(), state.draining.subscribe());
-    let stream = futures::stream::unfold(heard, |(mut appended, mut draining)| async move {
-        let grown = tokio::select! {
-            grown = appended.recv() => grown,
-            _ = draining.wait_for(|d| *d) => return None,
-        };
-        match grown {
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
-            _ => {
-                // One notice for a burst: wait a little, then drop what queued meanwhile.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                while appended.try_recv().is_ok() {}
-                let event = SseEvent::default().event("changed").data("tasks");
-                Some((Ok::<_, Infallible>(event), (appended, draining)))
+    let stream = futures::stream::unfold(heard, move |(mut appended, mut draining)| {
+        let (state, session) = (Arc::clone(&state), ui.id.clone());
+        async move {
+            let grown = tokio::select! {
+                grown = appended.recv() => grown,
+                _ = draining.wait_for(|d| *d) => return None,
+            };
+            match grown {
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                _ => {
+                    // One notice for a burst: wait a little, then drop what queued meanwhile.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    while appended.try_recv().is_ok() {}
+                    // A session logged out, or whose token a reload removed, hears no more.
+                    super::session_caller(&state, &session)?;
+                    let event = SseEvent::default().event("changed").data("tasks");
+                    Some((Ok::<_, Infallible>(event), (appended, draining)))
+                }
             }
         }
     });
