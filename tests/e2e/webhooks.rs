@@ -714,6 +714,33 @@ fn an_event_a_reload_took_out_of_include_reaches_no_task() {
     );
 }
 
+#[test]
+fn a_lock_task_step_in_event_middleware_locks_the_task() {
+    let capability = "    before:
+      - assert: \"!has(event) || event.payload.comment.user.login != 'Codertocat'\"
+        error_message: Not from Codertocat.
+        on_fail: lock_task
+";
+    let (_root, server, id) = gated(capability, &[]);
+    let comment = fixture("issue_comment.created.json");
+    let r = deliver(&server, "issue_comment", "d-1", &comment);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 0, "the event is not taken: {}", r.text());
+    let locked = wait_for(Duration::from_secs(30), || {
+        let t = task(&server, &id);
+        (t["status"] == "terminated").then_some(t)
+    })
+    .expect("the task was not locked");
+    assert_eq!(locked["reason"], "locked", "{locked}");
+    assert!(
+        events(&server, &id)
+            .iter()
+            .any(|e| e.to_string().contains("Not from Codertocat.")),
+        "the log says why"
+    );
+    assert!(webhook_messages(&server, &id).is_empty());
+}
+
 /// Checks that routing wrote nothing to task `id` (it is idle, and asked for no review).
 fn routing_wrote_nothing(server: &Server, id: &str) {
     let t = task(server, id);

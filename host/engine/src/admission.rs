@@ -13,19 +13,30 @@ use crate::review::Replay;
 use crate::steps::{self, Phase, StepVars, Verdict};
 use crate::task::Status;
 
+/// What a task says to a routed event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// It takes the event: the message text to queue.
+    Take(String),
+    /// It does not take it.
+    Drop,
+    /// A step failed with `lock_task` (or a tool it invoked failed fatally): the task is to
+    /// be locked, for this reason, and does not take the event.
+    Lock(String),
+}
+
 /// Whether task `task` takes `event`: the filter component, then the capability's
-/// `before` steps with `event` in scope, the message, and its `after` transforms. Returns
-/// the message text to queue, or `None` when the event is dropped for this task.
+/// `before` steps with `event` in scope, the message, and its `after` transforms.
 pub(crate) async fn admit(
     engine: &Engine,
     tool: &ToolPlan,
     event: &EventPlan,
     task: &str,
     event_json: &Value,
-) -> crate::Result<Option<String>> {
+) -> crate::Result<Admission> {
     let mut record = engine.task(task)?;
     if record.status() == Status::Terminated || record.interrupted {
-        return Ok(None);
+        return Ok(Admission::Drop);
     }
     let agent = engine.agent(&record.agent)?;
     let tool_id = tool.id();
@@ -39,12 +50,12 @@ pub(crate) async fn admit(
         .filter(|c| c.includes(&event.name))
         .collect();
     if caps.is_empty() {
-        return Ok(None);
+        return Ok(Admission::Drop);
     }
     if let Some(path) = &event.filter_component
         && !filter_component(engine, path, event_json, record.allow_lists.get(&tool_id)).await
     {
-        return Ok(None);
+        return Ok(Admission::Drop);
     }
     let message = message_text(&agent, event, event_json, &record);
     let mut vars = StepVars {
@@ -73,13 +84,17 @@ pub(crate) async fn admit(
             &mut vars,
         )
         .await?;
-        if let Verdict::Block(reason) | Verdict::Lock(reason) = verdict {
-            tracing::debug!(task.id = %task, event = %event.name, "event refused by middleware: {reason}");
-            return Ok(None);
+        match verdict {
+            Verdict::Pass => {}
+            Verdict::Block(reason) => {
+                tracing::debug!(task.id = %task, event = %event.name, "event refused by middleware: {reason}");
+                return Ok(Admission::Drop);
+            }
+            Verdict::Lock(reason) => return Ok(Admission::Lock(reason)),
         }
     }
     // An `after` transform yielding a string replaces the text; a map replaces the input.
-    Ok(Some(match vars.output {
+    Ok(Admission::Take(match vars.output {
         Some(Value::String(text)) => text,
         Some(Value::Object(m)) => match m.get("message") {
             Some(Value::String(text)) => text.clone(),

@@ -53,6 +53,8 @@ pub(crate) enum Request {
     Interrupt { task: String },
     /// [`crate::Engine::delete_task`].
     Delete { task: String },
+    /// [`crate::Engine::lock_task`].
+    Lock { task: String, reason: String },
     /// [`crate::Engine::decide_review`], by a decider the asking host has checked.
     Decide {
         task: String,

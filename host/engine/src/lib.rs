@@ -100,6 +100,7 @@ use agentmesh_store::{Backend, Offloaded, StoreError, Typed, now_ms, now_rfc3339
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+pub use admission::Admission;
 pub use agentmesh_plugins::{ComponentMetrics, LATENCY_BUCKETS, PoolMetrics};
 pub use direct::DirectEnd;
 pub use door::{
@@ -896,10 +897,7 @@ impl Engine {
         if self.records().peek(id, TaskRecord::status)? == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
-        let stop = self.ask_to_stop(id);
-        let held = self.hold_task(id).await;
-        drop(stop);
-        let (_turn, holder) = held?;
+        let (_turn, holder) = self.stop_and_hold(id).await?;
         if let hosts::Holder::Elsewhere(host) = holder {
             let request = hosts::Request::Interrupt {
                 task: id.to_owned(),
@@ -1003,14 +1001,52 @@ impl Engine {
         self.end_task(id, None).await
     }
 
+    /// Locks task `id` for `reason`, as a step failing with `lock_task` in its turn would: its
+    /// running turn stops at its next step, its queue is cleared, and it terminates with
+    /// reason `locked`. Event middleware asks this of a task (a routed event's step failed
+    /// with `lock_task`). A task that has ended already is left as it is.
+    pub async fn lock_task(&self, id: &str, reason: &str) -> Result<()> {
+        self.task(id)?;
+        let (_turn, holder) = self.stop_and_hold(id).await?;
+        if let hosts::Holder::Elsewhere(host) = holder {
+            let request = hosts::Request::Lock {
+                task: id.to_owned(),
+                reason: reason.to_owned(),
+            };
+            return self.ask(&host, request).await;
+        }
+        let mut record = self.records().checkout(id)?;
+        if record.status() == Status::Terminated {
+            self.records().checkin(record);
+            return Ok(());
+        }
+        self.clear_queue(id)?;
+        let mut events = self.end_suspended_turn(&mut record, "not run: the task was locked")?;
+        turn::terminate(&mut record, Reason::Locked, None, reason, &mut events);
+        self.records().save(&mut record, events)?;
+        self.tell_watchers(&record);
+        self.records().checkin(record);
+        self.close_task_sessions(id).await;
+        Ok(())
+    }
+
+    /// Asks task `id`'s running turn to stop, and waits for the task's lock: the lock, and
+    /// where the task is held. The request is withdrawn once held (or given up midway).
+    async fn stop_and_hold(
+        &self,
+        id: &str,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, hosts::Holder)> {
+        let stop = self.ask_to_stop(id);
+        let held = self.hold_task(id).await;
+        drop(stop);
+        held
+    }
+
     /// Deletes task `id` as [`Engine::delete_task`] does; with `why` (an event saying why it
     /// ends), a task that has ended already is left as it is, and `why` is logged first.
     async fn end_task(&self, id: &str, why: Option<(EventSource, EventKind)>) -> Result<()> {
         self.task(id)?;
-        let stop = self.ask_to_stop(id);
-        let held = self.hold_task(id).await;
-        drop(stop);
-        let (_turn, holder) = held?;
+        let (_turn, holder) = self.stop_and_hold(id).await?;
         if let hosts::Holder::Elsewhere(host) = holder {
             if why.is_some() {
                 // Ended by the host that holds it, as it sees fit.
@@ -1561,15 +1597,15 @@ impl Engine {
 
     /// Whether task `task` takes tool event `event` of `tool` that routing matched to it
     /// (`event_json`: the CEL variable `event`): its event filter component, then its
-    /// capability's middleware with `event` in scope. Returns the message to queue, or `None`
-    /// when the task does not take it. Changes nothing in the task.
+    /// capability's middleware with `event` in scope. Changes nothing in the task: a step
+    /// that asks that it be locked says so ([`Admission::Lock`]; see [`Engine::lock_task`]).
     pub async fn admit_event(
         &self,
         tool: &ToolPlan,
         event: &EventPlan,
         task: &str,
         event_json: &Value,
-    ) -> Result<Option<String>> {
+    ) -> Result<Admission> {
         admission::admit(self, tool, event, task, event_json).await
     }
 
@@ -1713,6 +1749,9 @@ impl Engine {
                     let done = match &request {
                         hosts::Request::Interrupt { task } => engine.interrupt(task).await,
                         hosts::Request::Delete { task } => engine.delete_task(task).await,
+                        hosts::Request::Lock { task, reason } => {
+                            engine.lock_task(task, reason).await
+                        }
                         hosts::Request::Decide {
                             task,
                             review,

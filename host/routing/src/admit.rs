@@ -1,10 +1,11 @@
 //! What a delivery of tool events brings, decided at the engine's door while its delivery id
 //! is held there: each event routed through the subscription index (`routes`), then admitted
 //! by each matched task ([`Engine::admit_event`]: its filter component, its capability's
-//! middleware, the message), one input per admitted task.
+//! middleware, the message), one input per admitted task; a task whose middleware asks to be
+//! locked is locked ([`Engine::lock_task`]).
 
 use agentmesh_engine::plan::{EventPlan, ToolPlan};
-use agentmesh_engine::{Admitted, Arrival, Engine, Input, Origin};
+use agentmesh_engine::{Admission, Admitted, Arrival, Engine, Input, Origin};
 use agentmesh_model::event::ContentPart;
 use serde_json::{Value, json};
 
@@ -37,10 +38,15 @@ pub(crate) async fn tool_events(
                 .await
                 .unwrap_or_else(|e| {
                     tracing::warn!(task.id = %task, tool.name = %tool_id, "event dropped: {e}");
-                    None
+                    Admission::Drop
                 });
-            let Some(text) = admitted else {
-                continue;
+            let text = match admitted {
+                Admission::Take(text) => text,
+                Admission::Drop => continue,
+                Admission::Lock(reason) => {
+                    lock(engine, task, reason);
+                    continue;
+                }
             };
             inputs.push(Input {
                 task,
@@ -53,4 +59,17 @@ pub(crate) async fn tool_events(
         true => Admitted::Nothing(()),
         false => Admitted::Inputs(inputs, ()),
     }
+}
+
+/// Locks task `task` for `reason` (its event middleware asked it): in the background, as the
+/// task's running turn must reach its next step first, and the delivery is answered without
+/// waiting for that.
+fn lock(engine: &Engine, task: String, reason: String) {
+    tracing::info!(task.id = %task, "locked by event middleware: {reason}");
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        if let Err(e) = engine.lock_task(&task, &reason).await {
+            tracing::warn!(task.id = %task, "not locked: {e}");
+        }
+    });
 }
