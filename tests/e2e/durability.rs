@@ -51,6 +51,16 @@ pub(crate) fn deliver(addr: SocketAddr, id: &str) -> Option<(u16, String)> {
     Some((answer.status, said))
 }
 
+/// A new task of `ops/oncall` created through `server`, without input: its id.
+pub(crate) fn oncall_task(server: &Server) -> String {
+    let r = server
+        .request("POST", "/v1/tasks")
+        .json(&json!({"agent": "ops/oncall"}))
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
 #[test]
 fn acknowledged_webhooks_survive_sigkill_exactly_once() {
     survive_sigkill_exactly_once(None);
@@ -76,12 +86,7 @@ fn survive_sigkill_exactly_once(database: Option<&str>) {
         env.push(("DATABASE_URL", url));
     }
     let server = Server::start(AGENTMESH, &dir, &data, &env);
-    let r = server
-        .request("POST", "/v1/tasks")
-        .json(&json!({"agent": "ops/oncall"}))
-        .send();
-    assert_eq!(r.status, 201, "{}", r.text());
-    let task = r.json()["id"].as_str().unwrap().to_owned();
+    let task = oncall_task(&server);
 
     // The load generator: 4 threads sending signed webhooks with unique delivery ids.
     // Each acknowledged delivery with what its answer said.

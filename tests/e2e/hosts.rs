@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use agentmesh_testkit::browser::Browser;
 use agentmesh_testkit::fixtures::{
-    API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, reviewed_agent, scripted_agent,
+    API_TOKEN_ENV, API_TOKENS, PAGER_HOST, dirs, echo_tool, pager_tool, reviewed_agent,
+    scripted_agent,
 };
 use agentmesh_testkit::postgres::Postgres;
 use agentmesh_testkit::server::{Server, wait_for};
@@ -744,6 +745,15 @@ impl Load {
     }
 }
 
+/// A new task of `ops/oncall` created through `server` (a host of database `url`), without
+/// input: its id and the host holding it.
+fn oncall_task(server: &Server, pg: &Postgres, url: &str) -> (String, String) {
+    let task = durability::oncall_task(server);
+    let holder = owner(pg, url, &task);
+    assert!(!holder.is_empty(), "no lease for {task}");
+    (task, holder)
+}
+
 #[test]
 fn three_hosts_under_load_lose_nothing_acknowledged_when_one_is_killed() {
     let pg = Postgres::start();
@@ -780,13 +790,7 @@ inputs:
             )
         })
         .collect();
-    let r = hosts[0]
-        .request("POST", "/v1/tasks")
-        .json(&json!({"agent": "ops/oncall"}))
-        .send();
-    assert_eq!(r.status, 201, "{}", r.text());
-    let task = r.json()["id"].as_str().unwrap().to_owned();
-    let holder = owner(&pg, &url, &task);
+    let (task, holder) = oncall_task(&hosts[0], &pg, &url);
 
     // The other hosts route to the new task once they have heard of it (within a second, the
     // README says): until then its events go to the tasks they know (the schedule's). Each
@@ -919,6 +923,63 @@ inputs:
     for host in hosts {
         assert_eq!(host.terminate(), Some(0));
     }
+}
+
+#[test]
+fn a_lock_task_step_routing_ran_on_one_host_locks_the_task_another_holds() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let oncall = scripted_agent(
+        "ops/oncall",
+        "capabilities:
+  pager:
+    before:
+      - assert: \"!has(event) || !event.payload.n.startsWith('bad')\"
+        error_message: A bad alert.
+        on_fail: lock_task
+",
+    );
+    let host = format!(
+        "{PAGER_HOST}store: {{backend: postgres, url: {{env: DATABASE_URL}}, pool: 4, lease: {}s}}\n",
+        LEASE.as_secs()
+    );
+    let (root, dir, data) = dirs(&[
+        ("pager.yaml", &pager_tool("alert {event.payload.n}", None)),
+        ("oncall.yaml", &oncall),
+        ("host.yaml", &host),
+        ("script.yaml", "responses: []\n"),
+    ]);
+    let env = [
+        ("PAGER_SECRET", durability::SECRET),
+        ("DATABASE_URL", url.as_str()),
+    ];
+    let a = Server::start(AGENTMESH, &dir, &data, &env);
+    let b = Server::start(AGENTMESH, &dir, &root.path().join("b"), &env);
+    let (task, holder) = oncall_task(&a, &pg, &url);
+    // B routes bad alerts (unmatched until it has heard of the task); its step locks the task,
+    // which A holds and locks when asked.
+    let mut sent = 0;
+    let locked = wait_for(Duration::from_secs(30), || {
+        sent += 1;
+        let answer = deliver(b.addr, &format!("bad-{sent}"));
+        assert_eq!(answer.as_ref().map(|a| a.0), Some(202), "{answer:?}");
+        let t = a.request("GET", &format!("/v1/tasks/{task}")).send().json();
+        (t["status"] == "terminated").then_some(t)
+    })
+    .expect("the task was never locked");
+    assert_eq!(locked["reason"], "locked", "{locked}");
+    assert_eq!(owner(&pg, &url, &task), holder, "A locked it, holding it");
+    let log = b
+        .request("GET", &format!("/v1/tasks/{task}/events"))
+        .send()
+        .text();
+    assert!(log.contains("A bad alert."), "the log says why: {log}");
+    assert!(
+        !log.contains("alert bad-"),
+        "no bad alert was queued: {log}"
+    );
+    assert_eq!(a.terminate(), Some(0));
+    assert_eq!(b.terminate(), Some(0));
 }
 
 /// Opens the inspector of `server` (a loopback host without tokens) in `browser` at `path`.

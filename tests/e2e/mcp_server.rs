@@ -366,25 +366,14 @@ actions:
     );
 }
 
-#[test]
-fn a_clients_calls_pass_the_agents_guardrails_as_a_turn_does() {
-    // The agent's guardrails wrap each call of a client as they wrap a turn: `before` sees the
-    // call's arguments as the arriving message (and may refuse the caller, or replace what is
-    // sent), `after` sees the result as the answer going out.
+/// `serve` with [`TOKENS`] and agent `t/a` on the notes tool with `guardrails` (YAML under
+/// `guardrails:`): the roots of its dirs, its data dir, the server and its `/mcp` URL for `t/a`.
+fn guarded_notes(guardrails: &str) -> (tempfile::TempDir, PathBuf, Server, String) {
     let guarded = scripted_agent(
         "t/a",
-        "capabilities:
-  notes: \"*\"
-guardrails:
-  before:
-    - assert: \"context.user.id != 'user:bob'\"
-      error_message: Not for bob.
-    - transform: \"input.message[0].text.replace('hunter2', '***')\"
-  after:
-    - transform: \"'checked: ' + output.message[0].text\"
-",
+        &format!("capabilities:\n  notes: \"*\"\nguardrails:\n{guardrails}"),
     );
-    let (_root, dir, data) = dirs(&[
+    let (root, dir, data) = dirs(&[
         ("host.yaml", TOKENS),
         ("tool.yaml", &notes_tool()),
         ("agent.yaml", &guarded),
@@ -392,6 +381,23 @@ guardrails:
     ]);
     let server = Server::start(AGENTMESH, &dir, &data, &ENV);
     let url = format!("http://{}/mcp?agent=t/a", server.addr);
+    (root, data, server, url)
+}
+
+#[test]
+fn a_clients_calls_pass_the_agents_guardrails_as_a_turn_does() {
+    // The agent's guardrails wrap each call of a client as they wrap a turn: `before` sees the
+    // call's arguments as the arriving message (and may refuse the caller, or replace what is
+    // sent), `after` sees the result as the answer going out.
+    let (_root, data, server, url) = guarded_notes(
+        "  before:
+    - assert: \"context.user.id != 'user:bob'\"
+      error_message: Not for bob.
+    - transform: \"input.message[0].text.replace('hunter2', '***')\"
+  after:
+    - transform: \"'checked: ' + output.message[0].text\"
+",
+    );
     let calls = json!([
         {"name": "notes_put", "arguments": {"key": "k", "value": "pw hunter2"}},
         {"name": "notes_get", "arguments": {"key": "k"}},
@@ -434,4 +440,75 @@ guardrails:
         !anns.iter().any(|e| e.to_string().contains("hunter2")),
         "the original arguments are not stored: {anns:?}"
     );
+}
+
+#[test]
+fn a_client_is_not_shown_what_the_after_guardrails_refuse_nor_sent_what_is_not_arguments() {
+    // `after` refuses an answer holding `forbidden`: the client is not shown it, and the task
+    // is locked, as a turn whose answer `after` refuses. `before` replaces Bob's arguments with
+    // text that holds no JSON object: his calls are refused, and the tool never runs.
+    let (_root, data, server, url) = guarded_notes(
+        "  before:
+    - transform: \"context.user.id == 'user:bob' ? 'no arguments' : input.message[0].text\"
+  after:
+    - assert: \"!output.message[0].text.contains('forbidden')\"
+      error_message: Withheld.
+",
+    );
+    let calls = json!([
+        {"name": "notes_put", "arguments": {"key": "k", "value": "forbidden"}},
+        {"name": "notes_get", "arguments": {"key": "k"}},
+        {"name": "notes_get", "arguments": {"key": "k"}},
+    ]);
+    let ann = run_sdk_client(&calls, &["http", &url, "ann-secret-token"]);
+    let results = ann["results"].as_array().unwrap();
+    assert_eq!(results[0]["is_error"], false, "{ann}");
+    assert_eq!(results[1]["is_error"], true, "{ann}");
+    assert!(
+        results[1]["text"].as_str().unwrap().contains("Withheld."),
+        "{ann}"
+    );
+    assert!(
+        results.iter().all(|r| !r.to_string().contains("forbidden")),
+        "the refused answer is not shown: {ann}"
+    );
+    assert_eq!(results[2]["is_error"], true, "the task is locked: {ann}");
+    let anns = ann["task_id"].as_str().unwrap().to_owned();
+    let seen = server
+        .request("GET", &format!("/v1/tasks/{anns}"))
+        .header("authorization", "Bearer ann-secret-token")
+        .send()
+        .json();
+    assert_eq!(seen["reason"], "locked", "{seen}");
+
+    let bob = run_sdk_client(&calls, &["http", &url, "bob-secret-token"]);
+    let results = bob["results"].as_array().unwrap();
+    for result in results {
+        assert_eq!(result["is_error"], true, "{bob}");
+        assert!(
+            result["text"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON object"),
+            "{bob}"
+        );
+    }
+    let bobs = bob["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(server.terminate(), Some(0));
+    let anns = log_of(&data, &anns);
+    let ran = anns
+        .iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .count();
+    assert_eq!(ran, 2, "the third call never ran: {anns:?}");
+    let bobs = log_of(&data, &bobs);
+    assert!(
+        !bobs.iter().any(|e| e["kind"] == "ObservationEvent"),
+        "Bob's calls never ran: {bobs:?}"
+    );
+    let refused = bobs
+        .iter()
+        .filter(|e| e.to_string().contains("not a JSON object"))
+        .count();
+    assert_eq!(refused, 3, "each refusal is logged: {bobs:?}");
 }

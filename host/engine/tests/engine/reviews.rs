@@ -575,9 +575,11 @@ async fn a_review_in_an_after_step_ends_at_a_restart() {
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
 }
 
-#[tokio::test]
-async fn deleting_a_parent_ends_the_review_its_delegated_child_waits_in() {
-    // `t/boss` delegates to `t/a`, whose call waits in a review that never times out.
+/// `t/boss` delegating to `t/a`, whose call waits in a review that never times out: the
+/// engine, the parent's id and its runner, and the child's id once it waits.
+async fn waiting_child(
+    dir: &std::path::Path,
+) -> (Engine, String, JoinHandle<Arc<TaskRecord>>, String) {
     let boss = "kind: commonagents.info/v1beta2/agent
 namespace: t
 name: boss
@@ -587,9 +589,8 @@ model: scripted/boss.yaml
 capabilities:
   a: \"*\"
 ";
-    let dir = tempfile::tempdir().unwrap();
     agentmesh_testkit::engine::write_config(
-        dir.path(),
+        dir,
         &format!("{}---\n{boss}", agent(REVIEWED_ECHO)),
         &[
             ("script.yaml", SAY_EVIL),
@@ -599,31 +600,59 @@ capabilities:
             ),
         ],
     );
-    let engine = engine_with_review_timeout(dir.path(), None);
+    let engine = engine_with_review_timeout(dir, None);
     let (parent, runner) = run_for_alice(&engine, "t/boss").await;
-    let mut child = None;
     for _ in 0..1000 {
         let waiting = engine.list_tasks(Some("t/a"), Some(Status::Waiting), None);
         if let Some(t) = waiting.unwrap().into_iter().next() {
-            child = Some(t.id);
-            break;
+            return (engine, parent, runner, t.id);
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let child = child.expect("the child never waited in its review");
+    panic!("the child never waited in its review");
+}
+
+/// Checks that task `child`'s review ended unanswered and its parent's stop stopped it.
+fn stopped_child(engine: &Engine, child: &str) {
+    let child = engine.task(child).unwrap();
+    assert_eq!(child.pending_review, None, "{child:?}");
+    assert_eq!(child.status(), Status::Idle, "{child:?}");
+    assert!(child.interrupted, "its parent's stop stopped it: {child:?}");
+    assert!(child.subscriptions.is_empty(), "{child:?}");
+    assert_eq!(
+        child.capabilities["echo_say"].count_successful, 0,
+        "the reviewed call never ran"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_parent_ends_the_review_its_delegated_child_waits_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, parent, runner, child) = waiting_child(dir.path()).await;
     tokio::time::timeout(Duration::from_secs(10), engine.delete_task(&parent))
         .await
         .expect("the deletion waited for the child's review")
         .unwrap();
     runner.await.unwrap();
     assert_eq!(engine.task(&parent).unwrap().reason, Some(Reason::Deleted));
-    let child = engine.task(&child).unwrap();
-    assert_eq!(child.pending_review, None, "{child:?}");
-    assert_eq!(child.status(), Status::Idle, "{child:?}");
-    assert!(child.interrupted, "its parent's end stopped it: {child:?}");
-    assert!(child.subscriptions.is_empty(), "{child:?}");
-    assert_eq!(
-        child.capabilities["echo_say"].count_successful, 0,
-        "the reviewed call never ran"
+    stopped_child(&engine, &child);
+}
+
+#[tokio::test]
+async fn interrupting_a_parent_ends_the_review_its_delegated_child_waits_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, parent, runner, child) = waiting_child(dir.path()).await;
+    tokio::time::timeout(Duration::from_secs(10), engine.interrupt(&parent))
+        .await
+        .expect("the interrupt waited for the child's review")
+        .unwrap();
+    runner.await.unwrap();
+    let parent = engine.task(&parent).unwrap();
+    assert_eq!(parent.status(), Status::Idle, "{parent:?}");
+    assert!(parent.interrupted, "{parent:?}");
+    assert!(
+        parent.outputs.is_empty(),
+        "the parent's turn stopped: {parent:?}"
     );
+    stopped_child(&engine, &child);
 }
