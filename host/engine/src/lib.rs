@@ -530,6 +530,12 @@ impl Engine {
             .collect()
     }
 
+    /// Whether a person sent any of task `id`'s queued input (it has no trigger envelope).
+    fn person_waits(&self, id: &str) -> Result<bool> {
+        let queued = self.queued_inputs(id, usize::MAX)?;
+        Ok(queued.iter().any(|input| input.trigger.is_none()))
+    }
+
     /// `f` of task `id`'s record, read in place (no copy), and of its queue depth.
     pub fn read_task<T>(&self, id: &str, f: impl FnOnce(&TaskRecord, usize) -> T) -> Result<T> {
         let queued = self.inner.store.queued_count(id)?;
@@ -774,6 +780,11 @@ impl Engine {
             }
             let work = match record.resume.take() {
                 Some(resume) if record.status() == Status::Running => Work::Resume(resume),
+                // An interrupted task takes no input until a person sends some: what no
+                // person sent (an event queued before the interrupt, a wakeup) waits.
+                _ if record.interrupted && !self.person_waits(id)? => {
+                    return Ok(self.records().checkin(record));
+                }
                 _ => {
                     let next = match self.records().next_input(id) {
                         known::Next::Input(key, input) => Some((key, *input)),

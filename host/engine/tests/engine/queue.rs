@@ -114,3 +114,44 @@ proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn an_interrupted_task_holds_input_no_person_sent_until_a_person_sends_some() {
+    let script = "responses:
+  - text: one
+  - text: two
+  - text: three
+  - text: four
+";
+    let h = harness(SCRIPTED_AGENT, script);
+    let id = h.run("t/a", "hi").await.id.clone();
+    let submit = async |text: &str, origin: agentmesh_engine::Origin| {
+        h.engine
+            .submit(&id, &json!({"message": text}), origin, Run::Caller)
+            .await
+            .unwrap();
+    };
+    // An event queued before the interrupt, a wakeup after it: no person sent either.
+    submit("event", arrival(Origin::Webhook, 1)).await;
+    h.engine.interrupt(&id).await.unwrap();
+    submit("wake", arrival(Origin::Wakeup, 2)).await;
+    let held = h.engine.run_until_idle(&id).await.unwrap();
+    assert!(
+        held.interrupted,
+        "the interrupt was lifted: {:?}",
+        held.inputs
+    );
+    assert_eq!(held.outputs.len(), 1, "a turn ran: {:?}", held.inputs);
+    assert_eq!(h.engine.queued_inputs(&id, 10).unwrap().len(), 2);
+    // A person's input lifts the interrupt: what waited runs first, in order.
+    submit("back", arrival(Origin::Human, 3)).await;
+    let back = h.engine.run_until_idle(&id).await.unwrap();
+    assert!(!back.interrupted, "the interrupt was not lifted");
+    let asked: Vec<_> = back
+        .inputs
+        .iter()
+        .map(|i| i["message"][0]["text"].clone())
+        .collect();
+    assert_eq!(asked, ["hi", "event", "wake", "back"]);
+    assert_eq!(back.last_output_text().as_deref(), Some("four"));
+}
