@@ -45,7 +45,7 @@ pub(crate) async fn run(
         record.status = Some(Status::Running);
         events.push(status_event("running"));
         engine.records().log(record, events)?;
-        conversation(engine, agent, record).await
+        conversation(engine, record).await
     };
     let layers = Layers::guardrails(agent, false);
     let wrapped = steps::around(engine, agent, record, layers, &mut vars, inner).await?;
@@ -261,12 +261,10 @@ fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static s
 }
 
 /// Calls the LLM until it answers without calling functions (the answer, for the `after`
-/// guardrails), or the task ends (whether it terminated).
-async fn conversation(
-    engine: &Engine,
-    agent: &AgentPlan,
-    record: &mut TaskRecord,
-) -> Result<Inner<bool>> {
+/// guardrails), or the task ends (whether it terminated). A reload reaches the turn at its
+/// next step: each LLM call and each function call is made as the config in force has the
+/// agent (its functions, their steps and bindings, its limits and model).
+async fn conversation(engine: &Engine, record: &mut TaskRecord) -> Result<Inner<bool>> {
     let id = record.id.clone();
     let plan = engine.plan();
     // The log is read once per turn (with what the turn has not written yet); what the turn
@@ -277,6 +275,10 @@ async fn conversation(
             pause(record);
             return Ok(Inner::Ended(false));
         }
+        let Ok(agent) = engine.agent(&record.agent) else {
+            return agent_gone(engine, record, &[]).map(Inner::Ended);
+        };
+        let agent = &*agent;
         if let Some((limit, message)) = limit_before_llm(agent, record) {
             return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }
@@ -359,7 +361,6 @@ async fn conversation(
         engine.records().log(record, actions)?;
         let ended = run_calls(
             engine,
-            agent,
             record,
             &response.tool_calls,
             Replay::default(),
@@ -373,13 +374,12 @@ async fn conversation(
 }
 
 /// Runs `calls`, the calls of one LLM response (or those of them not answered yet), in order,
-/// logging each result. `replay` answers the first call's reviews that were decided already;
-/// `counted`: the first call was counted against `max_tool_calls` already. Returns
-/// `Some(terminated)` when the turn ended (an interrupt, a limit, a fatal result), `None` to
-/// go on.
+/// logging each result; each runs as the config in force when it starts has the agent.
+/// `replay` answers the first call's reviews that were decided already; `counted`: the first
+/// call was counted against `max_tool_calls` already. Returns `Some(terminated)` when the turn
+/// ended (an interrupt, a limit, a fatal result, the agent gone), `None` to go on.
 async fn run_calls(
     engine: &Engine,
-    agent: &AgentPlan,
     record: &mut TaskRecord,
     calls: &[ToolCall],
     mut replay: Replay,
@@ -398,6 +398,10 @@ async fn run_calls(
             pause(record);
             return Ok(Some(false));
         }
+        let Ok(agent) = engine.agent(&record.agent) else {
+            return agent_gone(engine, record, &calls[i..]).map(Some);
+        };
+        let agent = &*agent;
         if !(counted && i == 0) {
             if let Some(message) = over_tool_calls(agent, record) {
                 let mut events = Vec::new();
@@ -498,12 +502,12 @@ pub(crate) async fn resume(
     // The call that waited was counted when it first ran.
     let counted = calls.first().is_some_and(|c| c.id == resume.call_id);
     let inner = async |record: &mut TaskRecord, _: &mut StepVars| match run_calls(
-        engine, agent, record, &calls, replay, counted,
+        engine, record, &calls, replay, counted,
     )
     .await?
     {
         Some(ended) => Ok(Inner::Ended(ended)),
-        None => conversation(engine, agent, record).await,
+        None => conversation(engine, record).await,
     };
     let mut vars = StepVars::guardrail(Value::Null, None);
     let layers = Layers::guardrails(agent, true);
@@ -578,6 +582,27 @@ fn skip_calls(calls: &[ToolCall], why: &str, events: &mut Events) {
             },
         ));
     }
+}
+
+/// Ends the turn of a task whose agent a reload took out of the config: `calls` are answered
+/// as not run, and the task is idle, its queue kept (for the agent's return). Returns `false`
+/// (the task did not terminate).
+fn agent_gone(engine: &Engine, record: &mut TaskRecord, calls: &[ToolCall]) -> Result<bool> {
+    let why = format!("agent `{}` is no longer in the config", record.agent);
+    let mut events = Vec::new();
+    skip_calls(calls, &format!("not run: {why}"), &mut events);
+    events.push((
+        EventSource::Agent,
+        EventKind::AgentErrorEvent {
+            tool_call_id: None,
+            tool_name: None,
+            error: format!("the turn stopped: {why}"),
+        },
+    ));
+    record.status = Some(Status::Idle);
+    events.push(status_event("idle"));
+    engine.records().save(record, events)?;
+    Ok(false)
 }
 
 /// Ends the turn for an interrupt; [`Engine::interrupt`] records the rest.

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agentmesh_engine::{Engine, EngineOptions, Plan};
+use agentmesh_engine::{Engine, EngineOptions, NewTask, Plan, UserRef};
 
 /// An agent `t/a` on the scripted model (`script.yaml` beside the manifests).
 pub const SCRIPTED_AGENT: &str = "kind: commonagents.info/v1beta2/agent
@@ -40,6 +40,11 @@ pub fn engine_on(
     store: std::sync::Arc<dyn agentmesh_store::Backend>,
     options: EngineOptions,
 ) -> Engine {
+    Engine::new(plan_at(dir), store, options)
+}
+
+/// The plan of the config dir at `dir`, which must validate (for [`Engine::reload`] too).
+pub fn plan_at(dir: &Path) -> Plan {
     let report = agentmesh_manifest::validate(dir);
     let errors: Vec<String> = report
         .diagnostics
@@ -48,6 +53,17 @@ pub fn engine_on(
         .map(ToString::to_string)
         .collect();
     assert!(errors.is_empty(), "config invalid:\n{}", errors.join("\n"));
-    let plan = Plan::build(&report.config, &|_| None).unwrap();
-    Engine::new(plan, store, options)
+    Plan::build(&report.config, &|_| None).unwrap()
+}
+
+/// A new task of `agent` for `user:alice`, its first input the message `message`.
+pub fn new_task(agent: &str, message: &str) -> NewTask {
+    NewTask {
+        agent: agent.into(),
+        input: Some(serde_json::json!({ "message": message })),
+        user: UserRef {
+            id: "user:alice".into(),
+            email: None,
+        },
+    }
 }

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use agentmesh_engine::{Engine, NewTask, Run, UserRef};
+use agentmesh_engine::{Engine, Run};
 use agentmesh_model::event::{EventKind, EventSource};
 use agentmesh_testkit::engine::{SCRIPTED_AGENT, engine_at, write_config};
 use agentmesh_timing::clock::{now_ms, rfc3339};
@@ -126,14 +126,7 @@ async fn wakeups_of_one_task_due_together_reach_its_queue_in_due_order() {
     let task = h
         .engine
         .create_task(
-            NewTask {
-                agent: "t/a".into(),
-                input: Some(serde_json::json!({"message": "Sleep."})),
-                user: UserRef {
-                    id: "user:alice".into(),
-                    email: None,
-                },
-            },
+            agentmesh_testkit::engine::new_task("t/a", "Sleep."),
             Run::Caller,
         )
         .await

@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
-use agentmesh_engine::Status;
-use serde_json::json;
+use std::sync::Arc;
+
+use agentmesh_engine::{Run, Status, TaskRecord};
+use agentmesh_model::event::{Event, EventKind};
+use serde_json::{Value, json};
 
 use crate::util::{harness, observations};
 
@@ -115,4 +118,94 @@ async fn a_request_is_built_from_its_templates_and_failures_are_classified() {
         received.recv_timeout(Duration::from_millis(200)).is_err(),
         "only the valid requests reached the server"
     );
+}
+
+/// Runs a task of `t/a` making two calls of `items_create`; while the first waits at the
+/// server, reloads the config as `reload` rewrites [`manifests`]. Returns the task, its
+/// results and how many requests reached the server.
+async fn reload_during_a_call(
+    reload: impl FnOnce(String) -> String,
+) -> (Arc<TaskRecord>, Vec<Value>, Vec<Event>, usize) {
+    let (called, in_call) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let (port, received) = agentmesh_testkit::serve(2, move |_| {
+        let _ = called.send(());
+        let _ = released
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10));
+        ("201 Created", json!({"data": {"id": 7}}).to_string())
+    });
+    let script = "responses:
+  - tool_calls: [{name: items_create, arguments: {name: one, tag: x}}]
+  - tool_calls: [{name: items_create, arguments: {name: two, tag: x}}]
+  - text: done
+";
+    let h = harness(&manifests(port), script);
+    let engine = h.engine.clone();
+    let runner = tokio::spawn(async move {
+        let task = engine
+            .create_task(
+                agentmesh_testkit::engine::new_task("t/a", "go"),
+                Run::Caller,
+            )
+            .await
+            .unwrap();
+        engine.run_until_idle(&task.id).await.unwrap()
+    });
+    tokio::task::spawn_blocking(move || in_call.recv_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the first call never reached the server");
+    let manifests = reload(manifests(port));
+    std::fs::write(h.dir.path().join("manifests.yaml"), &manifests).unwrap();
+    if !manifests.contains("scripted/script.yaml") {
+        // A script no agent names does not validate.
+        std::fs::remove_file(h.dir.path().join("script.yaml")).unwrap();
+    }
+    let plan = agentmesh_testkit::engine::plan_at(h.dir.path());
+    h.engine.reload(plan).await.unwrap();
+    release.send(()).unwrap();
+    let task = runner.await.unwrap();
+    let events = h.events(&task);
+    (
+        task,
+        observations(&events),
+        events,
+        received.try_iter().count(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_takes_a_capability_away_reaches_the_running_turn() {
+    let (task, obs, _, sent) =
+        reload_during_a_call(|m| m.replace("capabilities:\n  items: \"*\"\n", "")).await;
+    assert_eq!(task.status(), Status::Idle, "{:?}", task.status());
+    assert_eq!(obs[0], json!({"id": 7}), "{obs:?}");
+    assert!(
+        obs[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no function `items_create`")),
+        "{obs:?}"
+    );
+    assert_eq!(sent, 1, "the second call was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_agent_stops_its_running_turn() {
+    let (task, obs, events, sent) = reload_during_a_call(|m| {
+        let (tool, _agent) = m.split_once("---\n").unwrap();
+        tool.to_owned()
+    })
+    .await;
+    assert_eq!(task.status(), Status::Idle, "{:?}", task.status());
+    assert_eq!(obs, [json!({"id": 7})]);
+    assert_eq!(sent, 1, "the second call was sent");
+    let stopped = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::AgentErrorEvent { error, .. }
+            if error == "the turn stopped: agent `t/a` is no longer in the config")
+    });
+    assert!(stopped, "{events:?}");
+    assert_eq!(task.llm_calls, 1, "the LLM was not asked again");
 }
