@@ -594,3 +594,43 @@ settings: {t: {api: {api_key: {env: AGENTMESH_TEST_API_KEY}}}}
     assert!(err.contains("stderr ended with"), "{err}");
     assert!(!err.contains(&API_KEY[10..]), "{err}");
 }
+
+/// The inspector cuts long texts for its rows: a text stored before its secret was one (the
+/// log scrubs with the secrets known when it writes) is scrubbed before it is cut, so that no
+/// head of the secret is left where the cut falls (the answer's own scrub finds whole ones).
+#[test]
+fn the_inspector_cuts_no_head_of_a_secret_the_log_stored_before_it_was_one() {
+    const LATER: &str = "zq7-later-secret-88";
+    let agent = agentmesh_testkit::fixtures::scripted_agent("t/a", "");
+    let files = [
+        ("host.yaml", agentmesh_testkit::fixtures::API_TOKENS),
+        ("agent.yaml", agent.as_str()),
+        ("script.yaml", "responses:\n  - text: done\n"),
+    ];
+    let dir = config_dir(&files);
+    let data = dir.path().join("data");
+    let mut env = agentmesh_testkit::fixtures::API_TOKEN_ENV.to_vec();
+    env.push(("AGENTMESH_TEST_LATER_KEY", LATER));
+    let server = Server::start(AGENTMESH, dir.path(), &data, &env);
+    // The row shows the first 600 characters: the cut falls 5 characters into the secret.
+    let message = format!("{}{LATER} and more", "x".repeat(595));
+    let id = crate::inspector::task(&server, "admin-token", "t/a", &message);
+    // The secret becomes one: a model's key read from the variable holding it.
+    let host = format!(
+        "{}models:\n  later: {{base_url: \"http://127.0.0.1:1/v1\", api_key: {{env: AGENTMESH_TEST_LATER_KEY}}}}\n",
+        agentmesh_testkit::fixtures::API_TOKENS
+    );
+    std::fs::write(dir.path().join("host.yaml"), host).unwrap();
+    let cookie = crate::inspector::session_cookie(&server, "admin-token");
+    let page = wait_for(Duration::from_secs(10), || {
+        let page = server
+            .request("GET", &format!("/ui/tasks/{id}"))
+            .header("Cookie", &cookie)
+            .send()
+            .text();
+        (!page.contains(LATER)).then_some(page)
+    })
+    .expect("the reload never made the key a secret");
+    assert!(!page.contains(&LATER[..5]), "{page}");
+    assert_eq!(server.terminate(), Some(0));
+}

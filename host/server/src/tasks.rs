@@ -343,7 +343,7 @@ pub async fn events(
             .caller(&headers)
             .is_ok_and(|c| readable_task(state, &c, id).is_ok())
     };
-    Ok(event_stream(state, id, q.after, may_read, |_, event| {
+    Ok(event_stream(state, id, q.after, may_read, |_, _, event| {
         SseEvent::default()
             .id(event.seq.to_string())
             .event(event.kind.name())
@@ -353,7 +353,7 @@ pub async fn events(
 }
 
 /// A live SSE stream of task `id`'s events after `after`, each as `frame` makes it (from the
-/// task id and the event), with keep-alives. `may_read` is asked after each read of new
+/// state, the task id and the event), with keep-alives. `may_read` is asked after each read of new
 /// events, before any of them is sent: when the caller may no longer read the task (its
 /// token was removed, the review that let it read was decided), the stream ends. Asked after
 /// the read, it answers as a `GET` of the events at that moment would.
@@ -362,7 +362,7 @@ pub(crate) fn event_stream(
     id: String,
     after: u64,
     may_read: impl Fn(&AppState, &str) -> bool + Send + Sync + 'static,
-    frame: fn(&str, &agentmesh_model::event::Event) -> SseEvent,
+    frame: fn(&AppState, &str, &agentmesh_model::event::Event) -> SseEvent,
 ) -> Response {
     let may_read = Arc::new(may_read);
     let stream = futures::stream::unfold(
@@ -374,7 +374,7 @@ pub(crate) fn event_stream(
                     if let Some(event) = pending.next() {
                         let event: agentmesh_model::event::Event = event;
                         after = event.seq;
-                        let sse = frame(&id, &event);
+                        let sse = frame(&state, &id, &event);
                         return Some((Ok::<_, Infallible>(sse), (state, id, after, pending)));
                     }
                     // Subscribe before reading so nothing appended in between is missed.

@@ -1,6 +1,7 @@
 //! The page shell every view shares (head, navigation, the session's logout form) and small
 //! pieces of markup: times, JSON in `<details>`, truncated text, buttons that post a form.
 
+use agentmesh_secrets::Secrets;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde_json::Value;
 
@@ -115,23 +116,38 @@ pub fn time_of(value: &Value) -> Markup {
     }
 }
 
-/// `text` cut to `max` characters, with an ellipsis when cut.
-pub fn cut(text: &str, max: usize) -> String {
+/// `text` cut to `max` characters, with an ellipsis when cut. A text that is cut has every
+/// secret of `secrets` replaced first: the page's own scrub finds whole secrets only, and a
+/// cut could leave the head of one (in what the log stored before it was a secret).
+pub fn cut(secrets: &Secrets, text: &str, max: usize) -> String {
+    if text.char_indices().nth(max).is_none() {
+        return text.to_owned();
+    }
+    let text = secrets.scrub(text);
     match text.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_owned(),
+        None => text.into_owned(),
     }
 }
 
-/// A JSON value on one line, cut to `max` characters.
-pub fn compact(value: &Value, max: usize) -> String {
-    cut(&value.to_string(), max)
+/// A JSON value on one line, cut to `max` characters as [`cut`] cuts.
+pub fn compact(secrets: &Secrets, value: &Value, max: usize) -> String {
+    cut(secrets, &value.to_string(), max)
 }
 
-/// JSON shown pretty in a closed `<details>` (at most `max` bytes; past that, a note and a
-/// link to the whole of it).
-pub fn json_details(label: &str, value: &Value, max: usize, whole: Option<&str>) -> Markup {
-    let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+/// JSON shown pretty in a closed `<details>` (at most `max` bytes, cut as [`cut`] cuts; past
+/// that, a note and a link to the whole of it).
+pub fn json_details(
+    secrets: &Secrets,
+    label: &str,
+    value: &Value,
+    max: usize,
+    whole: Option<&str>,
+) -> Markup {
+    let mut pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+    if pretty.len() > max {
+        secrets.scrub_string(&mut pretty);
+    }
     let cut_at = (0..=max.min(pretty.len()))
         .rev()
         .find(|i| pretty.is_char_boundary(*i))
@@ -182,4 +198,28 @@ pub fn empty(what: &str) -> Markup {
 /// Markup that is already HTML (a row rendered for a live stream).
 pub fn raw(html: String) -> Markup {
     PreEscaped(html)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "hunter2-secret-value";
+
+    #[test]
+    fn a_cut_through_a_secret_leaves_no_head_of_it() {
+        let secrets = Secrets::new([SECRET]).unwrap();
+        let text = format!("{}{SECRET} and more", "x".repeat(8));
+        let shown = cut(&secrets, &text, 12);
+        assert!(!shown.contains("hunt"), "{shown}");
+        assert!(
+            shown.starts_with("xxxxxxxx") && shown.ends_with('…'),
+            "{shown}"
+        );
+        let value = serde_json::json!({"pad": "x".repeat(40), "key": SECRET});
+        let shown = json_details(&secrets, "JSON", &value, 60, None).into_string();
+        assert!(!shown.contains("hunt"), "{shown}");
+        assert!(shown.contains("Cut at"), "{shown}");
+    }
 }

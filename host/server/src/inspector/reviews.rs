@@ -115,6 +115,7 @@ pub async fn inbox(
         let caller = &ui.caller;
         let viewer = ui.viewer();
         let decider = caller.decider();
+        let secrets = Arc::clone(&state.engine().plan().secrets);
         let waiting_from = position(q.waiting_after.as_ref(), q.waiting_before.as_ref(), waiting_key)?;
         let decided_from = position(q.decided_after.as_ref(), q.decided_before.as_ref(), decision_key)?;
         let (waiting, decisions) = {
@@ -163,8 +164,8 @@ pub async fn inbox(
                                 td { (r["reviewer"].as_str().unwrap_or("")) }
                                 td { (time_of(&r["requested_at"])) }
                                 td {
-                                    code.args { (compact(&r["input"], 300)) }
-                                    (json_details("Step, input and output", r, 8 * 1024, None))
+                                    code.args { (compact(&secrets, &r["input"], 300)) }
+                                    (json_details(&secrets, "Step, input and output", r, 8 * 1024, None))
                                 }
                                 td { @if viewer.may_write() { (decide_buttons(&viewer, task, review)) } @else { "read only" } }
                             }

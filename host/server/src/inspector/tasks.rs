@@ -388,6 +388,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             format!("not found: task `{id}`"),
         ));
     }
+    let secrets = Arc::clone(&engine.plan().secrets);
     let store = engine.store();
     let last = store.last_event_seq(id)?;
     let to = to.unwrap_or(last).min(last);
@@ -397,7 +398,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
     let mut rows: Vec<(u64, String)> = Vec::new();
     let mut bytes = 0;
     for event in events.iter().rev() {
-        let row = timeline::row(id, event).into_string();
+        let row = timeline::row(id, event, &secrets).into_string();
         bytes += row.len();
         if bytes > TIMELINE_BYTES && !rows.is_empty() {
             break;
@@ -452,7 +453,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             section.pending aria-labelledby="pending-h" {
                 h2 id="pending-h" { "Waiting for a review" }
                 p { "Review " code { (review.review_id) } " asks " strong { (review.reviewer) } "; requested " (time_ms(review.requested_ms)) "." }
-                (json_details("Step and subject", &json!({"step": review.step, "subject": review.subject}), 8 * 1024, None))
+                (json_details(&secrets, "Step and subject", &json!({"step": review.step, "subject": review.subject}), 8 * 1024, None))
                 @if viewer.may_write() && review.may_decide(&caller.decider()) {
                     (super::reviews::decide_buttons(&viewer, id, &review.review_id))
                 }
@@ -562,7 +563,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
                 }
             }
             @if rows.is_empty() { (empty("No event yet.")) }
-            (json_details("Task object (JSON)", object, 16 * 1024, None))
+            (json_details(&secrets, "Task object (JSON)", object, 16 * 1024, None))
         }
     };
     let title = format!("Task {id}");
@@ -602,10 +603,11 @@ pub async fn stream(
         id,
         q.after,
         may_read,
-        |task, event| {
+        |state, task, event| {
             // A carriage return cannot travel in an SSE field; as a character reference it is the
             // same text.
-            let row = timeline::row(task, event)
+            let secrets = Arc::clone(&state.engine().plan().secrets);
+            let row = timeline::row(task, event, &secrets)
                 .into_string()
                 .replace('\r', "&#13;");
             SseEvent::default()

@@ -4,6 +4,7 @@
 //! live stream, so what arrives live reads as what was there.
 
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource};
+use agentmesh_secrets::Secrets;
 use maud::{Markup, html};
 use serde_json::Value;
 
@@ -23,13 +24,15 @@ fn source_name(source: EventSource) -> &'static str {
     }
 }
 
-/// The row's class, its label, and what it says.
-fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
+/// The row's class, its label, and what it says (long texts cut, see [`cut`]).
+fn describe(kind: &EventKind, secrets: &Secrets) -> (&'static str, &'static str, Markup) {
+    let text = |text: &str| cut(secrets, text, SUMMARY_CHARS);
+    let json = |value: &Value| compact(secrets, value, SUMMARY_CHARS);
     match kind {
         EventKind::SystemPromptEvent { prompt, tools } => (
             "prompt",
             "System prompt",
-            html! { (cut(prompt, SUMMARY_CHARS)) span.note { " · " (tools.len()) " function(s)" } },
+            html! { (text(prompt)) span.note { " · " (tools.len()) " function(s)" } },
         ),
         EventKind::MessageEvent { content, metadata } => {
             let trigger = metadata.as_ref().and_then(|m| m.trigger.as_ref());
@@ -38,7 +41,7 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
                 "Message",
                 html! {
                     @if let Some(t) = trigger { span.tag { "triggered: " (t.source) } " " }
-                    span.text { (cut(&ContentPart::join(content), SUMMARY_CHARS)) }
+                    span.text { (text(&ContentPart::join(content))) }
                 },
             )
         }
@@ -48,9 +51,9 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
             "call",
             "Tool call",
             html! {
-                @if !thought.is_empty() { span.text { (cut(thought, SUMMARY_CHARS)) } br; }
+                @if !thought.is_empty() { span.text { (text(thought)) } br; }
                 code { (tool_call.name) } " "
-                code.args { (compact(&tool_call.arguments, SUMMARY_CHARS)) }
+                code.args { (json(&tool_call.arguments)) }
             },
         ),
         EventKind::ObservationEvent {
@@ -58,14 +61,14 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
         } => (
             "observation",
             "Observation",
-            html! { code { (tool_name) } " → " code.args { (compact(result, SUMMARY_CHARS)) } },
+            html! { code { (tool_name) } " → " code.args { (json(result)) } },
         ),
         EventKind::UserRejectObservation {
             tool_name, reason, ..
         } => (
             "blocked",
             "Blocked",
-            html! { code { (tool_name) } " refused: " span.text { (cut(reason, SUMMARY_CHARS)) } },
+            html! { code { (tool_name) } " refused: " span.text { (text(reason)) } },
         ),
         EventKind::AgentErrorEvent {
             tool_name, error, ..
@@ -74,13 +77,13 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
             "Error",
             html! {
                 @if let Some(t) = tool_name { code { (t) } ": " }
-                span.text { (cut(error, SUMMARY_CHARS)) }
+                span.text { (text(error)) }
             },
         ),
         EventKind::CondensationSummaryEvent { summary } => (
             "condensation",
             "Condensation summary",
-            html! { span.text { (cut(summary, SUMMARY_CHARS)) } },
+            html! { span.text { (text(summary)) } },
         ),
         EventKind::Condensation {
             forgotten_from,
@@ -98,7 +101,7 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
         EventKind::ConversationStateUpdateEvent { key, value } => (
             "state",
             "State change",
-            html! { code { (key) } " = " code.args { (compact(value, SUMMARY_CHARS)) } },
+            html! { code { (key) } " = " code.args { (json(value)) } },
         ),
         EventKind::PauseEvent {} => ("state", "Interrupted", html! {}),
         EventKind::ReviewRequestEvent {
@@ -110,7 +113,7 @@ fn describe(kind: &EventKind) -> (&'static str, &'static str, Markup) {
             "Review requested",
             html! {
                 "from " strong { (reviewer) } " (" code { (review_id) } "): "
-                code.args { (compact(subject, SUMMARY_CHARS)) }
+                code.args { (json(subject)) }
             },
         ),
         EventKind::ReviewDecisionEvent {
@@ -138,8 +141,8 @@ fn status_set(kind: &EventKind) -> Option<&str> {
 }
 
 /// One event as a table row of task `task_id`'s timeline.
-pub fn row(task_id: &str, event: &Event) -> Markup {
-    let (class, label, what) = describe(&event.kind);
+pub fn row(task_id: &str, event: &Event, secrets: &Secrets) -> Markup {
+    let (class, label, what) = describe(&event.kind, secrets);
     let json = serde_json::to_value(event).unwrap_or(Value::Null);
     let whole = format!("/ui/tasks/{task_id}/events/{}", event.seq);
     html! {
@@ -150,7 +153,7 @@ pub fn row(task_id: &str, event: &Event) -> Markup {
             td.what {
                 strong.kind { (label) } " "
                 (what)
-                (json_details("JSON", &json, DETAILS_BYTES, Some(&whole)))
+                (json_details(secrets, "JSON", &json, DETAILS_BYTES, Some(&whole)))
             }
         }
     }
@@ -178,6 +181,7 @@ mod tests {
                 content: vec![ContentPart::text("<script>alert(1)</script>")],
                 metadata: None,
             }),
+            &Secrets::default(),
         )
         .into_string();
         assert!(!html.contains("<script>"), "{html}");
@@ -195,6 +199,7 @@ mod tests {
                 key: "status".into(),
                 value: Value::String("idle".into()),
             }),
+            &Secrets::default(),
         )
         .into_string();
         assert!(html.contains(r#"data-status="idle""#), "{html}");

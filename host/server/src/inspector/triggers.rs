@@ -69,6 +69,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
     blocking(move || {
         let caller = &ui.caller;
         let viewer = ui.viewer();
+        let secrets = Arc::clone(&state.engine().plan().secrets);
         let owner = (caller.role == Role::AgentUser).then_some(caller.subject.as_str());
         let triggers = crate::triggers::trigger_objects(&state, caller)?;
         let scheduled = state.triggers().schedules(None, owner)?;
@@ -118,7 +119,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                             td { (text(&t["source"]["type"])) }
                             td { @if t["enabled"].as_bool().unwrap_or(false) { "yes" } @else { "no" } }
                             (status_cells(&t["status"]))
-                            td { (json_details("JSON", t, 4 * 1024, None)) }
+                            td { (json_details(&secrets, "JSON", t, 4 * 1024, None)) }
                         } } }
                     } }
                 }
