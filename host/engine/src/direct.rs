@@ -202,11 +202,10 @@ impl Engine {
         };
         // Refused on the way in: the call is logged as the guardrails left it, refused, and
         // the task locked.
-        let left = text_of(&vars.input);
         let call = ToolCall {
             id: call_id,
             name: name.to_owned(),
-            arguments: serde_json::from_str(&left).unwrap_or(Value::String(left)),
+            arguments: arguments_in(text_of(&vars.input)).unwrap_or_else(Value::String),
         };
         let (mut events, _) = turn::answer(CallEnd::Rejected(reason.clone()), &call);
         events.insert(0, asked(&call));
@@ -317,7 +316,12 @@ fn as_sent(left: &Value, arriving: &Value, arguments: Value) -> std::result::Res
     if left == arriving {
         return Ok(arguments);
     }
-    let text = text_of(left);
+    arguments_in(text_of(left))
+}
+
+/// The arguments a guardrail's `text` holds: the JSON object it is (`Err`: the text, which is
+/// none).
+fn arguments_in(text: String) -> std::result::Result<Value, String> {
     match serde_json::from_str::<Value>(&text) {
         Ok(object @ Value::Object(_)) => Ok(object),
         _ => Err(text),

@@ -908,13 +908,12 @@ impl Engine {
         if self.records().peek(id, TaskRecord::status)? == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
-        let (_turn, holder) = self.stop_and_hold(id).await?;
-        if let hosts::Holder::Elsewhere(host) = holder {
-            let request = hosts::Request::Interrupt {
-                task: id.to_owned(),
-            };
-            return self.ask(&host, request).await;
-        }
+        let request = hosts::Request::Interrupt {
+            task: id.to_owned(),
+        };
+        let Some(turn) = self.stop_here(id, Some(request)).await? else {
+            return Ok(());
+        };
         let mut record = self.records().checkout(id)?;
         if record.status() == Status::Terminated {
             self.records().checkin(record);
@@ -941,7 +940,7 @@ impl Engine {
         ]);
         self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
-        drop(_turn);
+        drop(turn);
         if self.inner.store.queued_count(id)? > 0 {
             self.kick(id);
         }
@@ -1018,14 +1017,13 @@ impl Engine {
     /// with `lock_task`). A task that has ended already is left as it is.
     pub async fn lock_task(&self, id: &str, reason: &str) -> Result<()> {
         self.task(id)?;
-        let (_turn, holder) = self.stop_and_hold(id).await?;
-        if let hosts::Holder::Elsewhere(host) = holder {
-            let request = hosts::Request::Lock {
-                task: id.to_owned(),
-                reason: reason.to_owned(),
-            };
-            return self.ask(&host, request).await;
-        }
+        let request = hosts::Request::Lock {
+            task: id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let Some(_turn) = self.stop_here(id, Some(request)).await? else {
+            return Ok(());
+        };
         let mut record = self.records().checkout(id)?;
         if record.status() == Status::Terminated {
             self.records().checkin(record);
@@ -1041,33 +1039,41 @@ impl Engine {
         Ok(())
     }
 
-    /// Asks task `id`'s running turn to stop, and waits for the task's lock: the lock, and
-    /// where the task is held. The request is withdrawn once held (or given up midway).
-    async fn stop_and_hold(
+    /// Asks task `id`'s running turn to stop, and waits for the task's lock: the lock when
+    /// this host holds the task; `None` when another host does, which has been asked
+    /// `elsewhere` (when given) and has answered. The stop request is withdrawn once the task
+    /// is held (or given up midway).
+    async fn stop_here(
         &self,
         id: &str,
-    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, hosts::Holder)> {
+        elsewhere: Option<hosts::Request>,
+    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>> {
         let stop = self.ask_to_stop(id);
         let held = self.hold_task(id).await;
         drop(stop);
-        held
+        match held? {
+            (turn, hosts::Holder::Here { .. }) => Ok(Some(turn)),
+            (turn, hosts::Holder::Elsewhere(host)) => {
+                if let Some(request) = elsewhere {
+                    self.ask(&host, request).await?;
+                }
+                drop(turn);
+                Ok(None)
+            }
+        }
     }
 
     /// Deletes task `id` as [`Engine::delete_task`] does; with `why` (an event saying why it
     /// ends), a task that has ended already is left as it is, and `why` is logged first.
     async fn end_task(&self, id: &str, why: Option<(EventSource, EventKind)>) -> Result<()> {
         self.task(id)?;
-        let (_turn, holder) = self.stop_and_hold(id).await?;
-        if let hosts::Holder::Elsewhere(host) = holder {
-            if why.is_some() {
-                // Ended by the host that holds it, as it sees fit.
-                return Ok(());
-            }
-            let request = hosts::Request::Delete {
-                task: id.to_owned(),
-            };
-            return self.ask(&host, request).await;
-        }
+        // A session's end is left to the host that holds its task, as it sees fit.
+        let request = why.is_none().then(|| hosts::Request::Delete {
+            task: id.to_owned(),
+        });
+        let Some(_turn) = self.stop_here(id, request).await? else {
+            return Ok(());
+        };
         let mut record = self.records().checkout(id)?;
         if why.is_some() && record.status() == Status::Terminated {
             self.records().checkin(record);
