@@ -266,7 +266,6 @@ fn tokens_exceeded(agent: &AgentPlan, record: &TaskRecord) -> Option<(&'static s
 /// agent (its functions, their steps and bindings, its limits and model).
 async fn conversation(engine: &Engine, record: &mut TaskRecord) -> Result<Inner<bool>> {
     let id = record.id.clone();
-    let plan = engine.plan();
     // The log is read once per turn (with what the turn has not written yet); what the turn
     // adds is appended as it goes.
     engine.records().log_view(record)?;
@@ -275,10 +274,12 @@ async fn conversation(engine: &Engine, record: &mut TaskRecord) -> Result<Inner<
             pause(record);
             return Ok(Inner::Ended(false));
         }
-        let Ok(agent) = engine.agent(&record.agent) else {
+        // The agent and its model as one version of the config has them.
+        let plan = engine.plan();
+        let Some(agent) = plan.agents.get(&record.agent) else {
             return agent_gone(engine, record, &[]).map(Inner::Ended);
         };
-        let agent = &*agent;
+        let agent: &AgentPlan = agent;
         if let Some((limit, message)) = limit_before_llm(agent, record) {
             return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }

@@ -121,10 +121,11 @@ async fn a_request_is_built_from_its_templates_and_failures_are_classified() {
 }
 
 /// Runs a task of `t/a` making two calls of `items_create`; while the first waits at the
-/// server, reloads the config as `reload` rewrites [`manifests`]. Returns the task, its
-/// results and how many requests reached the server.
+/// server, reloads the config as `reload` rewrites [`manifests`] (it may write files into the
+/// config dir it is given). Returns the task, its results and how many requests reached the
+/// server.
 async fn reload_during_a_call(
-    reload: impl FnOnce(String) -> String,
+    reload: impl FnOnce(&std::path::Path, String) -> String,
 ) -> (Arc<TaskRecord>, Vec<Value>, Vec<Event>, usize) {
     let (called, in_call) = std::sync::mpsc::channel::<()>();
     let (release, released) = std::sync::mpsc::channel::<()>();
@@ -158,7 +159,7 @@ async fn reload_during_a_call(
         .await
         .unwrap()
         .expect("the first call never reached the server");
-    let manifests = reload(manifests(port));
+    let manifests = reload(h.dir.path(), manifests(port));
     std::fs::write(h.dir.path().join("manifests.yaml"), &manifests).unwrap();
     if !manifests.contains("scripted/script.yaml") {
         // A script no agent names does not validate.
@@ -180,7 +181,7 @@ async fn reload_during_a_call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_takes_a_capability_away_reaches_the_running_turn() {
     let (task, obs, _, sent) =
-        reload_during_a_call(|m| m.replace("capabilities:\n  items: \"*\"\n", "")).await;
+        reload_during_a_call(|_, m| m.replace("capabilities:\n  items: \"*\"\n", "")).await;
     assert_eq!(task.status(), Status::Idle, "{:?}", task.status());
     assert_eq!(obs[0], json!({"id": 7}), "{obs:?}");
     assert!(
@@ -194,7 +195,7 @@ async fn a_reload_that_takes_a_capability_away_reaches_the_running_turn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_removes_the_agent_stops_its_running_turn() {
-    let (task, obs, events, sent) = reload_during_a_call(|m| {
+    let (task, obs, events, sent) = reload_during_a_call(|_, m| {
         let (tool, _agent) = m.split_once("---\n").unwrap();
         tool.to_owned()
     })
@@ -208,4 +209,22 @@ async fn a_reload_that_removes_the_agent_stops_its_running_turn() {
     });
     assert!(stopped, "{events:?}");
     assert_eq!(task.llm_calls, 1, "the LLM was not asked again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_gives_the_agent_another_model_reaches_the_running_turn() {
+    // The new model is known only to the new config: the turn's next LLM call is its.
+    let (task, obs, _, sent) = reload_during_a_call(|dir, m| {
+        let other = "responses:\n  - text: one\n  - text: from the new model\n";
+        std::fs::write(dir.join("other.yaml"), other).unwrap();
+        m.replace("scripted/script.yaml", "scripted/other.yaml")
+    })
+    .await;
+    assert_eq!(task.status(), Status::Idle, "{:?}", task.reason);
+    assert_eq!(obs, [json!({"id": 7})]);
+    assert_eq!(sent, 1);
+    assert_eq!(
+        task.last_output_text().as_deref(),
+        Some("from the new model")
+    );
 }
