@@ -437,3 +437,89 @@ model: scripted/script.yaml
     assert_eq!(ended["reason"], "locked", "{ended}");
     assert_eq!(server.user_texts(&id), [json!("first")]);
 }
+
+/// A lock that event middleware asked for is on disk with the delivery's answer: a host that
+/// goes down while the task's turn is still calling out (the lock waits for its next step)
+/// locks the task when it comes back, before anything of the task runs again.
+#[test]
+fn a_lock_asked_for_by_an_acknowledged_delivery_survives_sigkill() {
+    lock_survives_sigkill(None);
+}
+
+#[test]
+fn a_lock_asked_for_by_an_acknowledged_delivery_survives_sigkill_on_postgres() {
+    let pg = Postgres::start();
+    lock_survives_sigkill(Some(&pg.new_database()));
+}
+
+/// See [`a_lock_asked_for_by_an_acknowledged_delivery_survives_sigkill`]; with `database`, on
+/// that PostgreSQL database, the host coming back with a new, empty data dir.
+fn lock_survives_sigkill(database: Option<&str>) {
+    let held = HeldPort::start(120);
+    let oncall = scripted_agent(
+        "ops/oncall",
+        "capabilities:
+  slow: \"*\"
+  pager:
+    before:
+      - assert: \"!has(event) || !event.payload.n.startsWith('bad')\"
+        error_message: A bad alert.
+        on_fail: lock_task
+",
+    );
+    let manifests = format!(
+        "{}{}---\n{oncall}",
+        agentmesh_testkit::fixtures::slow_tool("ops", held.port),
+        pager_tool("alert {event.payload.n}", None),
+    );
+    let store = match database {
+        Some(_) => "store: {backend: postgres, url: {env: DATABASE_URL}, pool: 4, lease: 2s}\n",
+        None => "",
+    };
+    let (root, dir, data) = dirs(&[
+        ("manifests.yaml", &manifests),
+        ("host.yaml", &format!("{PAGER_HOST}{store}")),
+        (
+            "script.yaml",
+            "responses:\n  - tool_calls: [{name: slow, arguments: {}}]\n  - text: Done.\n",
+        ),
+    ]);
+    let mut env = vec![("PAGER_SECRET", SECRET)];
+    if let Some(url) = database {
+        env.push(("DATABASE_URL", url));
+    }
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
+    let id = server.create_task(&json!({"agent": "ops/oncall", "input": {"message": "go"}}));
+    held.wait_for(1);
+    let answer = deliver(server.addr, "bad-1");
+    assert_eq!(answer.as_ref().map(|a| a.0), Some(202), "{answer:?}");
+    server.kill();
+
+    let data = match database {
+        Some(_) => root.path().join("after"),
+        None => data,
+    };
+    let server = Server::start(AGENTMESH, &dir, &data, &env);
+    let ended = wait_for(Duration::from_secs(30), || {
+        let t = server
+            .request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json();
+        (t["status"] == "terminated").then_some(t)
+    })
+    .expect("the task was not locked after the restart");
+    assert_eq!(ended["reason"], "locked", "{ended}");
+    let log = server
+        .request("GET", &format!("/v1/tasks/{id}/events"))
+        .send()
+        .text();
+    assert!(log.contains("A bad alert."), "the log says why: {log}");
+    assert!(
+        !log.contains("alert bad-1"),
+        "the alert was not taken: {log}"
+    );
+    assert!(
+        !log.contains("Done."),
+        "nothing of the task ran again: {log}"
+    );
+}

@@ -169,7 +169,7 @@ pub enum Run {
 pub enum Accepted {
     /// On disk in these tasks' queues (in the order given), at `queued_at` (epoch ms).
     Queued {
-        /// The tasks, one per input.
+        /// The tasks, one per input (a lock is none).
         tasks: Vec<String>,
         /// When (epoch ms).
         queued_at: i64,
@@ -197,7 +197,7 @@ pub enum Through<T> {
     /// Admitted and queued (on disk) in these tasks' queues, in the order given, at
     /// `queued_at` (epoch ms).
     Queued {
-        /// The tasks, one per input.
+        /// The tasks, one per input (a lock is none).
         tasks: Vec<String>,
         /// When (epoch ms).
         queued_at: i64,
@@ -237,7 +237,7 @@ impl Drop for Serial<'_> {
     }
 }
 
-/// An input for a task, as it arrived.
+/// An input for a task, as it arrived; or the task's lock ([`Input::lock`]).
 pub struct Input {
     /// The task's id.
     pub task: String,
@@ -245,7 +245,38 @@ pub struct Input {
     pub io: Value,
     /// Where it came from.
     pub origin: Origin,
+    /// For a lock, its reason.
+    lock: Option<String>,
 }
+
+impl Input {
+    /// Input `io` (normalized) for task `task`, from `origin`.
+    pub fn new(task: String, io: Value, origin: Origin) -> Self {
+        Input {
+            task,
+            io,
+            origin,
+            lock: None,
+        }
+    }
+
+    /// Task `task`'s lock, for `reason`, which event middleware asked for on an arrival from
+    /// `origin`: no input. It is written with the arrival, ahead of every input of the task,
+    /// so that the lock holds once the arrival is answered even if the host goes down before
+    /// the task's running turn reaches its next step (where the lock ends it): whichever host
+    /// runs the task next locks it before anything else of it runs.
+    pub fn lock(task: String, reason: String, origin: Origin) -> Self {
+        Input {
+            task,
+            io: Value::Null,
+            origin,
+            lock: Some(reason),
+        }
+    }
+}
+
+/// Where a lock waits in its task's queue: ahead of every input (`queued_at` 0).
+const LOCK_QUEUED_AT: i64 = 0;
 
 /// An arrival through the door, not yet accepted: while it lives, a repeat of its delivery id
 /// waits.
@@ -351,15 +382,23 @@ impl Arrival<'_> {
         });
         let (tasks, entries): (Vec<String>, Vec<QueuedInput>) = inputs
             .into_iter()
-            .map(|Input { task, io, origin }| {
-                let trigger = origin.envelope(&self);
-                let input = QueuedInput {
-                    io,
-                    queued_at,
-                    trigger,
-                };
-                (task, input)
-            })
+            .map(
+                |Input {
+                     task,
+                     io,
+                     origin,
+                     lock,
+                 }| {
+                    let trigger = origin.envelope(&self);
+                    let input = QueuedInput {
+                        io,
+                        queued_at,
+                        trigger,
+                        lock,
+                    };
+                    (task, input)
+                },
+            )
             .unzip();
         let store = engine.store();
         let delivery = self
@@ -371,7 +410,13 @@ impl Arrival<'_> {
         let refs: Vec<(&str, i64, &QueuedInput)> = tasks
             .iter()
             .zip(&entries)
-            .map(|(task, input)| (task.as_str(), input.queued_at, input))
+            .map(|(task, input)| {
+                let at = match input.lock {
+                    Some(_) => LOCK_QUEUED_AT,
+                    None => input.queued_at,
+                };
+                (task.as_str(), at, input)
+            })
             .collect();
         // The write waits for an fsync, shared with concurrent writes (a group commit): in
         // the background it is awaited holding no thread; the caller that runs the task on
@@ -389,16 +434,32 @@ impl Arrival<'_> {
         match outcome {
             Delivery::Duplicate => Ok(Accepted::Duplicate),
             Delivery::Queued(keys) => {
-                // Their runners learn of these inputs here, not from the store.
-                for ((task, key), input) in tasks.iter().zip(keys).zip(entries) {
-                    engine.records().queued(task, key, input);
+                let mut queued = Vec::with_capacity(tasks.len());
+                for ((task, key), input) in tasks.into_iter().zip(keys).zip(entries) {
+                    match input.lock {
+                        // Ahead of what is known of the queue: its runner reads the store.
+                        // The running turn is asked to stop here now; the lock written
+                        // stands if this host goes down first.
+                        Some(reason) => {
+                            engine.records().forget_queue(&task);
+                            engine.lock_in_background(task, reason);
+                        }
+                        // Their runners learn of these inputs here, not from the store.
+                        None => {
+                            engine.records().queued(&task, key, input);
+                            queued.push(task);
+                        }
+                    }
                 }
                 if run == Run::Background {
-                    for task in &tasks {
+                    for task in &queued {
                         engine.wake(task);
                     }
                 }
-                Ok(Accepted::Queued { tasks, queued_at })
+                Ok(Accepted::Queued {
+                    tasks: queued,
+                    queued_at,
+                })
             }
         }
     }

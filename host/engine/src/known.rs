@@ -94,6 +94,13 @@ impl<K: Ord> KnownQueues<K> {
         }
     }
 
+    /// Whether task `id`'s queue is known exactly here (nothing of it is only in the store).
+    pub(crate) fn is_known(&self, id: &str) -> bool {
+        lock(&self.tasks)
+            .get(id)
+            .is_some_and(|known| known.queue.is_some())
+    }
+
     /// A ticket for a write of task `id`'s record: give it to [`KnownQueues::written`] with the
     /// write's answer.
     pub(crate) fn ticket(&self, id: &str) -> u64 {
@@ -186,6 +193,7 @@ mod tests {
             io: json!({"message": n}),
             queued_at: n,
             trigger: None,
+            lock: None,
         }
     }
 

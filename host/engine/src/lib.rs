@@ -212,6 +212,11 @@ pub struct QueuedInput {
     /// Set when no human typed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerEnvelope>,
+    /// Set on an entry that is no input but the task's lock, for this reason (its event
+    /// middleware asked for it: [`door::Input::lock`]). Queued ahead of every input, it locks
+    /// the task before anything else of it runs, on whichever host runs it next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
 }
 
 /// A request to start a task.
@@ -725,11 +730,7 @@ impl Engine {
 
     /// Queues `io`, normalized, for task `id` through the door.
     async fn queue(&self, id: &str, io: Value, origin: Origin, run: Run) -> Result<i64> {
-        let input = door::Input {
-            task: id.to_owned(),
-            io,
-            origin,
-        };
+        let input = door::Input::new(id.to_owned(), io, origin);
         match door::Arrival::new().accept(self, vec![input], run).await? {
             door::Accepted::Queued { queued_at, .. } => Ok(queued_at),
             // Only an arrival with a delivery id can be a repeat.
@@ -769,6 +770,16 @@ impl Engine {
             },
             checked_out => checked_out?,
         };
+        // A lock waits ahead of every input (see `door::Input::lock`), also of a turn to
+        // resume or a review pending: a queue known here holds none (the door's lock makes it
+        // unknown). The head read is the first input when the runner asks for one.
+        let mut head = match self.records().queue_known(id) {
+            true => None,
+            false => self.inner.store.next_queued::<QueuedInput>(id)?,
+        };
+        if let Some(reason) = head.as_ref().and_then(|(_, input)| input.lock.clone()) {
+            return self.lock_held(record, &reason).await;
+        }
         loop {
             if self.interrupt_requested(id) {
                 return Ok(self.records().checkin(record));
@@ -789,11 +800,18 @@ impl Engine {
                     let next = match self.records().next_input(id) {
                         known::Next::Input(key, input) => Some((key, *input)),
                         known::Next::Idle => None,
-                        known::Next::Ask => self.inner.store.next_queued::<QueuedInput>(id)?,
+                        known::Next::Ask => match head.take() {
+                            Some(head) => Some(head),
+                            None => self.inner.store.next_queued::<QueuedInput>(id)?,
+                        },
                     };
                     let Some((key, input)) = next else {
                         return Ok(self.records().checkin(record));
                     };
+                    // Another host's, or this one's that the task's turn ran before.
+                    if let Some(reason) = &input.lock {
+                        return self.lock_held(record, reason).await;
+                    }
                     record.journal.hold(key);
                     if record.status() == Status::Terminated {
                         record.journal.take_held();
@@ -1024,19 +1042,41 @@ impl Engine {
         let Some(_turn) = self.stop_here(id, Some(request)).await? else {
             return Ok(());
         };
-        let mut record = self.records().checkout(id)?;
+        let record = self.records().checkout(id)?;
+        self.lock_held(record, reason).await?;
+        Ok(())
+    }
+
+    /// [`Engine::lock_task`] of `task`, in the background: the door asks it for a lock it has
+    /// written ([`door::Input::lock`]), as the task's running turn must reach its next step
+    /// first and the arrival is answered without waiting for that.
+    pub(crate) fn lock_in_background(&self, task: String, reason: String) {
+        tracing::info!(task.id = %task, "locked by event middleware: {reason}");
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = engine.lock_task(&task, &reason).await {
+                tracing::warn!(task.id = %task, "not locked: {e}");
+            }
+        });
+    }
+
+    /// Locks task `record` (checked out, its task's lock held) for `reason`: its queue is
+    /// cleared (a lock waiting in it too) and it terminates with reason `locked`; one that has
+    /// ended already is left as it is, but for its queue (a terminated task runs none of it).
+    /// Returns the record, checked in.
+    async fn lock_held(&self, mut record: TaskRecord, reason: &str) -> Result<Arc<TaskRecord>> {
+        self.clear_queue(&record.id)?;
         if record.status() == Status::Terminated {
-            self.records().checkin(record);
-            return Ok(());
+            self.flush()?;
+            return Ok(self.records().checkin(record));
         }
-        self.clear_queue(id)?;
         let mut events = self.end_suspended_turn(&mut record, "not run: the task was locked")?;
         turn::terminate(&mut record, Reason::Locked, None, reason, &mut events);
         self.records().save(&mut record, events)?;
         self.tell_watchers(&record);
-        self.records().checkin(record);
-        self.close_task_sessions(id).await;
-        Ok(())
+        let record = self.records().checkin(record);
+        self.close_task_sessions(&record.id).await;
+        Ok(record)
     }
 
     /// Asks task `id`'s running turn to stop, and waits for the task's lock: the lock when

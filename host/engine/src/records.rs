@@ -384,6 +384,12 @@ impl Records {
         self.queues.next(id)
     }
 
+    /// Whether task `id`'s queue is known exactly here (see [`KnownQueues`]): when it is, its
+    /// runner need not read the store for it.
+    pub(crate) fn queue_known(&self, id: &str) -> bool {
+        self.queues.is_known(id)
+    }
+
     /// The door queued `input` as `key` for task `id` (see [`KnownQueues::queued`]).
     pub(crate) fn queued(&self, id: &str, key: QueueKey, input: QueuedInput) {
         self.queues.queued(id, key, input);

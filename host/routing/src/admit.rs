@@ -2,7 +2,7 @@
 //! is held there: each event routed through the subscription index (`routes`), then admitted
 //! by each matched task ([`Engine::admit_event`]: its filter component, its capability's
 //! middleware, the message), one input per admitted task; a task whose middleware asks to be
-//! locked is locked ([`Engine::lock_task`]).
+//! locked gets its lock instead ([`Input::lock`], written with the inputs).
 
 use agentmesh_engine::plan::{EventPlan, ToolPlan};
 use agentmesh_engine::{Admission, Admitted, Arrival, Engine, Input, Origin};
@@ -12,9 +12,10 @@ use serde_json::{Value, json};
 use crate::Event;
 use crate::routes::SharedRoutes;
 
-/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks subscribed to them
-/// (of those, the ones `keep` keeps); nothing, and the delivery id left unremembered, when
-/// no task takes one. A task whose admission fails does not take the event (logged).
+/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks
+/// subscribed to them (of those, the ones `keep` keeps), and the locks their middleware asks
+/// for; nothing, and the delivery id left unremembered, when no task takes one or is locked.
+/// A task whose admission fails does not take the event (logged).
 pub(crate) async fn tool_events(
     engine: &Engine,
     routes: &SharedRoutes,
@@ -44,32 +45,19 @@ pub(crate) async fn tool_events(
                 Admission::Take(text) => text,
                 Admission::Drop => continue,
                 Admission::Lock(reason) => {
-                    lock(engine, task, reason);
+                    inputs.push(Input::lock(task, reason, origin.clone()));
                     continue;
                 }
             };
-            inputs.push(Input {
+            inputs.push(Input::new(
                 task,
-                io: json!({"message": [ContentPart::text(text)]}),
-                origin: origin.clone(),
-            });
+                json!({"message": [ContentPart::text(text)]}),
+                origin.clone(),
+            ));
         }
     }
     match inputs.is_empty() {
         true => Admitted::Nothing(()),
         false => Admitted::Inputs(inputs, ()),
     }
-}
-
-/// Locks task `task` for `reason` (its event middleware asked it): in the background, as the
-/// task's running turn must reach its next step first, and the delivery is answered without
-/// waiting for that.
-fn lock(engine: &Engine, task: String, reason: String) {
-    tracing::info!(task.id = %task, "locked by event middleware: {reason}");
-    let engine = engine.clone();
-    tokio::spawn(async move {
-        if let Err(e) = engine.lock_task(&task, &reason).await {
-            tracing::warn!(task.id = %task, "not locked: {e}");
-        }
-    });
 }

@@ -583,11 +583,11 @@ impl Triggers {
             tracing::info!(schedule.id = %s.id(), "{why}");
             return Ok(None);
         }
-        Ok(Some(Input {
-            task: self.engine.new_task_id()?,
+        Ok(Some(Input::new(
+            self.engine.new_task_id()?,
             io,
-            origin: Origin::Schedule { id: s.id() },
-        }))
+            Origin::Schedule { id: s.id() },
+        )))
     }
 
     /// The schedules (optionally only those `owner` owns), sorted by id, and pending wakeups

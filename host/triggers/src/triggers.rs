@@ -617,11 +617,9 @@ impl Triggers {
             self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
             match self.cold_start(&t.agent, &t.owner).await {
                 Ok(task) => {
-                    fires.inputs.push(Input {
-                        task: task.clone(),
-                        io,
-                        origin: origin.clone(),
-                    });
+                    fires
+                        .inputs
+                        .push(Input::new(task.clone(), io, origin.clone()));
                     fires.fired.push((id, task));
                 }
                 Err(e) => {
@@ -699,11 +697,7 @@ impl Triggers {
             };
             self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
             let task = self.cold_start(&t.agent, &t.owner).await?;
-            let input = Input {
-                task: task.clone(),
-                io,
-                origin,
-            };
+            let input = Input::new(task.clone(), io, origin);
             Ok::<_, FireError>(Admitted::Inputs(vec![input], task))
         };
         // A token's holder names its own delivery ids, for this trigger only.

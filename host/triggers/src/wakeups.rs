@@ -291,11 +291,7 @@ impl Triggers {
             return Ok(());
         };
         if let Some(io) = message {
-            let input = Input {
-                task: w.task_id.clone(),
-                io,
-                origin: Origin::Wakeup { id: id.to_owned() },
-            };
+            let input = Input::new(w.task_id.clone(), io, Origin::Wakeup { id: id.to_owned() });
             // Every host sharing the store arms every wakeup: the first to queue a fire is the
             // one that fires it, in the same write.
             let arrival = if self.engine.store().shared() {

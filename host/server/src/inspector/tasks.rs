@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_engine::{McpSessionState, Status};
+use agentmesh_engine::{McpSessionState, QueuedInput, Status};
 use agentmesh_store::Backend;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -348,8 +348,13 @@ fn limit_row(name: &str, used: &str, limit: Option<String>) -> Markup {
 /// How many of a task's queued inputs its page lists.
 const QUEUED_SHOWN: usize = 50;
 
-/// The text of a queued input's message (its text parts, joined), else its JSON.
-fn queued_text(io: &serde_json::Value) -> String {
+/// The text of a queued input's message (its text parts, joined), else its JSON; for a lock
+/// waiting to be done, its reason.
+fn queued_text(input: &QueuedInput) -> String {
+    if let Some(reason) = &input.lock {
+        return format!("Lock: {reason}");
+    }
+    let io = &input.io;
     let texts: Vec<&str> = io["message"]
         .as_array()
         .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
@@ -498,7 +503,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
                             tr {
                                 td { (time_ms(input.queued_at)) }
                                 td { (input.trigger.as_ref().map_or("user", |t| t.source.as_str())) }
-                                td { (queued_text(&input.io)) }
+                                td { (queued_text(input)) }
                             }
                         }
                     }
