@@ -8,7 +8,7 @@ use agentmesh_manifest::model::host::Condensation;
 use agentmesh_model::event::{Event, EventKind, EventSource};
 use agentmesh_store::now_ms;
 
-use crate::plan::AgentPlan;
+use crate::plan::{AgentPlan, Plan};
 use crate::records::forgotten_to;
 use crate::task::TaskRecord;
 use crate::{Engine, Result};
@@ -143,13 +143,13 @@ fn transcript(history: &[Event], from: u64, to: u64) -> String {
 /// Condenses `record`'s view when its log (the journal's view) is past the host's budget:
 /// one summarizing LLM call (counted like any other), then the summary and the `Condensation`
 /// logged. Nothing happens when under budget or when the call fails (the conversation then
-/// simply goes on uncondensed, and the failure is logged).
+/// simply goes on uncondensed, and the failure is logged). `agent` is `plan`'s: the step's
+/// one version of the config names the model, and says what the budget is.
 pub(crate) async fn maybe_condense(
     engine: &Engine,
-    agent: &AgentPlan,
+    (plan, agent): (&Plan, &AgentPlan),
     record: &mut TaskRecord,
 ) -> Result<()> {
-    let plan = engine.plan();
     let Some(config) = &plan.host.condensation else {
         return Ok(());
     };
@@ -162,7 +162,7 @@ pub(crate) async fn maybe_condense(
         return Ok(());
     };
     let transcript = transcript(history, from, to);
-    let (provider, model) = match engine.inner.providers.get(&plan, &agent.model) {
+    let (provider, model) = match engine.inner.providers.get(plan, &agent.model) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(task.id = %record.id, "condensation skipped: {e}");

@@ -284,7 +284,7 @@ async fn conversation(engine: &Engine, record: &mut TaskRecord) -> Result<Inner<
             return exceeded(engine, record, limit, &message, Vec::new()).map(Inner::Ended);
         }
         let calls = record.llm_calls;
-        crate::condense::maybe_condense(engine, agent, record).await?;
+        crate::condense::maybe_condense(engine, (&plan, agent), record).await?;
         // Condensing made an LLM call of its own, counted like any other.
         if record.llm_calls != calls
             && let Some((limit, message)) = limit_before_llm(agent, record)
