@@ -167,6 +167,7 @@ impl Hosts {
         Box::new(move |notice| {
             let heard = match notice {
                 Notice::Written(task) => Heard::Written(task.to_owned()),
+                Notice::Queued(task) => Heard::Kick(task.to_owned()),
                 Notice::Missed => Heard::Missed,
                 Notice::Message(body) => match parse(body) {
                     Some(heard) => heard,

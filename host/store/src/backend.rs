@@ -203,6 +203,9 @@ pub enum Notice<'a> {
     Written(&'a str),
     /// Another host sent this one a message ([`Leases::tell`]).
     Message(&'a str),
+    /// Another host queued input for task `.0`, whose lease this one holds (told by the
+    /// queuing's own transaction: no input is queued unannounced to its holder).
+    Queued(&'a str),
     /// Notices may have been missed (the connection that carries them was lost and is back,
     /// or the other hosts forgot this one, not having heard from it for a lease past its
     /// expiry, and it registered anew): whatever is kept of other hosts' tasks must be read

@@ -44,7 +44,7 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
@@ -52,6 +52,7 @@ const MIGRATIONS: [&str; 7] = [
     include_str!("../migrations/postgres/0005_forget_dead_hosts.sql"),
     include_str!("../migrations/postgres/0006_a_lapsed_writer_takes_nothing.sql"),
     include_str!("../migrations/postgres/0007_a_lapsed_writer_takes_no_free_lease.sql"),
+    include_str!("../migrations/postgres/0008_queued_input_tells_its_holder.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
@@ -537,8 +538,8 @@ fn host_id() -> String {
 }
 
 /// Listens on [`CHANNEL`] for as long as the store's runtime runs, on a session of its own,
-/// and hands each notice to `hooks`: a write of another host (`w HOST TASK`) and a message to
-/// this one (`m HOST BODY`). A lost session is opened again, and [`Notice::Missed`] told.
+/// and hands each notice to `hooks`: a write of another host (`w HOST TASK`), a message to
+/// this one (`m HOST BODY`) and input queued for a task it holds (`q HOST TASK`). A lost session is opened again, and [`Notice::Missed`] told.
 /// `started` is told once whether the first `LISTEN` took.
 async fn listen(
     config: tokio_postgres::Config,
@@ -595,8 +596,8 @@ async fn listen(
     }
 }
 
-/// Hands notice `payload` (see [`listen`]) to `hooks`, unless it is this host's own write or a
-/// message to another host.
+/// Hands notice `payload` (see [`listen`]) to `hooks`, unless it is this host's own write, or
+/// a message or queued input for another host.
 fn hear(host: &str, hooks: &Hooks, payload: &str) {
     let mut words = payload.splitn(3, ' ');
     let (Some(kind), Some(from_or_to), Some(rest)) = (words.next(), words.next(), words.next())
@@ -615,6 +616,11 @@ fn hear(host: &str, hooks: &Hooks, payload: &str) {
         "m" if from_or_to == host => {
             if let Some(hook) = hooks.notice.get() {
                 hook(Notice::Message(rest));
+            }
+        }
+        "q" if from_or_to == host => {
+            if let Some(hook) = hooks.notice.get() {
+                hook(Notice::Queued(rest));
             }
         }
         _ => {}
@@ -946,13 +952,17 @@ impl Queues for PgStore {
         let now = now_ms();
         // Its commit is synchronous: it makes every write before it durable too.
         let covers = self.writes.load(Ordering::SeqCst);
+        let host = self.host.as_str();
         let ids: Option<Vec<i64>> = self.run(|c| async move {
             let statement = c
-                .prepare_cached("SELECT agentmesh_queue_inputs($1, $2, $3, $4, $5, $6)")
+                .prepare_cached("SELECT agentmesh_queue_inputs($1, $2, $3, $4, $5, $6, $7)")
                 .await
                 .map_err(db)?;
             let row = c
-                .query_one(&statement, &[&id, &until, &now, &tasks, &at, &bodies])
+                .query_one(
+                    &statement,
+                    &[&id, &until, &now, &tasks, &at, &bodies, &host],
+                )
                 .await
                 .map_err(db)?;
             Ok(row.get(0))

@@ -304,6 +304,7 @@ fn a_host_hears_the_writes_of_others_and_the_messages_sent_to_it() {
         let said = match notice {
             Notice::Written(task) => format!("written {task}"),
             Notice::Message(body) => format!("message {body}"),
+            Notice::Queued(task) => format!("queued {task}"),
             Notice::Missed => "missed".to_owned(),
         };
         heard.lock().unwrap().send(said).unwrap();
@@ -323,6 +324,52 @@ fn a_host_hears_the_writes_of_others_and_the_messages_sent_to_it() {
     b.tell(b.host_id(), "kick t_2").unwrap();
     assert_eq!(rx.recv_timeout(wait).unwrap(), "message kick t_2");
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+}
+
+/// Input queued for a task another host holds reaches that host by the queuing itself: a
+/// host that goes down right after queuing, before it could tell the holder anything, leaves
+/// no input the holder does not hear of. Input for a task the queuing host holds, or nobody
+/// holds, is announced to nobody.
+#[test]
+fn input_queued_for_a_task_another_host_holds_is_announced_to_that_host_alone() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let a = PgStore::open(&options(&url)).unwrap();
+    let b = PgStore::open(&options(&url)).unwrap();
+    let (rx_a, rx) = (queued_notices(&a), queued_notices(&b));
+    write(&b, "t_b", 1, false).unwrap();
+    write(&a, "t_a", 1, false).unwrap();
+    let input: &[u8] = b"{}";
+    a.queue_durably(
+        None,
+        &[("t_b", 1, input), ("t_a", 1, input), ("t_free", 1, input)],
+    )
+    .unwrap();
+    let wait = Duration::from_secs(10);
+    assert_eq!(rx.recv_timeout(wait).unwrap(), "t_b");
+    b.queue_durably(Some(("d-1", i64::MAX)), &[("t_a", 2, input)])
+        .unwrap();
+    assert_eq!(rx_a.recv_timeout(wait).unwrap(), "t_a");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "b heard more"
+    );
+    assert!(
+        rx_a.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a heard more"
+    );
+}
+
+/// The tasks `store` hears of as [`Notice::Queued`], as it hears them.
+fn queued_notices(store: &PgStore) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    store.set_notice_hook(Box::new(move |notice| {
+        if let Notice::Queued(task) = notice {
+            tx.lock().unwrap().send(task.to_owned()).unwrap();
+        }
+    }));
+    rx
 }
 
 /// Every notice on the channel the hosts use, heard by a session of its own (its payload);
