@@ -96,7 +96,7 @@ use std::time::Duration;
 use agentmesh_expr::{Activation, Bound, Needs};
 use agentmesh_model::event::{ContentPart, Event, EventKind, EventSource, TriggerEnvelope};
 use agentmesh_secrets::SharedSecrets;
-use agentmesh_store::{Backend, Offloaded, StoreError, Typed, now_ms, now_rfc3339};
+use agentmesh_store::{Backend, Offloaded, QueueKey, StoreError, Typed, now_ms, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -643,10 +643,11 @@ impl Engine {
     /// schedule's tick is queued, and claimed across hosts, in one write for a task id of its
     /// own, so that a host dying right after the claim leaves the tick's input for the host
     /// that takes it over (see [`hosts`]) rather than losing it. The task is the schedule's,
-    /// as the input's envelope names it. `None` when nothing is queued; input that no
-    /// schedule of the plan explains is dropped, with a warning.
-    fn adopt(&self, id: &str) -> Result<Option<TaskRecord>> {
-        let Some((_, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
+    /// as the input's envelope names it, returned with that input (the head of its queue).
+    /// `None` when nothing is queued; input that no schedule of the plan explains is dropped,
+    /// with a warning.
+    fn adopt(&self, id: &str) -> Result<Option<(TaskRecord, (QueueKey, QueuedInput))>> {
+        let Some((key, input)) = self.inner.store.next_queued::<QueuedInput>(id)? else {
             return Ok(None);
         };
         let plan = self.plan();
@@ -663,7 +664,8 @@ impl Engine {
                     id: s.owner.clone(),
                     email: None,
                 };
-                self.open_record(id, &agent, owner, None, 0).map(Some)
+                let record = self.open_record(id, &agent, owner, None, 0)?;
+                Ok(Some((record, (key, input))))
             }
             (_, agent) => {
                 let why = match agent {
@@ -763,19 +765,22 @@ impl Engine {
                 .kick(self.inner.store.as_ref(), &host, id)?;
             return self.records().peek(id, |r| Arc::new(r.clone()));
         }
-        let mut record = match self.records().checkout(id) {
+        // The head of the queue, when read, is the first input when the runner asks for one.
+        let (mut record, mut head) = match self.records().checkout(id) {
             Err(EngineError::NotFound(what)) => match self.adopt(id)? {
-                Some(record) => record,
+                Some((record, head)) => (record, Some(head)),
                 None => return Err(EngineError::NotFound(what)),
             },
-            checked_out => checked_out?,
-        };
-        // A lock waits ahead of every input (see `door::Input::lock`), also of a turn to
-        // resume or a review pending: a queue known here holds none (the door's lock makes it
-        // unknown). The head read is the first input when the runner asks for one.
-        let mut head = match self.records().queue_known(id) {
-            true => None,
-            false => self.inner.store.next_queued::<QueuedInput>(id)?,
+            checked_out => {
+                // A lock waits ahead of every input (see `door::Input::lock`), also of a turn
+                // to resume or a review pending: a queue known here holds none (the door's
+                // lock makes it unknown).
+                let head = match self.records().queue_known(id) {
+                    true => None,
+                    false => self.inner.store.next_queued::<QueuedInput>(id)?,
+                };
+                (checked_out?, head)
+            }
         };
         if let Some(reason) = head.as_ref().and_then(|(_, input)| input.lock.clone()) {
             return self.lock_held(record, &reason).await;
