@@ -1056,7 +1056,6 @@ impl Engine {
     /// written ([`door::Input::lock`]), as the task's running turn must reach its next step
     /// first and the arrival is answered without waiting for that.
     pub(crate) fn lock_in_background(&self, task: String, reason: String) {
-        tracing::info!(task.id = %task, "locked by event middleware: {reason}");
         let engine = self.clone();
         tokio::spawn(async move {
             if let Err(e) = engine.lock_task(&task, &reason).await {
@@ -1070,11 +1069,14 @@ impl Engine {
     /// ended already is left as it is, but for its queue (a terminated task runs none of it).
     /// Returns the record, checked in.
     async fn lock_held(&self, mut record: TaskRecord, reason: &str) -> Result<Arc<TaskRecord>> {
-        self.clear_queue(&record.id)?;
+        let dropped = self.clear_queue(&record.id)?;
         if record.status() == Status::Terminated {
-            self.flush()?;
+            if dropped > 0 {
+                self.flush()?;
+            }
             return Ok(self.records().checkin(record));
         }
+        tracing::info!(task.id = %record.id, "locked: {reason}");
         let mut events = self.end_suspended_turn(&mut record, "not run: the task was locked")?;
         turn::terminate(&mut record, Reason::Locked, None, reason, &mut events);
         self.records().save(&mut record, events)?;
