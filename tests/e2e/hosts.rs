@@ -246,6 +246,32 @@ fn any_host_takes_any_request_and_the_holder_runs_the_turns() {
 }
 
 #[test]
+fn input_given_to_one_host_for_a_task_another_holds_wakes_the_holder_once() {
+    let TwoHosts { pg, url, a, b, .. } = two_hosts();
+    let task = a.create_task(&json!({"agent": "dev/helper", "input": {"message": "first"}}));
+    task_once(&a, &task, Duration::from_secs(30), answered(1));
+    let holder = owner(&pg, &url, &task);
+
+    let listening = pg.listen(url.rsplit('/').next().unwrap(), "agentmesh", 3);
+    b.send_input(&task, "second");
+    task_once(&b, &task, Duration::from_secs(30), answered(2));
+    let heard = listening.heard();
+    // The queuing tells the holder; B's runner does not wake to tell it again.
+    let told = format!("q {holder} {task}");
+    assert_eq!(
+        heard.iter().filter(|p| **p == told).count(),
+        1,
+        "heard: {heard:?}"
+    );
+    assert!(
+        !heard.iter().any(|p| p.ends_with(&format!("kick {task}"))),
+        "the holder was told twice: {heard:?}"
+    );
+    assert_eq!(owner(&pg, &url, &task), holder);
+    assert_eq!(a.user_texts(&task), [json!("first"), json!("second")]);
+}
+
+#[test]
 fn a_review_decided_through_another_host_is_still_only_the_reviewers() {
     let pg = Postgres::start();
     let url = pg.new_database();

@@ -433,7 +433,7 @@ impl Arrival<'_> {
         drop(self.serial);
         match outcome {
             Delivery::Duplicate => Ok(Accepted::Duplicate),
-            Delivery::Queued(keys) => {
+            Delivery::Queued { keys, told } => {
                 let mut queued = Vec::with_capacity(tasks.len());
                 for ((task, key), input) in tasks.into_iter().zip(keys).zip(entries) {
                     match input.lock {
@@ -451,8 +451,11 @@ impl Arrival<'_> {
                         }
                     }
                 }
+                // A task another host holds was told by the store in the same commit; its
+                // runner here would only find the lease elsewhere and tell the holder again.
                 if run == Run::Background {
-                    for task in &queued {
+                    let told: std::collections::HashSet<&String> = told.iter().collect();
+                    for task in queued.iter().filter(|t| !told.contains(t)) {
                         engine.wake(task);
                     }
                 }

@@ -99,10 +99,11 @@ pub fn queue_order_and_take_once(dir: &Path, open: Open<'_>) {
             ],
         )
         .unwrap();
-    let Delivery::Queued(keys) = queued else {
+    let Delivery::Queued { keys, told } = queued else {
         panic!("inputs without a delivery id were not queued: {queued:?}")
     };
     assert_eq!(keys.len(), 3);
+    assert!(told.is_empty(), "no other host holds these tasks: {told:?}");
     b.queue_durably(None, &[("t_1", 20, b"\"b\"")]).unwrap();
     assert_eq!(b.queued_count("t_1").unwrap(), 3);
     let listed: Vec<Vec<u8>> = b
@@ -210,7 +211,7 @@ pub fn dedupe(dir: &Path, open: Open<'_>) {
         .queue_durably(Some(("d-1", far)), &[("t_1", 1, b"1")])
         .unwrap();
     assert!(
-        matches!(first, Delivery::Queued(ref k) if k.len() == 1),
+        matches!(first, Delivery::Queued { ref keys, .. } if keys.len() == 1),
         "{first:?}"
     );
     let again = b
@@ -335,7 +336,7 @@ pub fn deferred_delivery(dir: &Path, open: Open<'_>) {
                 let (outcome, wait) = b
                     .queue_deferred(Some((&id, i64::MAX)), &[(&task, 1, b"1")])
                     .unwrap();
-                assert!(matches!(outcome, Delivery::Queued(_)), "delivery {i}");
+                assert!(matches!(outcome, Delivery::Queued { .. }), "delivery {i}");
                 wait
             })
             .collect();

@@ -190,8 +190,15 @@ pub type AppendHook = Box<dyn Fn(&str) + Send + Sync>;
 pub enum Delivery {
     /// The delivery id was seen within its window: nothing was queued.
     Duplicate,
-    /// Every input was queued (and is durable).
-    Queued(Vec<QueueKey>),
+    /// Every input was queued (and is durable): each one's key, and the tasks among them the
+    /// store told of it already, as another live host holds their leases (see [`Leases`]: it
+    /// heard [`Notice::Queued`] on commit), so the queuing host need not wake their runners.
+    Queued {
+        /// The inputs' keys, in order.
+        keys: Vec<QueueKey>,
+        /// Tasks whose holders were told (always empty on a store of one host).
+        told: Vec<String>,
+    },
 }
 
 /// Now, RFC 3339 in UTC with milliseconds.

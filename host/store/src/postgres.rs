@@ -44,7 +44,7 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
@@ -53,6 +53,7 @@ const MIGRATIONS: [&str; 8] = [
     include_str!("../migrations/postgres/0006_a_lapsed_writer_takes_nothing.sql"),
     include_str!("../migrations/postgres/0007_a_lapsed_writer_takes_no_free_lease.sql"),
     include_str!("../migrations/postgres/0008_queued_input_tells_its_holder.sql"),
+    include_str!("../migrations/postgres/0009_queuing_says_whom_it_told.sql"),
 ];
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
@@ -953,9 +954,11 @@ impl Queues for PgStore {
         // Its commit is synchronous: it makes every write before it durable too.
         let covers = self.writes.load(Ordering::SeqCst);
         let host = self.host.as_str();
-        let ids: Option<Vec<i64>> = self.run(|c| async move {
+        let (ids, told): (Option<Vec<i64>>, Vec<String>) = self.run(|c| async move {
             let statement = c
-                .prepare_cached("SELECT agentmesh_queue_inputs($1, $2, $3, $4, $5, $6, $7)")
+                .prepare_cached(
+                    "SELECT ids, told FROM agentmesh_queue_inputs($1, $2, $3, $4, $5, $6, $7)",
+                )
                 .await
                 .map_err(db)?;
             let row = c
@@ -965,13 +968,16 @@ impl Queues for PgStore {
                 )
                 .await
                 .map_err(db)?;
-            Ok(row.get(0))
+            Ok((row.get(0), row.get(1)))
         })?;
         self.wrote();
         self.flushed.fetch_max(covers, Ordering::SeqCst);
         Ok(match ids {
             None => Delivery::Duplicate,
-            Some(ids) => Delivery::Queued(ids.into_iter().map(queue_key).collect()),
+            Some(ids) => Delivery::Queued {
+                keys: ids.into_iter().map(queue_key).collect(),
+                told,
+            },
         })
     }
 

@@ -280,7 +280,13 @@ impl SledStore {
         let Some((id, until)) = delivery else {
             let keys = entries.iter().map(|(k, _)| k.clone()).collect();
             self.queue_all(entries)?;
-            return Ok((Delivery::Queued(keys), true));
+            return Ok((
+                Delivery::Queued {
+                    keys,
+                    told: Vec::new(),
+                },
+                true,
+            ));
         };
         let now = now_ms();
         let outcome = (&self.queue, &self.dedupe)
@@ -293,12 +299,13 @@ impl SledStore {
                 for (key, bytes) in &entries {
                     queue.insert(key.0.as_slice(), bytes.as_slice())?;
                 }
-                Ok(Delivery::Queued(
-                    entries.iter().map(|(k, _)| k.clone()).collect(),
-                ))
+                Ok(Delivery::Queued {
+                    keys: entries.iter().map(|(k, _)| k.clone()).collect(),
+                    told: Vec::new(),
+                })
             })
             .map_err(tx_error)?;
-        let written = matches!(outcome, Delivery::Queued(_));
+        let written = matches!(outcome, Delivery::Queued { .. });
         if written {
             self.wrote();
         }

@@ -125,7 +125,7 @@ pub trait Typed: Backend {
         input: &I,
     ) -> Result<QueueKey> {
         match self.deliver_durably(None, &[(task_id, queued_at, input)])? {
-            Delivery::Queued(keys) => keys.into_iter().next().ok_or_else(|| {
+            Delivery::Queued { keys, .. } => keys.into_iter().next().ok_or_else(|| {
                 StoreError::Conflict(format!("task `{task_id}`: its input was not queued"))
             }),
             // Only a delivery id is ever a duplicate.

@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agentmesh_store::{
-    Dedupe, HostState, Lease, Leases, Notice, PgOptions, PgStore, PluginKv, Queues, RawWrite,
-    SledStore, StoreError, TaskLogs, postgres,
+    Dedupe, Delivery, HostState, Lease, Leases, Notice, PgOptions, PgStore, PluginKv, Queues,
+    RawWrite, SledStore, StoreError, TaskLogs, postgres,
 };
 use agentmesh_testkit::postgres::Postgres;
 
@@ -340,15 +340,25 @@ fn input_queued_for_a_task_another_host_holds_is_announced_to_that_host_alone() 
     write(&b, "t_b", 1, false).unwrap();
     write(&a, "t_a", 1, false).unwrap();
     let input: &[u8] = b"{}";
-    a.queue_durably(
-        None,
-        &[("t_b", 1, input), ("t_a", 1, input), ("t_free", 1, input)],
-    )
-    .unwrap();
+    let queued = a
+        .queue_durably(
+            None,
+            &[("t_b", 1, input), ("t_a", 1, input), ("t_free", 1, input)],
+        )
+        .unwrap();
+    assert!(
+        matches!(&queued, Delivery::Queued { told, .. } if told == &["t_b"]),
+        "{queued:?}"
+    );
     let wait = Duration::from_secs(10);
     assert_eq!(rx.recv_timeout(wait).unwrap(), "t_b");
-    b.queue_durably(Some(("d-1", i64::MAX)), &[("t_a", 2, input)])
+    let queued = b
+        .queue_durably(Some(("d-1", i64::MAX)), &[("t_a", 2, input)])
         .unwrap();
+    assert!(
+        matches!(&queued, Delivery::Queued { told, .. } if told == &["t_a"]),
+        "{queued:?}"
+    );
     assert_eq!(rx_a.recv_timeout(wait).unwrap(), "t_a");
     assert!(
         rx.recv_timeout(Duration::from_millis(300)).is_err(),
@@ -358,6 +368,34 @@ fn input_queued_for_a_task_another_host_holds_is_announced_to_that_host_alone() 
         rx_a.recv_timeout(Duration::from_millis(300)).is_err(),
         "a heard more"
     );
+}
+
+#[test]
+fn input_queued_for_a_task_whose_holder_lapsed_is_left_to_the_queuing_host() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let lease = Duration::from_secs(1);
+    let gone = PgStore::open(&PgOptions {
+        lease,
+        ..options(&url)
+    })
+    .unwrap();
+    let rx = queued_notices(&gone);
+    write(&gone, "t_1", 1, false).unwrap();
+    std::thread::sleep(lease + Duration::from_millis(300));
+    let a = PgStore::open(&options(&url)).unwrap();
+    let queued = a.queue_durably(None, &[("t_1", 1, b"{}")]).unwrap();
+    // Nobody would run it on the word of a host that is not live: the queuing host's runner
+    // takes the task over.
+    assert!(
+        matches!(&queued, Delivery::Queued { told, .. } if told.is_empty()),
+        "{queued:?}"
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "a lapsed host was told"
+    );
+    assert!(matches!(a.take_lease("t_1"), Ok(Lease::Held { .. })));
 }
 
 /// The tasks `store` hears of as [`Notice::Queued`], as it hears them.

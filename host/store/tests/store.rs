@@ -230,7 +230,7 @@ fn a_delivery_is_queued_once_and_inputs_without_one_are_queued_in_order() {
     let first = store
         .deliver_durably(Some(("d-1", until)), &inputs)
         .unwrap();
-    assert!(matches!(&first, Delivery::Queued(keys) if keys.len() == 2));
+    assert!(matches!(&first, Delivery::Queued { keys, .. } if keys.len() == 2));
     assert!(store.is_remembered("d-1").unwrap());
     // The repeat queues nothing, on any task.
     let again = store.deliver_durably(Some(("d-1", until)), &[("c", 11, &json!("for c"))]);
@@ -249,7 +249,7 @@ fn a_delivery_is_queued_once_and_inputs_without_one_are_queued_in_order() {
         .unwrap();
     let two = [("a", 20, &json!("second")), ("b", 20, &json!("b, second"))];
     assert!(
-        matches!(store.deliver_durably(None, &two).unwrap(), Delivery::Queued(k) if k.len() == 2)
+        matches!(store.deliver_durably(None, &two).unwrap(), Delivery::Queued { keys, .. } if keys.len() == 2)
     );
     let mut taken = Vec::new();
     while let Some((key, input)) = store.next_queued::<Value>("a").unwrap() {

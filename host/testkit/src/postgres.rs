@@ -181,6 +181,55 @@ impl Postgres {
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
+
+    /// Listens on `channel` of database `name` for `secs` seconds from a `psql` session of
+    /// its own; returns once the session listens. [`Listening::heard`] gives the payloads.
+    pub fn listen(&self, name: &str, channel: &str, secs: u32) -> Listening {
+        let child = self
+            .command("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER])
+            .args(["-v", "ON_ERROR_STOP=1", "-At", "-d", name])
+            .args(["-c", &format!("LISTEN {channel}")])
+            .args(["-c", &format!("SELECT pg_sleep({secs}) AS listening")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("psql: {e}"));
+        // Its LISTEN has committed once its sleep runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.psql(
+            name,
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(% AS listening'",
+        ) != "1"
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "psql did not start listening"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Listening(child)
+    }
+}
+
+/// A `psql` session listening on a channel (see [`Postgres::listen`]).
+pub struct Listening(std::process::Child);
+
+impl Listening {
+    /// Waits for the session to end; the payloads of the notices it heard, in order.
+    pub fn heard(self) -> Vec<String> {
+        let out = check("psql", self.0.wait_with_output());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("Asynchronous notification ")?;
+                let (_, rest) = rest.split_once(" with payload \"")?;
+                let (payload, _) = rest.rsplit_once("\" received from server process")?;
+                Some(payload.to_owned())
+            })
+            .collect()
+    }
 }
 
 impl Drop for Postgres {
