@@ -24,12 +24,18 @@
 //! Refusals are logged and recorded for the call, so the tool error the LLM sees says what was
 //! refused and why.
 //!
+//! An instance has at most [`MAX_CONNECTIONS`] connections open at once (from the request
+//! until its connection ends, or its response is dropped); a request beyond them is refused
+//! with `connection-limit-reached`, so that a guest holding requests open cannot take the
+//! host's file descriptors.
+//!
 //! A request's body is written in chunks of at most a resource's share of the memory limit
 //! (`state::resource_bytes`), and at most two of them wait in the host to be sent: bodies held
 //! open without end cannot make the host hold more than the instance's memory limit.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -43,6 +49,10 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the first byte of the answer may take when the guest sets no timeout.
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most outgoing connections one instance may have open at once. Each is a socket (a file
+/// descriptor of the host's) and connection buffers; without a bound of its own, a guest could
+/// hold one for each of the many requests its resource table allows.
+pub const MAX_CONNECTIONS: usize = 16;
 
 /// A URL scheme outgoing HTTP may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -314,6 +324,28 @@ pub(crate) struct OutgoingPolicy {
     denials: Arc<Mutex<Vec<String>>>,
     /// The most bytes one write to an outgoing body may carry.
     body_chunk: usize,
+    /// How many of the instance's connections are open (see [`MAX_CONNECTIONS`]).
+    open: Arc<AtomicUsize>,
+}
+
+/// One of an instance's open connections, counted until dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    /// One more connection of `open`'s, unless [`MAX_CONNECTIONS`] are open already.
+    fn take(open: &Arc<AtomicUsize>) -> Option<Open> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_CONNECTIONS).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Open(Arc::clone(open)))
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl OutgoingPolicy {
@@ -340,6 +372,7 @@ impl OutgoingPolicy {
             component,
             denials,
             body_chunk,
+            open: Arc::default(),
         }
     }
 }
@@ -410,6 +443,17 @@ impl WasiHttpHooks for OutgoingPolicy {
             );
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         };
+        let Some(open) = Open::take(&self.open) else {
+            refuse(
+                &component,
+                &denials,
+                format!(
+                    "request to {origin} refused: {MAX_CONNECTIONS} connections are open \
+                     already, the most one instance may hold"
+                ),
+            );
+            return Box::new(async { Err(HttpError::ConnectionLimitReached) });
+        };
         let vouched = self.vouched.clone();
         let tls = self.tls.clone();
         Box::new(async move {
@@ -433,7 +477,13 @@ impl WasiHttpHooks for OutgoingPolicy {
                 return Err(HttpError::DestinationIpProhibited);
             }
             tracing::debug!(component.name = &*component, %origin, "outgoing HTTP request");
-            send(request, &origin, &addrs, &tls, options).await
+            let (response, io) = send(request, &origin, &addrs, &tls, options).await?;
+            // The connection counts until it ends (or the guest drops the response).
+            let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> = Box::new(async move {
+                let _open = open;
+                Box::into_pin(io).await
+            });
+            Ok((response, io))
         })
     }
 }

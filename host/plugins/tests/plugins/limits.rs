@@ -1,6 +1,7 @@
 //! Limits: a runaway loop is stopped at its timeout, a memory hog at its memory limit, a guest
 //! holding host memory through WASI resources at about its memory limit, an oversized answer
 //! refused — each a recoverable fault, and the next call is served; a call's log is bounded;
+//! the connections an instance holds open are bounded;
 //! input nested as deep as the JSON parser allows fits a guest's (small) stack.
 
 use std::time::{Duration, Instant};
@@ -124,6 +125,67 @@ async fn a_memory_hog_fails_at_its_memory_limit() {
         .await
         .unwrap();
     assert_eq!(next.as_deref(), Ok(r#"{"keys":[]}"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_holds_at_most_its_share_of_connections_open() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // A server that answers every request with a body it never finishes, keeping each
+    // connection open until the client lets go; it counts the connections open at once.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (open, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (Arc::clone(&open), Arc::clone(&most));
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (open, most) = (Arc::clone(&counts.0), Arc::clone(&counts.1));
+            tokio::spawn(async move {
+                let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\r\n";
+                let _ = socket.write_all(head.as_bytes()).await;
+                // Open until the client closes it.
+                while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+
+    let sandbox = Sandbox::default().allow(&format!("http://{addr}")).unwrap();
+    let mut session = ToolSession::lazy(load("test-header-hog"), sandbox, "{}", "{}", "t_conn")
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    let max = agentmesh_plugins::http::MAX_CONNECTIONS;
+    let input = json!({"url": format!("http://{addr}/hold"), "requests": max + 24}).to_string();
+    for call in 0..2 {
+        let answer = session.invoke("connect", &input).await.unwrap();
+        let answer: serde_json::Value = serde_json::from_str(&answer.unwrap()).unwrap();
+        assert_eq!(
+            answer,
+            json!({"answered": max, "refused": 24, "error": "ErrorCode::ConnectionLimitReached"}),
+            "call {call}"
+        );
+        assert!(
+            most.load(Ordering::SeqCst) <= max,
+            "call {call}: {} connections were open at once",
+            most.load(Ordering::SeqCst)
+        );
+        // The responses went with the call: their connections close.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while open.load(Ordering::SeqCst) > 0 {
+            assert!(Instant::now() < deadline, "the connections stayed open");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    server.abort();
 }
 
 /// A session of `test-header-hog` with a memory limit of 16 MiB.
