@@ -540,7 +540,8 @@ fn host_id() -> String {
 
 /// Listens on [`CHANNEL`] for as long as the store's runtime runs, on a session of its own,
 /// and hands each notice to `hooks`: a write of another host (`w HOST TASK`), a message to
-/// this one (`m HOST BODY`) and input queued for a task it holds (`q HOST TASK`). A lost session is opened again, and [`Notice::Missed`] told.
+/// this one (`m HOST BODY`) and input queued for a task it holds (`q HOST TASK`). A lost
+/// session is opened again, and [`Notice::Missed`] told.
 /// `started` is told once whether the first `LISTEN` took.
 async fn listen(
     config: tokio_postgres::Config,

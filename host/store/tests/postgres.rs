@@ -17,10 +17,15 @@ use agentmesh_store::{
 use agentmesh_testkit::postgres::Postgres;
 
 fn options(url: &str) -> PgOptions {
+    options_leasing(url, postgres::DEFAULT_LEASE)
+}
+
+/// [`options`] with a lease of `lease` (a host not renewed lapses after it).
+fn options_leasing(url: &str, lease: Duration) -> PgOptions {
     PgOptions {
         url: url.to_owned(),
         pool: 2,
-        lease: postgres::DEFAULT_LEASE,
+        lease,
     }
 }
 
@@ -121,13 +126,7 @@ fn a_call_the_database_does_not_answer_fails_within_the_lease_and_the_next_one_w
     let url = pg.new_database();
     let db = url.rsplit('/').next().unwrap().to_owned();
     let lease = Duration::from_secs(2);
-    let store = std::sync::Arc::new(
-        PgStore::open(&PgOptions {
-            lease,
-            ..options(&url)
-        })
-        .unwrap(),
-    );
+    let store = std::sync::Arc::new(PgStore::open(&options_leasing(&url, lease)).unwrap());
     // A call from a thread that drives its own session (a turn's) and one from a thread
     // that uses the pool, each made once before (so that its session is open), then again
     // while the server's processes for the store are stopped.
@@ -210,10 +209,7 @@ fn write(store: &PgStore, task: &str, seq: u64, active: bool) -> agentmesh_store
 fn a_task_is_written_by_one_live_host_at_a_time_and_taken_over_once_its_holder_goes_quiet() {
     let pg = Postgres::start();
     let url = pg.new_database();
-    let short = PgOptions {
-        lease: Duration::from_secs(1),
-        ..options(&url)
-    };
+    let short = options_leasing(&url, Duration::from_secs(1));
     let a = PgStore::open(&short).unwrap();
     let b = PgStore::open(&short).unwrap();
     assert_ne!(a.host_id(), b.host_id());
@@ -370,16 +366,14 @@ fn input_queued_for_a_task_another_host_holds_is_announced_to_that_host_alone() 
     );
 }
 
+/// Input queued for a task whose holder lapsed is announced to nobody, and the queuing host
+/// is not told that anyone heard of it: its own runner takes the task over.
 #[test]
 fn input_queued_for_a_task_whose_holder_lapsed_is_left_to_the_queuing_host() {
     let pg = Postgres::start();
     let url = pg.new_database();
     let lease = Duration::from_secs(1);
-    let gone = PgStore::open(&PgOptions {
-        lease,
-        ..options(&url)
-    })
-    .unwrap();
+    let gone = PgStore::open(&options_leasing(&url, lease)).unwrap();
     let rx = queued_notices(&gone);
     write(&gone, "t_1", 1, false).unwrap();
     std::thread::sleep(lease + Duration::from_millis(300));
@@ -473,10 +467,7 @@ fn a_host_that_lapsed_cannot_write_a_task_taken_over_by_another_that_lapsed_too(
     let pg = Postgres::start();
     let url = pg.new_database();
     let lease = Duration::from_secs(1);
-    let short = PgOptions {
-        lease,
-        ..options(&url)
-    };
+    let short = options_leasing(&url, lease);
     let a = PgStore::open(&short).unwrap();
     let b = PgStore::open(&short).unwrap();
     assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
@@ -502,10 +493,7 @@ fn a_host_that_lapsed_cannot_write_a_task_another_host_took_over_and_let_go() {
     let pg = Postgres::start();
     let url = pg.new_database();
     let lease = Duration::from_secs(1);
-    let short = PgOptions {
-        lease,
-        ..options(&url)
-    };
+    let short = options_leasing(&url, lease);
     let a = PgStore::open(&short).unwrap();
     let b = PgStore::open(&short).unwrap();
     assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
@@ -593,10 +581,7 @@ fn a_host_gone_for_a_lease_past_its_expiry_is_forgotten_and_told_so_when_it_is_b
     let pg = Postgres::start();
     let url = pg.new_database();
     let lease = Duration::from_secs(1);
-    let short = PgOptions {
-        lease,
-        ..options(&url)
-    };
+    let short = options_leasing(&url, lease);
     let a = PgStore::open(&short).unwrap();
     let b = PgStore::open(&short).unwrap();
     let (told, b_heard) = mpsc::channel();
@@ -843,10 +828,7 @@ fn turns_of_one_task_never_overlap_across_hosts_that_stall_past_their_lease() {
                 | 1
         });
     eprintln!("seed {seed} (AGENTMESH_TEST_SEED replays it)");
-    let short = PgOptions {
-        lease,
-        ..options(&url)
-    };
+    let short = options_leasing(&url, lease);
     // Each host runs turns of task `t` while it holds its lease: a turn writes `start`, works,
     // then writes `end`. Now and then a host stalls past its lease without renewing it (a
     // long pause), so another takes the task over meanwhile.
