@@ -3,11 +3,16 @@
 //! (streamable HTTP, behind bearer tokens). Each session is a task whose log holds the calls,
 //! and whose capability steps refuse what they refuse for an LLM.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use agentmesh_testkit::fixtures::{dirs, scripted_agent};
-use agentmesh_testkit::server::Server;
+use agentmesh_testkit::client::{Request, Response};
+use agentmesh_testkit::fixtures::{
+    API_TOKEN_ENV, API_TOKENS, dirs, echo_tool, reviewed_agent, scripted_agent,
+};
+use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
@@ -511,4 +516,213 @@ fn a_client_is_not_shown_what_the_after_guardrails_refuse_nor_sent_what_is_not_a
         .filter(|e| e.to_string().contains("not a JSON object"))
         .count();
     assert_eq!(refused, 3, "each refusal is logged: {bobs:?}");
+}
+
+/// A `serve` of `lab/careful`, whose one tool, `echo`, waits for `user:ops` to approve each
+/// call (its LLM answers `LLM RAN`, if ever asked), and a session of alice's on its `/mcp`.
+struct Reviewed {
+    _root: tempfile::TempDir,
+    data: PathBuf,
+    server: Server,
+    session: Session,
+}
+
+/// The JSON-RPC message an MCP answer carries: its body, or the event of its stream that holds
+/// one.
+fn message(answer: &Response) -> Value {
+    let text = answer.text();
+    serde_json::from_str(&text)
+        .ok()
+        .or_else(|| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .find_map(|d| serde_json::from_str(d.trim()).ok())
+        })
+        .unwrap_or_else(|| panic!("no JSON-RPC message in the answer: {text}"))
+}
+
+/// An initialized MCP session of alice's on a server at `addr`, and its task.
+struct Session {
+    addr: SocketAddr,
+    id: String,
+    task: String,
+}
+
+impl Reviewed {
+    fn start() -> Reviewed {
+        let (root, dir, data) = dirs(&[
+            ("echo.yaml", &echo_tool("lab")),
+            ("agent.yaml", &reviewed_agent("lab/careful", "script.yaml")),
+            ("script.yaml", "responses:\n  - text: LLM RAN\n"),
+            ("host.yaml", API_TOKENS),
+        ]);
+        let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
+        let session = Session::open(server.addr);
+        Reviewed {
+            _root: root,
+            data,
+            server,
+            session,
+        }
+    }
+}
+
+impl Session {
+    fn open(addr: SocketAddr) -> Session {
+        let opened = Request::new(addr, "POST", "/mcp?agent=lab/careful")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", "Bearer alice-token")
+            .json(&initialize())
+            .send();
+        assert_eq!(opened.status, 200, "{}", opened.text());
+        let id = opened
+            .headers
+            .iter()
+            .find(|(k, _)| k == "mcp-session-id")
+            .map(|(_, v)| v.clone())
+            .expect("a session id");
+        let task = message(&opened)["result"]["_meta"]["agentmesh/task_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the task id in `_meta`: {}", opened.text()))
+            .to_owned();
+        let session = Session { addr, id, task };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(session.post(&initialized).status, 202);
+        session
+    }
+
+    /// Sends `body` in the session as alice (it panics when nothing answers within 20 s).
+    fn post(&self, body: &Value) -> Response {
+        Request::new(self.addr, "POST", "/mcp?agent=lab/careful")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", "Bearer alice-token")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(body)
+            .send()
+    }
+
+    /// Sends a `tools/call` of `echo` with request id `id`.
+    fn echo(&self, id: u64) -> Response {
+        self.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": format!("call {id}")}}}))
+    }
+
+    /// The reviews `user:ops` is asked for.
+    fn reviews(&self) -> Vec<Value> {
+        let listed = Request::new(self.addr, "GET", "/v1/reviews")
+            .header("authorization", "Bearer ops-token")
+            .send()
+            .json();
+        listed["reviews"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The id of the review the session's task waits in, other than `not`, once listed.
+    fn review(&self, not: Option<&str>) -> String {
+        wait_for(Duration::from_secs(30), || {
+            self.reviews().iter().find_map(|r| {
+                let id = r["review_id"].as_str()?;
+                (r["task_id"] == self.task.as_str() && Some(id) != not).then(|| id.to_owned())
+            })
+        })
+        .unwrap_or_else(|| panic!("no review of task {} is listed", self.task))
+    }
+
+    /// `user:ops` decides review `id`.
+    fn decide(&self, id: &str, approve: bool) {
+        let path = format!("/v1/tasks/{}/reviews/{id}", self.task);
+        let decided = Request::new(self.addr, "POST", &path)
+            .header("authorization", "Bearer ops-token")
+            .json(&json!({"approve": approve}))
+            .send();
+        assert_eq!(decided.status, 200, "{}", decided.text());
+    }
+
+    /// The session's task, as alice reads it.
+    fn task(&self) -> Value {
+        Request::new(self.addr, "GET", &format!("/v1/tasks/{}", self.task))
+            .header("authorization", "Bearer alice-token")
+            .send()
+            .json()
+    }
+}
+
+#[test]
+fn a_clients_call_that_waited_in_a_review_leaves_its_session_task_idle() {
+    let Reviewed {
+        _root,
+        server: _server,
+        session: s,
+        ..
+    } = Reviewed::start();
+    assert_eq!(s.task()["status"], "idle");
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| s.echo(5));
+        s.decide(&s.review(None), true);
+        let answer = call.join().unwrap();
+        assert!(answer.text().contains("call 5"), "{}", answer.text());
+    });
+    let seen = s.task();
+    assert_eq!(
+        seen["status"], "idle",
+        "nothing runs once the call answered: {seen}"
+    );
+    // The next call is reviewed again, and denied.
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| s.echo(6));
+        s.decide(&s.review(None), false);
+        let answer = call.join().unwrap();
+        assert!(answer.text().contains("Not approved."), "{}", answer.text());
+    });
+    assert_eq!(s.task()["status"], "idle");
+}
+
+#[test]
+fn a_call_its_client_cancels_stops_waiting_in_its_review_and_frees_the_session() {
+    let Reviewed {
+        _root,
+        data,
+        server,
+        session: s,
+    } = Reviewed::start();
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| s.echo(7));
+        let first = s.review(None);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 7, "reason": "the user gave up"}});
+        assert_eq!(s.post(&cancel).status, 202);
+        // The review is withdrawn: nobody waits for its decision any more.
+        let withdrawn = wait_for(Duration::from_secs(10), || {
+            s.reviews().is_empty().then_some(())
+        });
+        assert!(withdrawn.is_some(), "review {first} is still pending");
+        // The session's next call runs: it is not queued behind the cancelled one.
+        let next = scope.spawn(|| s.echo(8));
+        s.decide(&s.review(Some(&first)), true);
+        let answer = next.join().unwrap();
+        assert!(answer.text().contains("call 8"), "{}", answer.text());
+        // What a cancelled request is answered, if anything, nobody reads.
+        let _ = call.join();
+    });
+    assert_eq!(s.task()["status"], "idle");
+    assert_eq!(server.terminate(), Some(0));
+    let log = log_of(&data, &s.task);
+    let decisions: Vec<_> = log
+        .iter()
+        .filter(|e| e["kind"] == "ReviewDecisionEvent")
+        .map(|e| (e["approve"].clone(), e["decided_by"].clone()))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            (json!(false), json!("cancelled")),
+            (json!(true), json!("user:ops"))
+        ],
+        "{log:?}"
+    );
+    let observed = log
+        .iter()
+        .filter(|e| e["kind"] == "ObservationEvent")
+        .count();
+    assert_eq!(observed, 1, "only the second call ran: {log:?}");
 }

@@ -5,6 +5,8 @@
 //! turn, and its answer goes back to the client instead of to an LLM.
 //! In the log, a client's call is an `ActionEvent` from the `user`, answered as any call.
 
+use std::task::Poll;
+
 use agentmesh_model::event::{ContentPart, EventKind, EventSource, ToolCall, ToolSchema};
 use agentmesh_secrets::Secrets;
 use agentmesh_store::now_ms;
@@ -14,7 +16,7 @@ use crate::call::{self, CallEnd};
 use crate::plan::{AgentPlan, Steps};
 use crate::review::Replay;
 use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
-use crate::task::{Reason, Status, TaskRecord};
+use crate::task::{Reason, Status, TaskRecord, status_event};
 use crate::turn::{self, Events};
 use crate::{Engine, EngineError, NewTask, Result, Run};
 
@@ -122,15 +124,56 @@ impl Engine {
     /// Runs function `name` of task `id`'s agent with `arguments`, as a call of its LLM would
     /// run, waiting for a turn of the task that is running; logs the call and its answer.
     /// What it answers, a result or an error, holds no secret (`***` stands for each).
-    pub async fn call_direct(&self, id: &str, name: &str, arguments: Value) -> Result<DirectEnd> {
+    ///
+    /// `cancelled` resolves when the client gives the call up: a call still waiting for the
+    /// task is not run, and a running one is asked to stop as an interrupt asks a turn (a
+    /// review it waits in is denied, `decided_by: cancelled`). Either way the task is left
+    /// free for the session's next call, and idle.
+    pub async fn call_direct(
+        &self,
+        id: &str,
+        name: &str,
+        arguments: Value,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<DirectEnd> {
+        let mut cancelled = std::pin::pin!(cancelled);
         let task_lock = self.task_lock(id);
-        let _turn = task_lock.lock().await;
+        let _turn = tokio::select! {
+            biased;
+            turn = task_lock.lock() => turn,
+            () = cancelled.as_mut() => {
+                return Ok(DirectEnd::Error("the call was cancelled before it ran".into()));
+            }
+        };
         let mut record = self.records().checkout(id)?;
         if record.status() == Status::Terminated {
             self.records().checkin(record);
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
         }
-        let ran = self.direct(&mut record, name, arguments).await;
+        let ran = {
+            let mut call = std::pin::pin!(self.direct(&mut record, name, arguments));
+            let unless_cancelled = std::future::poll_fn(|cx| {
+                if let Poll::Ready(ran) = call.as_mut().poll(cx) {
+                    return Poll::Ready(Some(ran));
+                }
+                cancelled.as_mut().poll(cx).map(|()| None)
+            });
+            match unless_cancelled.await {
+                Some(ran) => ran,
+                None => {
+                    let _stop = self.cancel_call(id);
+                    call.await
+                }
+            }
+        };
+        // A review leaves the task running once decided; the client's call is over.
+        let settled = match record.status() {
+            Status::Running | Status::Waiting => {
+                record.status = Some(Status::Idle);
+                self.records().log(&mut record, vec![status_event("idle")])
+            }
+            _ => Ok(()),
+        };
         // Whatever the call reached, the record holds what it did.
         let written = self.records().write_ahead(&mut record);
         let terminated = record.status() == Status::Terminated;
@@ -139,6 +182,7 @@ impl Engine {
         if terminated {
             self.close_task_sessions(id).await;
         }
+        settled?;
         written?;
         // The answer leaves the host: a client is shown no secret, however it encodes what it
         // is sent (JSON text inside JSON, a terminal).

@@ -246,6 +246,8 @@ struct Inner {
     /// Tasks whose running turn must stop at its next step, with how many callers ask it
     /// (see [`StopRequest`]).
     interrupts: Mutex<HashMap<String, usize>>,
+    /// Tasks whose client cancelled the call running in them (a subset of `interrupts`).
+    cancels: Mutex<HashMap<String, usize>>,
     /// Woken whenever a task is asked to stop (a turn waiting in a review listens).
     stop_asked: tokio::sync::Notify,
     /// The delegating task of each child task whose turn a parent's call waits for: a
@@ -318,6 +320,7 @@ impl Engine {
                 options,
                 locks: Mutex::new(HashMap::new()),
                 interrupts: Mutex::new(HashMap::new()),
+                cancels: Mutex::new(HashMap::new()),
                 stop_asked: tokio::sync::Notify::new(),
                 delegations: Mutex::new(HashMap::new()),
                 runners: Mutex::new(HashMap::new()),
@@ -1004,6 +1007,19 @@ impl Engine {
     /// Asks task `id`'s running turn to stop at its next step (a review it waits in ends),
     /// until the request is dropped: when its caller holds the task, or gives up midway.
     fn ask_to_stop(&self, id: &str) -> StopRequest<'_> {
+        self.stop_request(id, false)
+    }
+
+    /// Asks the client's call running in task `id` to stop, as [`Engine::ask_to_stop`] asks a
+    /// turn: its client cancelled it.
+    pub(crate) fn cancel_call(&self, id: &str) -> StopRequest<'_> {
+        self.stop_request(id, true)
+    }
+
+    fn stop_request(&self, id: &str, cancel: bool) -> StopRequest<'_> {
+        if cancel {
+            *lock(&self.inner.cancels).entry(id.to_owned()).or_default() += 1;
+        }
         *lock(&self.inner.interrupts)
             .entry(id.to_owned())
             .or_default() += 1;
@@ -1011,7 +1027,13 @@ impl Engine {
         StopRequest {
             engine: self,
             id: id.to_owned(),
+            cancel,
         }
+    }
+
+    /// Whether the client's call running in task `id` was cancelled.
+    pub(crate) fn call_cancelled(&self, id: &str) -> bool {
+        lock(&self.inner.cancels).contains_key(id)
     }
 
     /// Resolves once task `id` is asked to stop.
@@ -2156,18 +2178,24 @@ impl Drop for Delegation<'_> {
 /// A request that a task's running turn stop (see [`Engine::interrupt`]); dropped, it is
 /// withdrawn, so a caller that gives up while it waits (its connection closed) leaves no
 /// request behind that would stop every later turn.
-struct StopRequest<'e> {
+pub(crate) struct StopRequest<'e> {
     engine: &'e Engine,
     id: String,
+    /// Made by [`Engine::cancel_call`].
+    cancel: bool,
 }
 
 impl Drop for StopRequest<'_> {
     fn drop(&mut self) {
-        let mut all = lock(&self.engine.inner.interrupts);
-        if let Some(count) = all.get_mut(&self.id) {
-            *count -= 1;
-            if *count == 0 {
-                all.remove(&self.id);
+        let inner = &self.engine.inner;
+        let cancels = self.cancel.then_some(&inner.cancels);
+        for map in std::iter::once(&inner.interrupts).chain(cancels) {
+            let mut all = lock(map);
+            if let Some(count) = all.get_mut(&self.id) {
+                *count -= 1;
+                if *count == 0 {
+                    all.remove(&self.id);
+                }
             }
         }
     }

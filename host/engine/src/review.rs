@@ -152,11 +152,14 @@ async fn review(
             None => rx.await.ok(),
         }
     };
-    // An interrupt or a deletion ends the wait: the call is denied, and the turn stops at its
-    // next step.
+    // An interrupt, a deletion or the client's cancelling its call ends the wait: the call is
+    // denied, and the turn stops at its next step.
     let (decision, ended_by) = tokio::select! {
         decision = decided => (decision, "timeout"),
-        () = engine.stop_asked(&id) => (None, "interrupt"),
+        () = engine.stop_asked(&id) => {
+            let cancelled = engine.call_cancelled(&id);
+            (None, if cancelled { "cancelled" } else { "interrupt" })
+        }
     };
     lock(&engine.inner.reviews).remove(&review_id);
     let (approve, decided_by, recorded) = match decision {

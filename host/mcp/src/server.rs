@@ -174,9 +174,10 @@ impl ServerHandler for AgentServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let open = self.session(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        // A client's `notifications/cancelled` for this request cancels `context.ct`.
         let end = self
             .engine
-            .call_direct(&open.task, &request.name, arguments)
+            .call_direct(&open.task, &request.name, arguments, context.ct.cancelled())
             .await;
         Ok(CallToolResponse::Complete(match end {
             Ok(DirectEnd::Unknown) => {

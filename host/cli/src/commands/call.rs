@@ -187,7 +187,12 @@ async fn calls(
     for _ in 0..repeat {
         let start = Instant::now();
         let end = engine
-            .call_direct(&task.id, call.function, input.clone())
+            .call_direct(
+                &task.id,
+                call.function,
+                input.clone(),
+                std::future::pending(),
+            )
             .await?;
         times.push(start.elapsed());
         let failed = !matches!(end, DirectEnd::Observation(_));
