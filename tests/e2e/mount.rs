@@ -98,17 +98,7 @@ actions:
     parameters: {{type: object, properties: {{path: {{type: string}}, text: {{type: string}}}}}}
     execute: {{cel: {{expression: \"mount.write(input.path, input.text)\"}}}}
 ---
-kind: commonagents.info/v1beta2/tool
-namespace: t
-name: probe
-description: Looks around its sandbox.
-wasm: {{component: {probe}}}
-actions:
-  - name: probe
-    description: Look.
-    parameters: {{type: object, properties: {{inside: {{type: string}}}}}}
----
-kind: commonagents.info/v1beta2/agent
+{probe}kind: commonagents.info/v1beta2/agent
 namespace: t
 name: a
 description: Reads files.
@@ -117,7 +107,7 @@ model: scripted/script.yaml
 mount: agent
 capabilities: {{files: \"*\", probe: \"*\"}}
 ",
-            probe = crate::wasm::guest("test_probe").display()
+            probe = crate::wasm::probe_tool()
         ),
         "responses:
   - tool_calls:

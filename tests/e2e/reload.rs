@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::AGENTMESH;
 use crate::util::completion;
-use crate::wasm::guest;
+use crate::wasm::{guest, probe_tool};
 
 /// A tool `lab/box` running whatever component `box.wasm` is (the test copies it in).
 const BOX: &str = "kind: commonagents.info/v1beta2/tool
@@ -213,5 +213,75 @@ model: openai/fake
     assert!(
         log.contains("`listen` changed: it applies at the next restart"),
         "{log}"
+    );
+}
+
+/// `t/a`, whose one tool is the `test-probe` component, with the mount `scope`.
+fn probing_agent(scope: &str) -> String {
+    let agent = format!("mount: {scope}\ncapabilities: {{probe: \"*\"}}\n");
+    format!("{}{}", probe_tool(), scripted_agent("t/a", &agent))
+}
+
+#[test]
+fn a_mount_a_reload_takes_away_is_gone_from_a_tasks_open_tool_session() {
+    let probe = "  - tool_calls: [{name: probe, arguments: {inside: /mount/note.txt}}]\n";
+    let (_root, dir, data) = dirs(&[
+        (
+            "host.yaml",
+            "kind: agentmesh/v1/host\nmount: {backend: file, root: files}\n",
+        ),
+        ("all.yaml", &probing_agent("agent")),
+        (
+            "script.yaml",
+            &format!("responses:\n{probe}  - text: one\n{probe}  - text: two\n"),
+        ),
+    ]);
+    std::fs::create_dir_all(dir.join("files/t/a")).unwrap();
+    std::fs::write(dir.join("files/t/a/note.txt"), "in the mount").unwrap();
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let generation = |server: &Server| {
+        server.request("GET", "/v1/status").send().json()["reload"]["generation"].as_u64()
+    };
+    let before = generation(&server);
+    let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    let observations = |n: usize| {
+        wait_for(Duration::from_secs(30), || {
+            let events = server
+                .request("GET", &format!("/v1/tasks/{id}/events"))
+                .send()
+                .json();
+            let seen: Vec<Value> = events["events"]
+                .as_array()?
+                .iter()
+                .filter(|e| e["kind"] == "ObservationEvent")
+                .map(|e| e["result"].clone())
+                .collect();
+            (seen.len() >= n).then_some(seen)
+        })
+        .unwrap_or_else(|| panic!("task {id} never made {n} calls"))
+    };
+    let first = observations(1);
+    assert!(
+        first[0].to_string().contains("in the mount"),
+        "the mount is the session's: {first:?}"
+    );
+
+    // The agent loses its mount; the task's next call runs in its open tool session.
+    std::fs::write(dir.join("all.yaml"), probing_agent("none")).unwrap();
+    let reloaded = wait_for(Duration::from_secs(10), || {
+        generation(&server).filter(|g| Some(*g) > before)
+    });
+    assert!(reloaded.is_some(), "the change is never reloaded");
+    server.send_input(&id, "again");
+    let second = &observations(2)[1];
+    assert!(
+        !second.to_string().contains("in the mount"),
+        "the mount the reload took away is still the session's: {second}"
+    );
+    assert!(
+        second
+            .to_string()
+            .contains(r#"\"what\":\"/mount/note.txt\"}"#),
+        "the probe tried the read: {second}"
     );
 }

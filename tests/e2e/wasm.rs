@@ -410,6 +410,25 @@ const NOTES_ACTIONS: &str = "  - name: put
     parameters: {type: object, properties: {key: {type: string}}}
 ";
 
+/// The tool `t/probe`: the `test-probe` component, its one action `probe` (input `inside`: a
+/// file to read, the positive control), then a `---` line.
+pub fn probe_tool() -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: probe
+description: Looks around its sandbox.
+wasm: {{component: {}}}
+actions:
+  - name: probe
+    description: Look.
+    parameters: {{type: object, properties: {{inside: {{type: string}}}}}}
+---
+",
+        guest("test_probe").display()
+    )
+}
+
 /// The tool `t/notes`, run by the `notes` guest: `put {key, value}` and `get {key}`.
 pub fn notes_tool() -> String {
     format!(

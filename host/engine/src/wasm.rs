@@ -140,15 +140,19 @@ impl KvStore for StoreKv {
 }
 
 /// A tool session: the task, and the tool with the runtime block the action runs (component
-/// and sandbox). Actions of a tool share a session when their blocks are the same; an action
-/// with a sandbox of its own (say, its own `allowed_hosts`) gets its own instance, since an
-/// instance's sandbox is fixed when it is opened.
+/// and sandbox) and the mount it sees. Actions of a tool share a session when their blocks and
+/// mounts are the same; an action with a sandbox of its own (say, its own `allowed_hosts`)
+/// gets its own instance, since an instance's sandbox is fixed when it is opened. So does a
+/// call after a reload changed either: the session it had is not the sandbox in force.
 type SessionKey = (String, String);
 
 /// The second half of a [`SessionKey`].
-fn session_of(tool: &str, runtime: &WasmRuntime) -> String {
+fn session_of(tool: &str, runtime: &WasmRuntime, mount: Option<&MountDir>) -> String {
     let block = serde_json::to_string(runtime).unwrap_or_default();
-    format!("{tool} {block}")
+    match mount {
+        Some(dir) => format!("{tool} {block} {}", dir.shown().display()),
+        None => format!("{tool} {block}"),
+    }
 }
 
 /// A component in force: the name it runs as (a tool's id, or a middleware step's or event
@@ -295,7 +299,7 @@ impl Plugins {
         action: &str,
         input: &Value,
     ) -> ActionResult {
-        let key = (task.to_owned(), session_of(tool, runtime));
+        let key = (task.to_owned(), session_of(tool, runtime, mount.as_ref()));
         let component = match self.component(tool, path) {
             Ok(c) => c,
             Err(e) => {

@@ -100,7 +100,7 @@ impl MountDir {
     }
 
     /// The directory's path, for messages.
-    pub(crate) fn shown(&self) -> &Path {
+    pub fn shown(&self) -> &Path {
         &self.shown
     }
 }
