@@ -123,7 +123,7 @@ async fn review(
     record.pending_review = Some(PendingReview {
         review_id: review_id.clone(),
         reviewer: reviewer.to_owned(),
-        call_id,
+        call_id: call_id.clone(),
         requested_ms: now_ms(),
         triggered: engine.is_triggered(&record.id),
         step,
@@ -138,6 +138,7 @@ async fn review(
                     review_id: review_id.clone(),
                     reviewer: reviewer.to_owned(),
                     subject,
+                    call_id,
                 },
             ),
             status_event("waiting"),
@@ -230,8 +231,10 @@ pub(crate) enum Waiter {
     Stored,
 }
 
-/// Review decisions already recorded for a call, by reviewer, in the order they were made: a
-/// call run again after a restart answers its reviews from them instead of asking again.
+/// Review decisions already recorded for a call's `before` steps, by reviewer, in the order
+/// they were made: a call run again after a restart answers those reviews from them instead
+/// of asking again. Reviews asked by anything else on the way (a tool an `invoke` step runs)
+/// are asked again, and their decisions are not among these.
 #[derive(Debug, Default)]
 pub(crate) struct Replay(Vec<(String, bool)>);
 

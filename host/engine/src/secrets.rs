@@ -118,6 +118,7 @@ pub(crate) fn scrub_event(secrets: &Secrets, kind: &mut EventKind) {
             review_id,
             reviewer,
             subject,
+            call_id: _,
         } => {
             text(review_id);
             text(reviewer);

@@ -520,11 +520,13 @@ pub(crate) async fn resume(
 }
 
 /// The calls of the log's last LLM response that have no result, in order, and the review
-/// decisions made since the last call event (those of the first open call's reviews).
+/// decisions made since the last call event for reviews its steps asked that wait across a
+/// restart (those of the first open call's `before` steps, named by its id).
 fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut response: Option<&str> = None;
-    let mut reviewers: HashMap<&str, &str> = HashMap::new();
+    // Reviews asked for a call's steps, by id: the reviewer and the call.
+    let mut reviewers: HashMap<&str, (&str, &str)> = HashMap::new();
     let mut replay = Replay::default();
     for event in log {
         match &event.kind {
@@ -543,14 +545,20 @@ fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
             EventKind::ReviewRequestEvent {
                 review_id,
                 reviewer,
+                call_id: Some(call),
                 ..
             } => {
-                reviewers.insert(review_id, reviewer);
+                reviewers.insert(review_id, (reviewer, call));
             }
+            // Asked again whenever what asked it runs again.
+            EventKind::ReviewRequestEvent { call_id: None, .. } => {}
             EventKind::ReviewDecisionEvent {
                 review_id, approve, ..
             } => {
-                if let Some(reviewer) = reviewers.get(review_id.as_str()) {
+                let asked = reviewers.get(review_id.as_str());
+                if let Some((reviewer, call)) = asked
+                    && calls.first().is_some_and(|c| c.id == *call)
+                {
                     replay.push((*reviewer).to_owned(), *approve);
                 }
             }

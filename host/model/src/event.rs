@@ -126,6 +126,12 @@ pub enum EventKind {
         reviewer: String,
         /// What is under review (the step's input or output).
         subject: Value,
+        /// The call whose `before` steps ask, when the review waits across a restart: once
+        /// decided, that call runs again from its start and takes the decision instead of
+        /// asking. Absent for every other review (a tool's own, an `after` step's, a
+        /// guardrail's), which is asked again whenever what asks it runs again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
     },
     /// The decision on a review.
     ReviewDecisionEvent {

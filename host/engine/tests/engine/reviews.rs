@@ -656,3 +656,53 @@ async fn interrupting_a_parent_ends_the_review_its_delegated_child_waits_in() {
     );
     stopped_child(&engine, &child);
 }
+
+/// Waits until task `id` waits in a review other than those in `asked`; returns its id.
+async fn next_review(engine: &Engine, id: &str, asked: &[&str]) -> String {
+    for _ in 0..1000 {
+        let pending = engine.task(id).unwrap().pending_review.clone();
+        if let Some(r) = pending.filter(|r| !asked.contains(&r.review_id.as_str())) {
+            return r.review_id;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("the task never waited for another review");
+}
+
+/// A tool `t/gate` whose one action, `check`, asks alice (`review('alice')`).
+const GATE: &str = "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: gate
+description: Asks alice.
+actions:
+  - name: check
+    description: Check.
+    execute:
+      cel: {expression: \"review('alice')\"}
+---
+";
+
+#[tokio::test]
+async fn a_denial_after_a_restart_is_not_answered_by_an_invoked_tools_approval() {
+    // The call's `before` invokes `gate:check`, whose expression asks alice (anew each time
+    // the tool runs), then asks alice itself (a review that waits across a restart).
+    let steps = "  echo:\n    before:\n      - invoke: \"gate:check\"\n      - assert: \"review('alice')\"\n        error_message: Denied.\n";
+    let h = harness(&format!("{GATE}{}", agent(steps)), SAY_EVIL);
+    let (id, runner) = run_for_alice(&h.engine, "t/a").await;
+    let gate = pending_review(&h.engine, &id).await;
+    decide(&h.engine, &id, &gate, true).await;
+    let step = next_review(&h.engine, &id, &[&gate]).await;
+    let (_dir, engine) = restart(h, runner, Some(Duration::from_secs(5))).await;
+    decide(&engine, &id, &step, false).await;
+    // The call runs again from its start: the tool asks alice anew, and she approves.
+    let again = next_review(&engine, &id, &[&gate, &step]).await;
+    decide(&engine, &id, &again, true).await;
+    let done = settled(&engine, &id).await;
+    let events = engine.events(&id, 0).unwrap();
+    assert_eq!(
+        observations(&events),
+        [json!({"rejected": "Denied."})],
+        "alice denied the step's review; the tool's approvals are not that decision"
+    );
+    assert_eq!(done.capabilities["echo_say"].count_successful, 0);
+}

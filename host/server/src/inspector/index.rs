@@ -673,6 +673,7 @@ mod tests {
                     review_id: "rv_1".into(),
                     reviewer: "user:ops".into(),
                     subject: serde_json::Value::Null,
+                    call_id: None,
                 },
             ),
             event(

@@ -108,6 +108,7 @@ fn describe(kind: &EventKind, secrets: &Secrets) -> (&'static str, &'static str,
             review_id,
             reviewer,
             subject,
+            ..
         } => (
             "review",
             "Review requested",
