@@ -130,7 +130,10 @@ async fn reload_during_a_call(
     let (called, in_call) = std::sync::mpsc::channel::<()>();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let released = std::sync::Mutex::new(released);
-    let (port, received) = agentmesh_testkit::serve(2, move |_| {
+    // Kept while the server runs (it stops once nobody receives its requests); they are
+    // counted through `called`, sent before each is answered (a request reaches the channel
+    // only after its answer, which may be after the turn has ended).
+    let (port, _received) = agentmesh_testkit::serve(2, move |_| {
         let _ = called.send(());
         let _ = released
             .lock()
@@ -155,10 +158,14 @@ async fn reload_during_a_call(
             .unwrap();
         engine.run_until_idle(&task.id).await.unwrap()
     });
-    tokio::task::spawn_blocking(move || in_call.recv_timeout(Duration::from_secs(10)))
-        .await
-        .unwrap()
-        .expect("the first call never reached the server");
+    let in_call = tokio::task::spawn_blocking(move || {
+        in_call
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the first call never reached the server");
+        in_call
+    })
+    .await
+    .unwrap();
     let manifests = reload(h.dir.path(), manifests(port));
     std::fs::write(h.dir.path().join("manifests.yaml"), &manifests).unwrap();
     if !manifests.contains("scripted/script.yaml") {
@@ -174,7 +181,7 @@ async fn reload_during_a_call(
         task,
         observations(&events),
         events,
-        received.try_iter().count(),
+        1 + in_call.try_iter().count(),
     )
 }
 
