@@ -189,7 +189,9 @@ impl Secrets {
         Cow::Owned(out)
     }
 
-    /// Replaces every secret in the strings of `value` (object keys too) by [`REDACTED`].
+    /// Replaces every secret in the strings of `value` (object keys too) by [`REDACTED`]; a
+    /// number whose digits hold a secret (a numeric PIN or key) becomes the string its
+    /// scrubbed digits make, so the value stays JSON and shows no secret.
     pub fn scrub_json(&self, value: &mut Value) {
         if self.is_empty() {
             return;
@@ -206,7 +208,12 @@ impl Secrets {
                         .collect();
                 }
             }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            Value::Number(n) => {
+                if let Cow::Owned(clean) = self.scrub(&n.to_string()) {
+                    *value = Value::String(clean);
+                }
+            }
+            Value::Null | Value::Bool(_) => {}
         }
     }
 }
@@ -330,6 +337,17 @@ mod tests {
             "a *** b *** c ***"
         );
         assert!(matches!(s.scrub("clean text"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_number_holding_a_secret_is_hidden_and_the_value_stays_json() {
+        let s = Secrets::new(["48151623", "2342.5"]).unwrap();
+        let mut value = json!({"pin": 48151623, "in": 9_048_151_623_u64, "f": 2342.5, "n": 7});
+        s.scrub_json(&mut value);
+        assert_eq!(
+            value,
+            json!({"pin": "***", "in": "90***", "f": "***", "n": 7})
+        );
     }
 
     #[test]
