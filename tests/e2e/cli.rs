@@ -320,3 +320,46 @@ fn the_shipped_binary_keeps_its_debug_info_beside_it() {
     assert!(split().contains("already split"));
     assert_eq!(std::fs::metadata(&debug).unwrap().len(), kept_size);
 }
+
+/// A Wasm tool's `allowed_hosts` entry that is not an origin would fail every call of the
+/// tool: `validate` reports it where it stands, in the shared `wasm:` block and an action's.
+#[test]
+fn validate_reports_a_wasm_allowed_hosts_entry_that_is_not_an_origin() {
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: probe
+description: Looks around.
+wasm:
+  component: {probe}
+  allowed_hosts: [api.github.com, \"https://api.github.com\"]
+actions:
+  - name: probe
+    description: Look.
+  - name: fetch
+    description: Fetch.
+    execute:
+      wasm: {{allowed_hosts: [\"https://api.github.com/v3\"]}}
+",
+        probe = crate::wasm::guest("test_probe").display()
+    );
+    let agent =
+        agentmesh_testkit::fixtures::scripted_agent("t/a", "capabilities:\n  probe: \"*\"\n");
+    let dir = agentmesh_testkit::fixtures::config_dir(&[
+        ("probe.yaml", &tool),
+        ("agent.yaml", &agent),
+        ("script.yaml", "responses:\n  - text: hi\n"),
+    ]);
+    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let errors: Vec<&str> = out.lines().filter(|l| l.contains(": error")).collect();
+    assert_eq!(errors.len(), 2, "{out}");
+    assert!(
+        errors[0].contains("probe.yaml:7:19: error: `api.github.com` is not an origin"),
+        "{out}"
+    );
+    assert!(
+        errors[1].contains("probe.yaml:14:30: error: `https://api.github.com/v3` is not an origin"),
+        "{out}"
+    );
+}

@@ -183,17 +183,7 @@ fn fields(c: &mut Checker, src: &Source, tool: &Tool, path: &[Seg], mcp: &Mcp) {
             );
         }
     }
-    for (i, host) in mcp.allowed_hosts.iter().flatten().enumerate() {
-        if let Err(why) = origin(host) {
-            let mut p = at("allowed_hosts");
-            p.push(I(i));
-            c.error(
-                src,
-                pos_at(&src.node, &p),
-                format!("`{host}` is not an origin (scheme://host[:port]): {why}"),
-            );
-        }
-    }
+    allowed_hosts(c, src, &at("allowed_hosts"), mcp.allowed_hosts.as_deref());
     for (key, values) in [("env", &mcp.env), ("headers", &mcp.headers)] {
         let Some(values) = values else { continue };
         c.templates_in(src, &at(key), &scopes::MCP);
@@ -281,13 +271,31 @@ fn endpoint(url: &str) -> Result<(), String> {
 
 /// Whether `text` is an origin, `http(s)://host[:port]` (a trailing `/` is accepted; a path,
 /// query or user info is not).
+/// Checks that each entry of the `allowed_hosts` list at `path` (an `mcp` or `wasm` block's)
+/// is an origin.
+pub(super) fn allowed_hosts(c: &mut Checker, src: &Source, path: &[Seg], hosts: Option<&[String]>) {
+    for (i, host) in hosts.into_iter().flatten().enumerate() {
+        if let Err(why) = origin(host) {
+            let mut p = path.to_vec();
+            p.push(I(i));
+            c.error(
+                src,
+                pos_at(&src.node, &p),
+                format!("`{host}` is not an origin (scheme://host[:port]): {why}"),
+            );
+        }
+    }
+}
+
 fn origin(text: &str) -> Result<(), String> {
     let uri: http::Uri = text
         .parse()
         .map_err(|_| "it does not parse as a URL".to_owned())?;
     let bare = uri.path() == "/" || uri.path().is_empty();
     match (uri.scheme_str(), uri.authority()) {
-        (Some("http" | "https"), Some(a)) if !a.host().is_empty() && !a.as_str().contains('@') => {
+        (Some("http" | "https"), Some(a))
+            if !a.host().is_empty() && !a.as_str().contains(['@', '*']) =>
+        {
             match bare && uri.query().is_none() {
                 true => Ok(()),
                 false => Err("only scheme, host and port are allowed".into()),
@@ -351,6 +359,7 @@ mod tests {
         assert!(origin("https://user@mcp.example.com").is_err());
         assert!(origin("ftp://mcp.example.com").is_err());
         assert!(origin("mcp.example.com").is_err());
+        assert!(origin("https://*.example.com").is_err());
     }
 
     #[test]

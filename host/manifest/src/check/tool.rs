@@ -27,8 +27,10 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         tool.events.iter().map(|e| e.name.as_str()),
         "events",
     );
-    if tool.wasm.is_some() {
+    if let Some(wasm) = &tool.wasm {
         c.component(src, &[K("wasm"), K("component")], ComponentWorld::Tool);
+        let hosts = wasm.allowed_hosts.as_deref();
+        super::mcp::allowed_hosts(c, src, &[K("wasm"), K("allowed_hosts")], hosts);
     }
     if let Some(shared) = &tool.stateless_http {
         http(c, src, &[K("stateless_http")], shared, &scopes::HTTP);
@@ -92,6 +94,9 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         }
         if let Some(wasm) = &execute.wasm {
             let mut p = exec("wasm").to_vec();
+            p.push(K("allowed_hosts"));
+            super::mcp::allowed_hosts(c, src, &p, wasm.allowed_hosts.as_deref());
+            p.pop();
             p.push(K("component"));
             c.component(src, &p, ComponentWorld::Tool);
             if wasm.component.is_none() && tool.wasm.as_ref().is_none_or(|w| w.component.is_none())
