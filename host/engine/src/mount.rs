@@ -187,10 +187,8 @@ impl FileMount {
         if meta.len() > MAX_MOUNT_FILE {
             return Err(format!("`{path}` is larger than {MAX_MOUNT_FILE} bytes"));
         }
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .map_err(|e| format!("`{path}`: {e}"))?;
-        Ok(text)
+        // The file may grow while it is read (a component of another task appending to it).
+        read_at_most(&mut file, MAX_MOUNT_FILE).map_err(|e| format!("`{path}`: {e}"))
     }
 
     fn write_file(&self, path: &str, content: &str) -> Result<String, String> {
@@ -213,5 +211,37 @@ impl FileMount {
         file.write_all(content.as_bytes())
             .map_err(|e| format!("`{path}`: {e}"))?;
         Ok(content.to_owned())
+    }
+}
+
+/// What `reader` holds as text, if it is at most `limit` bytes: an error once it has given
+/// more, without reading the rest.
+fn read_at_most(reader: &mut impl Read, limit: u64) -> std::io::Result<String> {
+    let mut text = String::new();
+    reader.take(limit + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "it grew larger than {limit} bytes while it was read"
+        )));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly.
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_stops_at_the_limit_however_much_the_file_holds() {
+        let endless = read_at_most(&mut std::io::repeat(b'a'), 1024);
+        assert!(
+            endless
+                .unwrap_err()
+                .to_string()
+                .contains("larger than 1024")
+        );
+        let fits = read_at_most(&mut "a".repeat(1024).as_bytes(), 1024);
+        assert_eq!(fits.unwrap().len(), 1024);
     }
 }
