@@ -3,6 +3,7 @@
 //! (streamable HTTP, behind bearer tokens). Each session is a task whose log holds the calls,
 //! and whose capability steps refuse what they refuse for an LLM.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -725,4 +726,33 @@ fn a_call_its_client_cancels_stops_waiting_in_its_review_and_frees_the_session()
         .filter(|e| e["kind"] == "ObservationEvent")
         .count();
     assert_eq!(observed, 1, "only the second call ran: {log:?}");
+}
+
+#[test]
+fn a_stopped_host_ends_the_mcp_streams_its_clients_hold_open() {
+    let Reviewed {
+        _root,
+        mut server,
+        session: s,
+        ..
+    } = Reviewed::start();
+    // The client's stream for messages the server sends unasked (a GET in the session), held
+    // open as MCP clients hold it.
+    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+    write!(
+        stream,
+        "GET /mcp?agent=lab/careful HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\
+         Authorization: Bearer alice-token\r\nMcp-Session-Id: {}\r\n\
+         Mcp-Protocol-Version: 2025-11-25\r\n\r\n",
+        s.addr, s.id
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0; 12];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "the stream is open");
+    // SIGTERM: the host drains what is in flight and exits, the open stream ended.
+    assert_eq!(server.stop_within(Duration::from_secs(10)), Some(0));
 }

@@ -23,6 +23,7 @@ use agentmesh_engine::{Engine, EngineError, UserRef};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
 
 pub use server::{AgentServer, TASK_META};
 
@@ -72,19 +73,35 @@ pub async fn serve_stdio(engine: Engine, of: SessionOf) -> Result<(), McpError> 
 /// The streamable-HTTP MCP service of [`http_service`].
 pub type HttpService = StreamableHttpService<AgentServer, LocalSessionManager>;
 
+/// Ends every stream of an [`http_service`] (a client's open GET, an answer being streamed),
+/// so that a server draining for its exit is not held by them.
+#[derive(Clone, Debug)]
+pub struct HttpStop(CancellationToken);
+
+impl HttpStop {
+    /// Ends the streams; sessions and calls are left to end as the server does.
+    pub fn stop(&self) {
+        self.0.cancel();
+    }
+}
+
 /// Serves MCP sessions over streamable HTTP; each request must carry a [`SessionOf`] in its
 /// extensions (the caller). The server in front checks the caller, the session's owner, the
 /// `Host` name and the body's size and time, with its configuration in force: this service
-/// checks none of them.
-pub fn http_service(engine: Engine) -> HttpService {
-    let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+/// checks none of them. The [`HttpStop`] ends its streams.
+pub fn http_service(engine: Engine) -> (HttpService, HttpStop) {
+    let stop = CancellationToken::new();
+    let mut config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_cancellation_token(stop.clone());
     // Answers as JSON unless the call sends something before its result.
     config.json_response = true;
     // The body arrives read already, within the server's cap in force.
     config.max_request_body_bytes = usize::MAX;
-    StreamableHttpService::new(
+    let service = StreamableHttpService::new(
         move || Ok(AgentServer::new(engine.clone(), None)),
         Arc::new(LocalSessionManager::default()),
         config,
-    )
+    );
+    (service, HttpStop(stop))
 }

@@ -98,6 +98,8 @@ pub struct AppState {
     pub health: Arc<health::Health>,
     /// MCP sessions over streamable HTTP (`/mcp`).
     mcp: agentmesh_mcp::HttpService,
+    /// Ends `/mcp`'s open streams when the server drains.
+    mcp_stop: agentmesh_mcp::HttpStop,
     /// Who opened each of them.
     mcp_owners: mcp::Owners,
     /// The inspector's sessions and index of tasks (`/ui/`).
@@ -138,7 +140,7 @@ impl AppState {
         let at_start = reload::StartOnly::of(&engine.plan().host);
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
-        let mcp = agentmesh_mcp::http_service(engine.clone());
+        let (mcp, mcp_stop) = agentmesh_mcp::http_service(engine.clone());
         // Another host's writes missed while the store's listening session was down: the
         // index reads every task again on its next use.
         let index = Arc::downgrade(&inspector.index);
@@ -173,6 +175,7 @@ impl AppState {
             reload: Mutex::new(reload::ReloadStatus::default()),
             health: Arc::default(),
             mcp,
+            mcp_stop,
             mcp_owners: mcp::Owners::default(),
             inspector,
         }
@@ -264,9 +267,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let draining = state.draining.clone();
+    let mcp_stop = state.mcp_stop.clone();
     let shutdown = async move {
         shutdown.await;
         draining.send_replace(true);
+        mcp_stop.stop();
     };
     connections::serve(router(state), listener, limits, shutdown).await;
 }
