@@ -227,6 +227,16 @@ fn the_python_sdk_calls_a_wasm_tool_through_serve_mcp_as_the_tokens_subject() {
     assert_logged(&log_of(&data, task));
 }
 
+/// The session id an `initialize` answer names.
+fn session_id(opened: &Response) -> String {
+    opened
+        .headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no session id: {}", opened.text()))
+}
+
 /// An `initialize` request's body.
 fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -270,12 +280,7 @@ fn serve_mcp_needs_a_writing_token_an_agent_and_the_sessions_own_caller() {
     // Ann opens a session; Bob, holding its id, cannot use it.
     let opened = post(path, Some("ann-secret-token"), &initialize());
     assert_eq!(opened.status, 200, "{}", opened.text());
-    let session = opened
-        .headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone())
-        .expect("a session id");
+    let session = session_id(&opened);
     let in_session = |token: &str, body: &Value| {
         server
             .request("POST", path)
@@ -576,12 +581,7 @@ impl Session {
             .json(&initialize())
             .send();
         assert_eq!(opened.status, 200, "{}", opened.text());
-        let id = opened
-            .headers
-            .iter()
-            .find(|(k, _)| k == "mcp-session-id")
-            .map(|(_, v)| v.clone())
-            .expect("a session id");
+        let id = session_id(&opened);
         let task = message(&opened)["result"]["_meta"]["agentmesh/task_id"]
             .as_str()
             .unwrap_or_else(|| panic!("the task id in `_meta`: {}", opened.text()))

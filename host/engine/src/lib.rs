@@ -243,11 +243,9 @@ struct Inner {
     options: EngineOptions,
     /// One lock per task: a turn holds it, so turns of one task never overlap.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Tasks whose running turn must stop at its next step, with how many callers ask it
-    /// (see [`StopRequest`]).
-    interrupts: Mutex<HashMap<String, usize>>,
-    /// Tasks whose client cancelled the call running in them (a subset of `interrupts`).
-    cancels: Mutex<HashMap<String, usize>>,
+    /// Tasks whose running turn must stop at its next step, with who asks it (see
+    /// [`StopRequest`]).
+    interrupts: Mutex<HashMap<String, Stops>>,
     /// Woken whenever a task is asked to stop (a turn waiting in a review listens).
     stop_asked: tokio::sync::Notify,
     /// The delegating task of each child task whose turn a parent's call waits for: a
@@ -320,7 +318,6 @@ impl Engine {
                 options,
                 locks: Mutex::new(HashMap::new()),
                 interrupts: Mutex::new(HashMap::new()),
-                cancels: Mutex::new(HashMap::new()),
                 stop_asked: tokio::sync::Notify::new(),
                 delegations: Mutex::new(HashMap::new()),
                 runners: Mutex::new(HashMap::new()),
@@ -1017,12 +1014,11 @@ impl Engine {
     }
 
     fn stop_request(&self, id: &str, cancel: bool) -> StopRequest<'_> {
-        if cancel {
-            *lock(&self.inner.cancels).entry(id.to_owned()).or_default() += 1;
-        }
-        *lock(&self.inner.interrupts)
-            .entry(id.to_owned())
-            .or_default() += 1;
+        let mut all = lock(&self.inner.interrupts);
+        let stops = all.entry(id.to_owned()).or_default();
+        stops.asked += 1;
+        stops.cancels += usize::from(cancel);
+        drop(all);
         self.inner.stop_asked.notify_waiters();
         StopRequest {
             engine: self,
@@ -1033,7 +1029,9 @@ impl Engine {
 
     /// Whether the client's call running in task `id` was cancelled.
     pub(crate) fn call_cancelled(&self, id: &str) -> bool {
-        lock(&self.inner.cancels).contains_key(id)
+        lock(&self.inner.interrupts)
+            .get(id)
+            .is_some_and(|s| s.cancels > 0)
     }
 
     /// Resolves once task `id` is asked to stop.
@@ -2185,17 +2183,22 @@ pub(crate) struct StopRequest<'e> {
     cancel: bool,
 }
 
+/// Who asks a task to stop: how many [`StopRequest`]s, and how many of them are its client's
+/// cancel of the call running in it ([`Engine::cancel_call`]).
+#[derive(Default)]
+struct Stops {
+    asked: usize,
+    cancels: usize,
+}
+
 impl Drop for StopRequest<'_> {
     fn drop(&mut self) {
-        let inner = &self.engine.inner;
-        let cancels = self.cancel.then_some(&inner.cancels);
-        for map in std::iter::once(&inner.interrupts).chain(cancels) {
-            let mut all = lock(map);
-            if let Some(count) = all.get_mut(&self.id) {
-                *count -= 1;
-                if *count == 0 {
-                    all.remove(&self.id);
-                }
+        let mut all = lock(&self.engine.inner.interrupts);
+        if let Some(stops) = all.get_mut(&self.id) {
+            stops.asked -= 1;
+            stops.cancels -= usize::from(self.cancel);
+            if stops.asked == 0 {
+                all.remove(&self.id);
             }
         }
     }

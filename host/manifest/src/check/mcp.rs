@@ -269,8 +269,6 @@ fn endpoint(url: &str) -> Result<(), String> {
     }
 }
 
-/// Whether `text` is an origin, `http(s)://host[:port]` (a trailing `/` is accepted; a path,
-/// query or user info is not).
 /// Checks that each entry of the `allowed_hosts` list at `path` (an `mcp` or `wasm` block's)
 /// is an origin.
 pub(super) fn allowed_hosts(c: &mut Checker, src: &Source, path: &[Seg], hosts: Option<&[String]>) {
@@ -287,6 +285,8 @@ pub(super) fn allowed_hosts(c: &mut Checker, src: &Source, path: &[Seg], hosts: 
     }
 }
 
+/// Whether `text` is an origin, `http(s)://host[:port]` (a trailing `/` is accepted; a path,
+/// query, user info or `*` is not).
 fn origin(text: &str) -> Result<(), String> {
     let uri: http::Uri = text
         .parse()

@@ -93,12 +93,10 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
             kubernetes_job(c, src, &exec("kubernetes_job"), job, &action.name);
         }
         if let Some(wasm) = &execute.wasm {
-            let mut p = exec("wasm").to_vec();
-            p.push(K("allowed_hosts"));
-            super::mcp::allowed_hosts(c, src, &p, wasm.allowed_hosts.as_deref());
-            p.pop();
-            p.push(K("component"));
-            c.component(src, &p, ComponentWorld::Tool);
+            let in_wasm = |key| [exec("wasm").as_slice(), &[K(key)]].concat();
+            let hosts = wasm.allowed_hosts.as_deref();
+            super::mcp::allowed_hosts(c, src, &in_wasm("allowed_hosts"), hosts);
+            c.component(src, &in_wasm("component"), ComponentWorld::Tool);
             if wasm.component.is_none() && tool.wasm.as_ref().is_none_or(|w| w.component.is_none())
             {
                 c.error(
