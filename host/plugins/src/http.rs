@@ -6,7 +6,8 @@
 //! 2. every address the host resolves for that host passes `check_addresses`: a public
 //!    address, or a special one (loopback, private, link-local, ...) only when the operator named
 //!    it — the origin's host is that IP literal, the origin is `localhost` and the address is
-//!    loopback, or the address is an IP literal of another allowed origin;
+//!    loopback, or the address and port are those of another allowed origin's IP literal (the
+//!    operator vouched for that service, not for every port of its address);
 //! 3. the connection goes to exactly the checked address.
 //!
 //! Why 2 and 3 (DNS rebinding): an attacker who controls the DNS of an allowed name (or poisons
@@ -282,12 +283,12 @@ fn special_v4(ip: Ipv4Addr) -> Option<&'static str> {
 }
 
 /// Checks every address `origin`'s host resolved to (see the module docs): `Ok` when all may be
-/// connected to, else the reason for the first that may not. `vouched` holds the IP literals
-/// of the sandbox's allowed origins.
+/// connected to, else the reason for the first that may not. `allowed` are the sandbox's
+/// allowed origins: those whose host is an IP literal vouch for that address on their port.
 pub(crate) fn check_addresses(
     origin: &Origin,
     addrs: &[IpAddr],
-    vouched: &[IpAddr],
+    allowed: &[Origin],
 ) -> Result<(), String> {
     if addrs.is_empty() {
         return Err(format!("{} resolved to no address", origin.host));
@@ -298,7 +299,12 @@ pub(crate) fn check_addresses(
         };
         let named = match &origin.host {
             Host::Ip(ip) => *ip == addr,
-            host => (host.is_localhost() && addr.is_loopback()) || vouched.contains(&addr),
+            host => {
+                (host.is_localhost() && addr.is_loopback())
+                    || allowed
+                        .iter()
+                        .any(|o| o.host == Host::Ip(addr) && o.port == origin.port)
+            }
         };
         if !named {
             return Err(format!(
@@ -314,8 +320,6 @@ pub(crate) fn check_addresses(
 pub(crate) struct OutgoingPolicy {
     /// The allowed origins.
     origins: Arc<[Origin]>,
-    /// The IP literals among them (addresses the operator vouched for).
-    vouched: Arc<[IpAddr]>,
     /// TLS client configuration (web PKI roots), shared by the host.
     tls: Arc<rustls::ClientConfig>,
     /// The component's name, for logs.
@@ -358,16 +362,8 @@ impl OutgoingPolicy {
         denials: Arc<Mutex<Vec<String>>>,
         body_chunk: usize,
     ) -> Self {
-        let vouched = origins
-            .iter()
-            .filter_map(|o| match o.host {
-                Host::Ip(ip) => Some(ip),
-                Host::Name(_) => None,
-            })
-            .collect();
         OutgoingPolicy {
             origins: origins.into(),
-            vouched,
             tls,
             component,
             denials,
@@ -454,7 +450,7 @@ impl WasiHttpHooks for OutgoingPolicy {
             );
             return Box::new(async { Err(HttpError::ConnectionLimitReached) });
         };
-        let vouched = self.vouched.clone();
+        let allowed = self.origins.clone();
         let tls = self.tls.clone();
         Box::new(async move {
             let addrs = resolve(&origin).await.inspect_err(|e| {
@@ -468,7 +464,7 @@ impl WasiHttpHooks for OutgoingPolicy {
                 rcode: Some(e),
                 info_code: None,
             })?;
-            if let Err(why) = check_addresses(&origin, &addrs, &vouched) {
+            if let Err(why) = check_addresses(&origin, &addrs, &allowed) {
                 refuse(
                     &component,
                     &denials,
@@ -716,6 +712,20 @@ mod tests {
         assert!(check_addresses(&localhost, &[ip("10.0.0.1")], &[]).is_err());
         let internal = Origin::parse("https://ghe.corp.example").unwrap();
         assert!(check_addresses(&internal, &[ip("10.0.0.5")], &[]).is_err());
-        assert!(check_addresses(&internal, &[ip("10.0.0.5")], &[ip("10.0.0.5")]).is_ok());
+        let vouching = Origin::parse("https://10.0.0.5").unwrap();
+        assert!(check_addresses(&internal, &[ip("10.0.0.5")], &[vouching]).is_ok());
+    }
+
+    #[test]
+    fn an_address_is_vouched_for_on_its_port_only() {
+        // The operator allowed one service of an intranet address: a name answering that
+        // address must not reach its other ports through it.
+        let service = Origin::parse("http://10.0.0.5:8080").unwrap();
+        let internal = Origin::parse("https://ghe.corp.example").unwrap();
+        let err = check_addresses(&internal, &[ip("10.0.0.5")], std::slice::from_ref(&service))
+            .unwrap_err();
+        assert!(err.contains("private"), "{err}");
+        let same_port = Origin::parse("http://ghe.corp.example:8080").unwrap();
+        assert!(check_addresses(&same_port, &[ip("10.0.0.5")], &[service]).is_ok());
     }
 }
