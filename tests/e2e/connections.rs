@@ -5,8 +5,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use agentmesh_testkit::fixtures::config_dir;
+use agentmesh_testkit::fixtures::{self, config_dir, scripted_agent};
 use agentmesh_testkit::server::{Server, wait_for};
+use serde_json::json;
 
 use crate::AGENTMESH;
 
@@ -224,4 +225,70 @@ fn headers_too_large_answer_the_json_error_shape() {
     let (status, json, text) = healthz_with(&server, "/healthz", &many);
     assert_eq!(status, 431, "{text}");
     assert_eq!(json["error"]["code"], "headers_too_large", "{text}");
+}
+
+#[test]
+fn a_large_answer_read_slowly_is_not_cut_by_the_idle_timeout() {
+    let manifests = format!(
+        "{}---\nkind: agentmesh/v1/host\npolicy: {{idle_timeout: 1s}}\n",
+        scripted_agent("lab/big", "")
+    );
+    let (_root, dir, data) = fixtures::dirs(&[
+        ("manifests.yaml", &manifests),
+        (
+            "script.yaml",
+            "responses:\n  - text: Noted.\n  - text: Noted.\n",
+        ),
+    ]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    // Two inputs of 10 MB: an events answer larger than the loopback socket buffers hold, so
+    // most of it is still in the server when the client starts reading.
+    let message = "x".repeat(10_000_000);
+    let id = server.create_task(&json!({"agent": "lab/big", "input": {"message": message}}));
+    server.send_input(&id, &message);
+    wait_for(Duration::from_secs(60), || {
+        let r = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send();
+        let events = r.json()["events"].as_array()?.clone();
+        let answers = events
+            .iter()
+            .filter(|e| e["kind"] == "MessageEvent" && e["source"] == "agent");
+        (answers.count() >= 2).then_some(())
+    })
+    .expect("the task did not answer both inputs in 60 s");
+
+    let mut stream = connect(&server, Duration::from_secs(20));
+    write!(
+        stream,
+        "GET /v1/tasks/{id}/events HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    // The client reads slowly (about 6 MB/s, in 64 KiB reads), for about three idle
+    // timeouts: the server is sending an answer all along, which is not idleness.
+    let mut got = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the answer stalled: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").expect("no answer head");
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    assert!(length > 20_000_000, "{head}");
+    assert_eq!(body.len(), length, "the answer was cut short");
 }

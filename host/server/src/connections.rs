@@ -9,7 +9,8 @@
 //!   wait in the kernel's listen backlog, which costs no descriptor of ours, until one closes;
 //! - a connection with no request in flight is closed after [`Limits::idle_timeout`] without
 //!   a byte, or [`Limits::header_timeout`] after a request's first byte without its whole head
-//!   (the clocks run only between requests: a long answer, an event stream, is not idle);
+//!   (the clocks run only between requests, and an answer's bytes going out restart the idle
+//!   one: a long answer, an event stream, a large body read slowly, is not idle);
 //! - a body is read within [`Limits::body_timeout`] (the `Body` extractor answers a JSON 408);
 //! - a head whose URI or header fields pass the bounds below gets a JSON 414 or 431 from
 //!   [`head_limits`]; hyper's own, higher, bounds answer with an empty body before any of our
@@ -244,6 +245,16 @@ impl Activity {
         });
     }
 
+    /// Bytes of an answer went out: a connection still sending what a finished request
+    /// answered (hyper holds a large body after it took it from the handler) is not idle.
+    /// The watchdog reads the new start when its sleep ends; no need to wake it.
+    fn sent(&self) {
+        let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Phase::Idle(_) = *phase {
+            *phase = Phase::Idle(Instant::now());
+        }
+    }
+
     /// A request's head is complete: it is in flight until the guard is dropped.
     fn begin(self: &Arc<Self>) -> InFlight {
         self.update(|phase| match phase {
@@ -336,7 +347,8 @@ async fn serve_connection(stream: TcpStream, router: Router, limits: Limits, dra
     }
 }
 
-/// A client connection whose reads move its [`Activity`] out of idle.
+/// A client connection whose reads move its [`Activity`] out of idle, and whose writes
+/// restart its idle clock.
 struct Watched {
     stream: TcpStream,
     activity: Arc<Activity>,
@@ -357,13 +369,24 @@ impl AsyncRead for Watched {
     }
 }
 
+impl Watched {
+    /// Tells the activity that bytes went out, if `written` says some did.
+    fn wrote(&self, written: &Poll<io::Result<usize>>) {
+        if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
+            self.activity.sent();
+        }
+    }
+}
+
 impl AsyncWrite for Watched {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let written = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.wrote(&written);
+        written
     }
 
     fn poll_write_vectored(
@@ -371,7 +394,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.wrote(&written);
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
