@@ -556,11 +556,17 @@ struct Session {
 
 impl Reviewed {
     fn start() -> Reviewed {
+        Reviewed::with_policy("")
+    }
+
+    /// Started with `policy` in the host config (`key: value, ...`).
+    fn with_policy(policy: &str) -> Reviewed {
+        let host = format!("{API_TOKENS}policy: {{{policy}}}\n");
         let (root, dir, data) = dirs(&[
             ("echo.yaml", &echo_tool("lab")),
             ("agent.yaml", &reviewed_agent("lab/careful", "script.yaml")),
             ("script.yaml", "responses:\n  - text: LLM RAN\n"),
-            ("host.yaml", API_TOKENS),
+            ("host.yaml", &host),
         ]);
         let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
         let session = Session::open(server.addr);
@@ -676,6 +682,44 @@ fn a_clients_call_that_waited_in_a_review_leaves_its_session_task_idle() {
         assert!(answer.text().contains("Not approved."), "{}", answer.text());
     });
     assert_eq!(s.task()["status"], "idle");
+}
+
+#[test]
+fn a_session_whose_call_waits_outlives_the_idle_limit_and_a_quiet_one_does_not() {
+    let Reviewed {
+        _root,
+        server,
+        session: s,
+        ..
+    } = Reviewed::with_policy("mcp_session_idle: 2s");
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| s.echo(9));
+        let review = s.review(None);
+        // The call waits three idle limits for its review, with no request in the session.
+        std::thread::sleep(Duration::from_secs(6));
+        s.decide(&review, true);
+        let answer = call.join().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert!(answer.text().contains("call 9"), "{}", answer.text());
+    });
+    // Its task is still the session's, and idle.
+    assert_eq!(s.task()["status"], "idle");
+    let listed = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list"});
+    assert_eq!(s.post(&listed).status, 200);
+    // Left quiet past the limit, the session is closed and its task ends.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        s.post(&listed).status,
+        404,
+        "the quiet session is still open"
+    );
+    let ended = wait_for(Duration::from_secs(10), || {
+        (s.task()["status"] == "terminated").then_some(())
+    });
+    assert!(ended.is_some(), "its task did not end: {}", s.task());
+    // A new session opens as before.
+    let again = Session::open(server.addr);
+    assert_ne!(again.id, s.id);
 }
 
 #[test]

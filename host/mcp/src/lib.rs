@@ -9,23 +9,26 @@
 //!   the task ([`Engine::close_session`]).
 //! - [`serve_stdio`] serves one session on stdin/stdout (`agentmesh mcp`); [`http_service`]
 //!   serves sessions over streamable HTTP (`serve`'s `/mcp`, behind its bearer tokens: the
-//!   server puts the caller's [`SessionOf`] into each request).
+//!   server puts the caller's [`SessionOf`] into each request); [`Sessions`] closes an HTTP
+//!   session once it is idle (no request, and no call or stream of it open).
 //!
 //! The protocol revisions served are those with sessions (up to 2025-11-25): a session is
 //! what a task is made for. A client that prefers the session-less 2026-07-28 revision falls
 //! back to `initialize` (the Python SDK's `auto` mode does).
 
 mod server;
+mod sessions;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentmesh_engine::{Engine, EngineError, UserRef};
 use rmcp::ServiceExt;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 pub use server::{AgentServer, TASK_META};
+pub use sessions::Sessions;
 
 /// Whose session it is: the agent served and the user its task runs for. Over HTTP the
 /// server puts it into each request's extensions after checking the bearer token.
@@ -71,7 +74,7 @@ pub async fn serve_stdio(engine: Engine, of: SessionOf) -> Result<(), McpError> 
 }
 
 /// The streamable-HTTP MCP service of [`http_service`].
-pub type HttpService = StreamableHttpService<AgentServer, LocalSessionManager>;
+pub type HttpService = StreamableHttpService<AgentServer, Sessions>;
 
 /// Ends every stream of an [`http_service`] (a client's open GET, an answer being streamed),
 /// so that a server draining for its exit is not held by them.
@@ -85,11 +88,22 @@ impl HttpStop {
     }
 }
 
+/// What [`http_service`] makes: the service, what ends its streams, and its sessions.
+pub struct Http {
+    /// The MCP transport.
+    pub service: HttpService,
+    /// Ends its streams.
+    pub stop: HttpStop,
+    /// Its sessions, for the server in front to ask which are open.
+    pub sessions: Arc<Sessions>,
+}
+
 /// Serves MCP sessions over streamable HTTP; each request must carry a [`SessionOf`] in its
 /// extensions (the caller). The server in front checks the caller, the session's owner, the
 /// `Host` name and the body's size and time, with its configuration in force: this service
-/// checks none of them. The [`HttpStop`] ends its streams.
-pub fn http_service(engine: Engine) -> (HttpService, HttpStop) {
+/// checks none of them. A session idle for `idle` (no request, no answer or stream open) is
+/// closed, and its task ends ([`Sessions`]).
+pub fn http_service(engine: Engine, idle: Duration) -> Http {
     let stop = CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
@@ -98,10 +112,15 @@ pub fn http_service(engine: Engine) -> (HttpService, HttpStop) {
     config.json_response = true;
     // The body arrives read already, within the server's cap in force.
     config.max_request_body_bytes = usize::MAX;
+    let sessions = Arc::new(Sessions::new(idle));
     let service = StreamableHttpService::new(
         move || Ok(AgentServer::new(engine.clone(), None)),
-        Arc::new(LocalSessionManager::default()),
+        Arc::clone(&sessions),
         config,
     );
-    (service, HttpStop(stop))
+    Http {
+        service,
+        stop: HttpStop(stop),
+        sessions,
+    }
 }

@@ -96,10 +96,9 @@ pub struct AppState {
     pub reload: Mutex<reload::ReloadStatus>,
     /// Whether the store can write (see [`health`]).
     pub health: Arc<health::Health>,
-    /// MCP sessions over streamable HTTP (`/mcp`).
-    mcp: agentmesh_mcp::HttpService,
-    /// Ends `/mcp`'s open streams when the server drains.
-    mcp_stop: agentmesh_mcp::HttpStop,
+    /// MCP sessions over streamable HTTP (`/mcp`), and what ends their streams when the
+    /// server drains.
+    mcp: agentmesh_mcp::Http,
     /// Who opened each of them.
     mcp_owners: mcp::Owners,
     /// The inspector's sessions and index of tasks (`/ui/`).
@@ -140,7 +139,11 @@ impl AppState {
         let at_start = reload::StartOnly::of(&engine.plan().host);
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
-        let (mcp, mcp_stop) = agentmesh_mcp::http_service(engine.clone());
+        let idle = engine.plan().host.policy.mcp_session_idle;
+        let mcp = agentmesh_mcp::http_service(
+            engine.clone(),
+            idle.map_or(mcp::DEFAULT_SESSION_IDLE, |d| d.0),
+        );
         // Another host's writes missed while the store's listening session was down: the
         // index reads every task again on its next use.
         let index = Arc::downgrade(&inspector.index);
@@ -175,7 +178,6 @@ impl AppState {
             reload: Mutex::new(reload::ReloadStatus::default()),
             health: Arc::default(),
             mcp,
-            mcp_stop,
             mcp_owners: mcp::Owners::default(),
             inspector,
         }
@@ -267,7 +269,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let draining = state.draining.clone();
-    let mcp_stop = state.mcp_stop.clone();
+    let mcp_stop = state.mcp.stop.clone();
     let shutdown = async move {
         shutdown.await;
         draining.send_replace(true);

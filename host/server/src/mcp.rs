@@ -10,10 +10,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentmesh_engine::UserRef;
-use agentmesh_mcp::SessionOf;
+use agentmesh_mcp::{SessionOf, Sessions};
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,36 +26,28 @@ use crate::error::{ApiError, ApiQuery, ApiResult, read_body};
 /// The header naming a request's MCP session.
 const SESSION_ID: &str = "mcp-session-id";
 
-/// How long a session's owner is remembered after its last request: past the MCP
-/// transport's own idle expiry (5 minutes), so a session it still knows is never forgotten.
-const OWNER_KEPT: Duration = Duration::from_secs(6 * 60);
+/// How long an MCP session may go unused, unless `policy.mcp_session_idle` says otherwise.
+pub(crate) const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(5 * 60);
 
 /// The owner of each open MCP session, by session id.
 #[derive(Default)]
-pub struct Owners(Mutex<HashMap<String, (SessionOf, Instant)>>);
+pub struct Owners(Mutex<HashMap<String, SessionOf>>);
 
 impl Owners {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (SessionOf, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionOf>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether session `id` is `of`'s; its last use is now.
+    /// Whether session `id` is `of`'s.
     fn owned_by(&self, id: &str, of: &SessionOf) -> bool {
-        match self.lock().get_mut(id) {
-            Some((owner, seen)) if owner == of => {
-                *seen = Instant::now();
-                true
-            }
-            _ => false,
-        }
+        self.lock().get(id) == Some(of)
     }
 
-    /// Records a new session, forgetting those unused for longer than the transport keeps
-    /// them.
-    fn opened(&self, id: String, of: SessionOf) {
+    /// Records a new session, forgetting those `sessions` closed.
+    fn opened(&self, id: String, of: SessionOf, sessions: &Sessions) {
         let mut owners = self.lock();
-        owners.retain(|_, (_, seen)| seen.elapsed() < OWNER_KEPT);
-        owners.insert(id, (of, Instant::now()));
+        owners.retain(|id, _| sessions.is_open(id));
+        owners.insert(id, of);
     }
 
     fn closed(&self, id: &str) {
@@ -103,7 +95,7 @@ pub async fn route(
     parts.extensions.insert(of.clone());
     let request = Request::from_parts(parts, axum::body::Body::from(body));
     let method = request.method().clone();
-    let served = state.mcp.clone().oneshot(request).await;
+    let served = state.mcp.service.clone().oneshot(request).await;
     // The MCP service answers every request itself (its errors are JSON-RPC errors).
     let mut response = match served {
         Ok(response) => response,
@@ -114,7 +106,9 @@ pub async fn route(
             if let Some(id) = response.headers().get(SESSION_ID)
                 && let Ok(id) = id.to_str()
             {
-                state.mcp_owners.opened(id.to_owned(), of);
+                state
+                    .mcp_owners
+                    .opened(id.to_owned(), of, &state.mcp.sessions);
             }
         }
         Some(id) if response.status() == StatusCode::NOT_FOUND => state.mcp_owners.closed(id),

@@ -88,6 +88,10 @@ impl StartOnly {
                 "policy.idle_timeout",
                 policy.idle_timeout.map(|d| d.to_string()),
             ),
+            (
+                "policy.mcp_session_idle",
+                policy.mcp_session_idle.map(|d| d.to_string()),
+            ),
             // The instance pool is reserved when the plugin host starts.
             (
                 "policy.max_instances",

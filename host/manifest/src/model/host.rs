@@ -319,6 +319,10 @@ pub struct Policy {
     /// task's next call opens a new one), and a call that finds every session in a call waits
     /// up to its `timeout` for one, then is an error the LLM sees. Applies at once on a reload.
     pub max_mcp_sessions: Option<u32>,
+    /// How long a session of `serve`'s `/mcp` may go unused before it is closed and its task
+    /// ends (default 5m): no request of it, and no answer or stream of it open — a call
+    /// waiting for a review is not idle. Applies at the next restart.
+    pub mcp_session_idle: Option<Duration>,
     /// How many remote sessions (`stateful_session`) may be kept at once (default 1024). Each
     /// task has its own session of a tool's session block; when all are taken, the least
     /// recently used session not in a call is destroyed to make room (its task's next call
