@@ -5,7 +5,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use agentmesh_testkit::fixtures::{self, config_dir, scripted_agent};
+use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, config_dir, scripted_agent};
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
 
@@ -291,4 +291,56 @@ fn a_large_answer_read_slowly_is_not_cut_by_the_idle_timeout() {
         .unwrap_or_else(|| panic!("no Content-Length: {head}"));
     assert!(length > 20_000_000, "{head}");
     assert_eq!(body.len(), length, "the answer was cut short");
+}
+
+/// The head of the answer on `stream` (up to the blank line), or a panic naming `what` when
+/// none comes before the stream's read timeout.
+fn answer_head(stream: &mut TcpStream, what: &str) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => got.push(byte[0]),
+            Ok(_) => break,
+            Err(e) => panic!("{what}: no answer ({e})"),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn a_large_body_is_not_waited_for_from_a_caller_without_a_token() {
+    let dir = config_dir(&[("host.yaml", API_TOKENS)]);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &API_TOKEN_ENV);
+    // Each request announces 20 MB and sends one byte: an answer that waits for the body
+    // (up to the 60 s body timeout) would let callers without a token hold that much each.
+    let requests = [
+        ("/v1/tasks", "application/json", ""),
+        (
+            "/v1/tasks",
+            "application/json",
+            "Authorization: Bearer wrong\r\n",
+        ),
+        ("/v1/tasks/t_x/input", "application/json", ""),
+        ("/v1/tasks/t_x/reviews/r_x", "application/json", ""),
+        ("/ui/login", "application/x-www-form-urlencoded", ""),
+    ];
+    for (path, kind, auth) in requests {
+        let mut stream = connect(&server, Duration::from_secs(10));
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {kind}\r\n\
+             Content-Length: 20000000\r\n{auth}\r\n{{",
+            server.addr
+        )
+        .unwrap();
+        let head = answer_head(&mut stream, &format!("POST {path} {auth}"));
+        let expected = match path {
+            // The login form is the token: it is read, but a form is never that large.
+            "/ui/login" => " 413 ",
+            _ => " 401 ",
+        };
+        assert!(head.contains(expected), "POST {path} {auth}: {head}");
+    }
 }

@@ -156,7 +156,28 @@ pub async fn read_body(
     body: axum::body::Body,
     state: &AppState,
 ) -> Result<axum::body::Bytes, ApiError> {
-    let limit = state.max_body_bytes();
+    let cap = state.max_body_bytes();
+    read_body_within(body, state, (cap, "the host's max_body_bytes")).await
+}
+
+/// Reads a request body of at most `limit` bytes (`what` names the bound in the 413) within
+/// the time in force; a body announcing more is refused before any of it is read.
+pub async fn read_body_within(
+    body: axum::body::Body,
+    state: &AppState,
+    (limit, what): (usize, &str),
+) -> Result<axum::body::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is larger than {what} ({limit} bytes)"),
+        )
+    };
+    let announced = axum::body::HttpBody::size_hint(&body).lower();
+    if usize::try_from(announced).map_or(true, |n| n > limit) {
+        return Err(too_large());
+    }
     let within = state.body_timeout;
     let limited = http_body_util::Limited::new(body, limit);
     let Ok(read) = tokio::time::timeout(within, http_body_util::BodyExt::collect(limited)).await
@@ -169,11 +190,7 @@ pub async fn read_body(
     };
     match read {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("the body is larger than the host's max_body_bytes ({limit} bytes)"),
-        )),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
     }
 }

@@ -50,6 +50,20 @@ fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
     state.auth().caller(headers)
 }
 
+/// The caller, checked from the request's head: a handler taking it before its [`Body`] is
+/// answered 401 without reading a byte of the body, so that callers without a token cannot
+/// make the server hold bodies of up to `max_body_bytes` each.
+impl axum::extract::FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> ApiResult<Caller> {
+        caller(state, &parts.headers)
+    }
+}
+
 /// The task, if the caller may read it: one it may see, or one waiting for the caller's
 /// review (404 otherwise, so ids do not leak).
 pub(crate) fn readable_task(
@@ -94,10 +108,9 @@ fn task_seen_by(
 /// `POST /v1/tasks`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    caller: Caller,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    let caller = caller(&state, &headers)?;
     caller.require_write()?;
     let body: CreateTask = parse_body(&body)?;
     let user = match (caller.role, body.user) {
@@ -275,11 +288,10 @@ async fn off_the_workers<T: Send + 'static>(
 /// `POST /v1/tasks/{id}/input`.
 pub async fn input(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
+    caller: Caller,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    let caller = caller(&state, &headers)?;
     let input: Value = parse_body(&body)?;
     let submitted = feed(&state, &caller, &id, &input).await?;
     Ok((
@@ -476,11 +488,10 @@ struct ReviewBody {
 /// admin, decides; the task's owner needs to be neither.
 pub async fn review(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     ApiPath((id, review_id)): ApiPath<(String, String)>,
+    caller: Caller,
     Body(body): Body,
 ) -> ApiResult<Json<Value>> {
-    let caller = caller(&state, &headers)?;
     caller.require_write()?;
     let body: ReviewBody = parse_body(&body)?;
     if let Some(user) = body.user.filter(|u| *u != caller.subject) {

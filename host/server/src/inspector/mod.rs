@@ -39,7 +39,7 @@ use serde::Deserialize;
 
 use crate::AppState;
 use crate::auth::{Auth, Caller};
-use crate::error::{ApiError, Body};
+use crate::error::{ApiError, Body, read_body_within};
 use layout::{Nav, Viewer};
 use session::{Session, Sessions};
 
@@ -376,8 +376,13 @@ struct LoginForm {
     next: Option<String>,
 }
 
+/// The largest login form read: a token and a path, never more than a few hundred bytes.
+/// Whoever posts it has no token yet, so it is not allowed `max_body_bytes`.
+const LOGIN_FORM_BYTES: usize = 16 * 1024;
+
 /// `POST /ui/login`: a valid token opens a session.
-async fn login(State(state): State<Arc<AppState>>, Body(body): Body) -> UiResult<Response> {
+async fn login(State(state): State<Arc<AppState>>, body: axum::body::Body) -> UiResult<Response> {
+    let body = read_body_within(body, &state, (LOGIN_FORM_BYTES, "a login form may be")).await?;
     let f: LoginForm = form(&body)?;
     let next = safe_next(f.next.as_deref()).to_owned();
     let token = f.token.trim();
