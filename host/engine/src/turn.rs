@@ -696,3 +696,70 @@ fn settle(
     engine.records().save(record, events)?;
     Ok(false)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly.
+mod tests {
+    use agentmesh_model::event::Event;
+    use serde_json::{Value, json};
+
+    use super::open_calls;
+
+    /// A log of events given as `(kind, fields)`, numbered from 1.
+    fn log(events: &[Value]) -> Vec<Event> {
+        events
+            .iter()
+            .enumerate()
+            .map(|(i, fields)| {
+                let mut event = json!({
+                    "seq": i + 1,
+                    "id": format!("ev_{i}"),
+                    "timestamp": "2026-11-28T00:00:00Z",
+                    "source": "environment",
+                });
+                event
+                    .as_object_mut()
+                    .unwrap()
+                    .extend(fields.as_object().unwrap().clone());
+                serde_json::from_value(event).unwrap()
+            })
+            .collect()
+    }
+
+    /// A log where call `c1` asked `user:ops`, whose review request names `call`, and the
+    /// review was approved.
+    fn approved_review(call: Option<&str>) -> Vec<Event> {
+        let mut request = json!({"kind": "ReviewRequestEvent", "review_id": "r1",
+            "reviewer": "user:ops", "subject": {}});
+        if let Some(call) = call {
+            request["call_id"] = json!(call);
+        }
+        log(&[
+            json!({"kind": "ActionEvent", "source": "agent", "llm_response_id": "resp_1",
+                "tool_call": {"id": "c1", "name": "echo", "arguments": {}}}),
+            request,
+            json!({"kind": "ReviewDecisionEvent", "review_id": "r1", "approve": true,
+                "decided_by": "user:ops"}),
+        ])
+    }
+
+    #[test]
+    fn a_decision_counts_for_the_call_its_review_names() {
+        let (calls, mut replay) = open_calls(&approved_review(Some("c1")));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(replay.take("user:ops"), Some(true));
+    }
+
+    #[test]
+    fn a_review_naming_no_call_is_asked_again_after_a_restart() {
+        // Logs written before reviews named their call, and reviews of anything but a
+        // call's `before` steps: the decision answers nothing that runs again (fail closed:
+        // the step asks anew rather than taking an approval that may have been another's).
+        let (calls, mut replay) = open_calls(&approved_review(None));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(replay.take("user:ops"), None);
+        // Nor does a decision of a review naming another call.
+        let (_, mut replay) = open_calls(&approved_review(Some("c0")));
+        assert_eq!(replay.take("user:ops"), None);
+    }
+}
