@@ -722,6 +722,84 @@ fn a_session_whose_call_waits_outlives_the_idle_limit_and_a_quiet_one_does_not()
     assert_ne!(again.id, s.id);
 }
 
+/// How a host goes down.
+#[derive(Clone, Copy)]
+enum Down {
+    /// SIGTERM: the client's stream ends first, which cancels its call.
+    Stopped,
+    /// SIGKILL, once the review request is on disk: the call is still waiting at the restart.
+    Killed,
+}
+
+/// A session's call waits in a review when the host goes down (`down`); after a restart, the
+/// session's task has ended: it neither waits for the review nor resumes as a turn of the
+/// agent's LLM, and its call has an answer in the log.
+fn a_session_task_ends_with_its_host(down: Down) {
+    let Reviewed {
+        _root,
+        data,
+        server,
+        session: s,
+    } = Reviewed::start();
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| s.echo(11));
+        s.review(None);
+        match down {
+            Down::Stopped => assert_eq!(server.terminate(), Some(0)),
+            Down::Killed => {
+                // The review request is flushed just after the write that lists it.
+                std::thread::sleep(Duration::from_secs(1));
+                server.kill();
+            }
+        }
+        // The call's stream ended with the host: it gets no answer.
+        let _ = call.join();
+    });
+    let dir = _root.path().join("config");
+    let again = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
+    let task = Request::new(again.addr, "GET", &format!("/v1/tasks/{}", s.task))
+        .header("authorization", "Bearer alice-token")
+        .send()
+        .json();
+    assert_eq!(task["status"], "terminated", "{task}");
+    assert_eq!(task["reason"], "deleted", "{task}");
+    let listed = Request::new(again.addr, "GET", "/v1/reviews")
+        .header("authorization", "Bearer ops-token")
+        .send()
+        .json();
+    assert_eq!(listed["reviews"], json!([]), "{listed}");
+    assert_eq!(again.terminate(), Some(0));
+    let log = log_of(&data, &s.task);
+    assert!(
+        !log.iter()
+            .any(|e| e["kind"] == "MessageEvent" && e["source"] == "agent"),
+        "the LLM ran: {log:?}"
+    );
+    let answered = log.iter().any(|e| {
+        [
+            "UserRejectObservation",
+            "AgentErrorEvent",
+            "ObservationEvent",
+        ]
+        .contains(&e["kind"].as_str().unwrap_or(""))
+    });
+    assert!(answered, "the call has no answer: {log:?}");
+    let closed = log
+        .iter()
+        .any(|e| e["key"] == "client_session" && e["value"]["closed"] == true);
+    assert!(closed, "the session's end is not logged: {log:?}");
+}
+
+#[test]
+fn a_host_that_stops_while_a_clients_call_waits_in_a_review_ends_the_sessions_task() {
+    a_session_task_ends_with_its_host(Down::Stopped);
+}
+
+#[test]
+fn a_host_killed_while_a_clients_call_waits_in_a_review_ends_the_sessions_task_at_restart() {
+    a_session_task_ends_with_its_host(Down::Killed);
+}
+
 #[test]
 fn a_call_its_client_cancels_stops_waiting_in_its_review_and_frees_the_session() {
     let Reviewed {

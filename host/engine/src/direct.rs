@@ -18,7 +18,7 @@ use crate::review::Replay;
 use crate::steps::{self, Inner, Layers, StepVars, Verdict, Wrapped};
 use crate::task::{Reason, Status, TaskRecord, status_event};
 use crate::turn::{self, Events};
-use crate::{Engine, EngineError, NewTask, Result, Run};
+use crate::{Engine, EngineError, NewTask, Result, Run, lock};
 
 /// How a client's call ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +110,7 @@ impl Engine {
         let mut record = self.records().checkout(&record.id)?;
         let events = vec![session_event(json!({"opened": true, "client": client}))];
         self.records().save(&mut record, events)?;
+        lock(&self.inner.client_sessions).insert(record.id.clone());
         Ok(TaskRecord::clone(&self.records().checkin(record)))
     }
 
@@ -117,6 +118,7 @@ impl Engine {
     /// subscriptions are removed and its tool sessions torn down. A task that has ended
     /// already is left as it is.
     pub async fn close_session(&self, id: &str) -> Result<()> {
+        lock(&self.inner.client_sessions).remove(id);
         let closed = session_event(json!({"closed": true}));
         self.end_task(id, Some(closed)).await
     }
@@ -373,7 +375,7 @@ fn arguments_in(text: String) -> std::result::Result<Value, String> {
 }
 
 /// The log's note of a client session opening or closing.
-fn session_event(value: Value) -> (EventSource, EventKind) {
+pub(crate) fn session_event(value: Value) -> (EventSource, EventKind) {
     (
         EventSource::Environment,
         EventKind::ConversationStateUpdateEvent {

@@ -274,6 +274,9 @@ struct Inner {
     door: door::Door,
     /// Tasks whose running turn was not typed by a human (its input has a trigger envelope).
     triggered: Mutex<HashSet<String>>,
+    /// The tasks of the client sessions open on this host (see [`Engine::open_session`]):
+    /// ended when the host stops, as their sessions end with it.
+    client_sessions: Mutex<HashSet<String>>,
     /// Task records: reads through a cache, journals, writes.
     records: records::Records,
     /// This host among those sharing the store (see [`hosts`]).
@@ -336,6 +339,7 @@ impl Engine {
                 host_tools: RwLock::new(None),
                 door: door::Door::default(),
                 triggered: Mutex::new(HashSet::new()),
+                client_sessions: Mutex::default(),
                 marked_running: AtomicBool::new(false),
                 recovered: AtomicBool::new(false),
                 records,
@@ -369,6 +373,14 @@ impl Engine {
     /// Tears down every open tool session (Teardown) and records that this host stopped
     /// cleanly (see [`Engine::recover`]); call before the process exits.
     pub async fn shutdown(&self) {
+        // Their clients' sessions end with the host: so do their tasks (a session's task
+        // left open would be an orphan no client can reach again).
+        let open: Vec<String> = lock(&self.inner.client_sessions).drain().collect();
+        for id in open {
+            if let Err(e) = self.close_session(&id).await {
+                tracing::warn!(task.id = %id, "ending a client session's task: {e}");
+            }
+        }
         if let Some(Ok(p)) = self.inner.plugins.get() {
             p.close_all().await;
         }
@@ -1331,6 +1343,10 @@ impl Engine {
         if !matches!(record.status(), Status::Running | Status::Waiting) {
             return Ok(Back::default());
         }
+        if client_session_open(&self.events(&record.id, 0)?) {
+            self.end_orphaned_session(record, gone)?;
+            return Ok(Back::default());
+        }
         let in_flight = record.status() == Status::Running;
         // Decided, and nothing of the call ran again yet (`resume` is cleared by a write
         // before it does): the runner resumes the turn.
@@ -1442,6 +1458,42 @@ impl Engine {
             &mut events,
         );
         tracing::error!(task.id = %record.id, "ended: the host went down twice during its turns");
+        self.records().save(record, events)?;
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Ends task `record`, a client session's (`Engine::open_session`), found in a turn or
+    /// waiting in a review when its host went down: the session went with the host, so
+    /// nobody waits for what the turn would answer, and a session's end ends its task (as
+    /// [`Engine::close_session`] does). Its calls without an answer are answered as
+    /// interrupted; its queued input is dropped. Resuming it instead would run the agent's
+    /// LLM on the session's task, a turn nobody asked for.
+    fn end_orphaned_session(&self, record: &mut TaskRecord, gone: Gone) -> Result<()> {
+        self.clear_queue(&record.id)?;
+        let why = format!(
+            "interrupted: {}; its client's session ended with it",
+            gone.say("during this call")
+        );
+        let mut events = self.unanswered_calls(record, &why)?;
+        record.pending_review = None;
+        record.resume = None;
+        record.crashed = None;
+        events.push(direct::session_event(
+            json!({"closed": true, "reason": gone.say("during the session")}),
+        ));
+        events.push((
+            EventSource::Environment,
+            EventKind::ConversationStateUpdateEvent {
+                key: "subscriptions_removed".into(),
+                value: json!({"reason": "deleted"}),
+            },
+        ));
+        record.subscriptions.clear();
+        record.status = Some(Status::Terminated);
+        record.reason = Some(Reason::Deleted);
+        events.push(task::status_event("terminated"));
+        tracing::info!(task.id = %record.id, "ended: its client's MCP session went down with the host");
         self.records().save(record, events)?;
         self.flush()?;
         Ok(())
@@ -2049,6 +2101,19 @@ enum Work {
 }
 
 /// An error result, `why`, for every call in `log` that has none.
+/// Whether `log` shows a client session opened and not closed (`Engine::open_session`).
+fn client_session_open(log: &[Event]) -> bool {
+    let mut open = false;
+    for event in log {
+        if let EventKind::ConversationStateUpdateEvent { key, value } = &event.kind
+            && key == "client_session"
+        {
+            open = value["opened"] == true && value["closed"] != true;
+        }
+    }
+    open
+}
+
 fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
     let mut open: Vec<(String, String)> = Vec::new();
     for event in log {
