@@ -1161,24 +1161,7 @@ impl Engine {
         self.clear_queue(id)?;
         let mut events: Vec<_> = why.into_iter().collect();
         events.extend(self.end_suspended_turn(&mut record, "not run: the task ended")?);
-        // A task that ended already keeps its reason, and a second deletion adds nothing to
-        // its log but the subscriptions it still had.
-        let ended = record.status() == Status::Terminated;
-        if !ended || !record.subscriptions.is_empty() {
-            events.push((
-                EventSource::Environment,
-                EventKind::ConversationStateUpdateEvent {
-                    key: "subscriptions_removed".into(),
-                    value: json!({"reason": "deleted"}),
-                },
-            ));
-        }
-        if !ended {
-            record.status = Some(Status::Terminated);
-            record.reason = Some(Reason::Deleted);
-            events.push(task::status_event("terminated"));
-        }
-        record.subscriptions.clear();
+        delete(&mut record, &mut events);
         if events.is_empty() {
             self.records().checkin(record);
         } else {
@@ -1482,17 +1465,7 @@ impl Engine {
         events.push(direct::session_event(
             json!({"closed": true, "reason": gone.say("during the session")}),
         ));
-        events.push((
-            EventSource::Environment,
-            EventKind::ConversationStateUpdateEvent {
-                key: "subscriptions_removed".into(),
-                value: json!({"reason": "deleted"}),
-            },
-        ));
-        record.subscriptions.clear();
-        record.status = Some(Status::Terminated);
-        record.reason = Some(Reason::Deleted);
-        events.push(task::status_event("terminated"));
+        delete(record, &mut events);
         tracing::info!(task.id = %record.id, "ended: its client's MCP session went down with the host");
         self.records().save(record, events)?;
         self.flush()?;
@@ -2100,7 +2073,29 @@ enum Work {
     Resume(Resume),
 }
 
-/// An error result, `why`, for every call in `log` that has none.
+/// Ends `record` as deleted, with the events that say so after `events`: its subscriptions
+/// removed, and its status `terminated` (reason `deleted`). A task that ended already keeps
+/// its reason, and a second deletion adds nothing to its log but the subscriptions it still
+/// had.
+fn delete(record: &mut TaskRecord, events: &mut Vec<(EventSource, EventKind)>) {
+    let ended = record.status() == Status::Terminated;
+    if !ended || !record.subscriptions.is_empty() {
+        events.push((
+            EventSource::Environment,
+            EventKind::ConversationStateUpdateEvent {
+                key: "subscriptions_removed".into(),
+                value: json!({"reason": "deleted"}),
+            },
+        ));
+    }
+    if !ended {
+        record.status = Some(Status::Terminated);
+        record.reason = Some(Reason::Deleted);
+        events.push(task::status_event("terminated"));
+    }
+    record.subscriptions.clear();
+}
+
 /// Whether `log` shows a client session opened and not closed (`Engine::open_session`).
 fn client_session_open(log: &[Event]) -> bool {
     let mut open = false;
@@ -2114,6 +2109,7 @@ fn client_session_open(log: &[Event]) -> bool {
     open
 }
 
+/// An error result, `why`, for every call in `log` that has none.
 fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
     let mut open: Vec<(String, String)> = Vec::new();
     for event in log {
