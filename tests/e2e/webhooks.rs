@@ -955,3 +955,17 @@ fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
     assert_eq!(messages.len(), 1, "one message queued: {messages:?}");
     assert_eq!(messages[0].0, "d-race");
 }
+
+#[test]
+fn a_blank_secret_setting_refuses_every_delivery_rather_than_signing_with_null() {
+    // `secret:` left blank in YAML is null; rendered into the template it would be the text
+    // `null`, a key anyone can sign with.
+    let host = "kind: agentmesh/v1/host\nsettings:\n  ops:\n    pager:\n      secret:\n";
+    let tool = agentmesh_testkit::fixtures::pager_tool("paged", None);
+    let (_root, dir, data) = dirs(&[("pager.yaml", tool.as_str()), ("host.yaml", host)]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let body = br#"{"text": "wake up"}"#;
+    let r = signed_delivery(&server, "ops/pager", "alert", "d-null", body, "null").send();
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.text().contains("settings.secret"), "{}", r.text());
+}

@@ -776,15 +776,24 @@ fn tool_plan(
     })
 }
 
-/// A webhook event's `secret` template `src`, rendered with the tool's `settings`; one that
-/// does not render, or renders empty, refuses every delivery and says why.
+/// A webhook event's `secret` template `src`, rendered with the tool's string `settings`;
+/// one that does not render, or renders empty, refuses every delivery and says why. A setting
+/// that is not a string does not render: a blank `secret:` in YAML is null, which a template
+/// would write as the text `null`, a key anyone could sign with.
 fn webhook_secret(src: &str, settings: &Map<String, Value>) -> Result<Secret, EngineError> {
+    let strings: Map<String, Value> = settings
+        .iter()
+        .filter(|(_, v)| v.is_string())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut act = Activation::new();
-    act.set("settings", Value::Object(settings.clone()));
+    act.set("settings", Value::Object(strings));
     Ok(match template(src)?.render(&act) {
         Ok(key) if !key.is_empty() => Secret::Key(key),
         Ok(_) => Secret::Unavailable(format!("the secret `{src}` is empty")),
-        Err(e) => Secret::Unavailable(format!("the secret `{src}` cannot be rendered: {e}")),
+        Err(e) => Secret::Unavailable(format!(
+            "the secret `{src}` cannot be rendered from the tool's string settings: {e}"
+        )),
     })
 }
 
