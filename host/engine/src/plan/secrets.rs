@@ -34,7 +34,7 @@ pub(crate) fn collect(
     // The scalars the loader replaced by their variables' values.
     values.extend(host.env_reads.iter().filter_map(|name| env(name)));
     let literal = |v: Option<&EnvValue>| match v {
-        Some(EnvValue::Literal(Value::String(s))) => Some(s.clone()),
+        Some(EnvValue::Literal(value)) => secret_text(value),
         _ => None,
     };
     values.extend(
@@ -85,9 +85,9 @@ pub(crate) fn collect(
         };
         for (name, property) in &schema.properties {
             if property.format.as_deref() == Some("password")
-                && let Some(Value::String(value)) = tool.settings.get(name)
+                && let Some(value) = tool.settings.get(name).and_then(secret_text)
             {
-                values.push(value.clone());
+                values.push(value);
             }
         }
     }
@@ -140,5 +140,15 @@ fn env_values(config: &Value, env: &dyn Fn(&str) -> Option<String>, out: &mut Ve
         }
         Value::Array(items) => items.iter().for_each(|v| env_values(v, env, out)),
         _ => {}
+    }
+}
+
+/// The text a secret's value shows wherever it is rendered: a string's, or a number's (an
+/// unquoted `key: 48151623162342` in YAML is a number, and templates render it as its digits).
+fn secret_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
