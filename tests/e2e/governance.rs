@@ -640,11 +640,82 @@ fn review_works_in_an_invoke_steps_bindings() {
         results_when_idle(&server, &approved),
         [json!({"said": "a"})]
     );
+    // A denial fails the invoke step itself: `audit:record` does not run.
     let denied = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     decide(&server, &denied, false);
+    let why = "invoke `audit`: binding `approved` failed: the review of `user:ops` was denied";
     assert_eq!(
         results_when_idle(&server, &denied),
-        [json!({"rejected": "not approved"})]
+        [json!({"rejected": why})]
+    );
+}
+
+/// The `ReviewRequestEvent`s of task `id` once it has `n` of them.
+fn review_requests(server: &Server, id: &str, n: usize) -> Vec<Value> {
+    wait_for(Duration::from_secs(30), || {
+        let log = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .json();
+        let requests: Vec<Value> = log["events"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["kind"] == "ReviewRequestEvent")
+            .cloned()
+            .collect();
+        (requests.len() >= n).then_some(requests)
+    })
+    .unwrap_or_else(|| panic!("task {id} never asked for {n} reviews"))
+}
+
+#[test]
+fn a_step_asks_only_the_reviews_its_value_needs_and_fails_on_a_denial() {
+    let body = "capabilities:
+  echo:
+    before:
+      - assert: \"input.text == 'a' || review('user:ops')\"
+      - transform: \"input.text == 'a' ? input : (review('user:sec') ? input : input)\"
+";
+    let script = "responses:
+  - tool_calls: [{name: echo, arguments: {text: a}}]
+  - tool_calls: [{name: echo, arguments: {text: b}}]
+  - text: done
+";
+    let (_root, dir, data) = dirs(&[
+        ("echo.yaml", &echo_tool("t")),
+        ("agent.yaml", &scripted_agent("t/a", body)),
+        ("script.yaml", script),
+    ]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    // The call with `text: a` passes both steps without a review; the one with `b` asks ops,
+    // then sec, whose denial fails the transform although its value would not change.
+    let decisions = [("user:ops", true), ("user:sec", false)];
+    for (n, (reviewer, approve)) in decisions.into_iter().enumerate() {
+        let requests = review_requests(&server, &id, n + 1);
+        let request = &requests[n];
+        assert_eq!(request["reviewer"], reviewer, "{requests:?}");
+        assert_eq!(request["subject"]["input"]["text"], "b", "{requests:?}");
+        let path = format!(
+            "/v1/tasks/{id}/reviews/{}",
+            request["review_id"].as_str().unwrap()
+        );
+        let r = server
+            .request("POST", &path)
+            .json(&json!({"approve": approve}))
+            .send();
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let why = "transform `input.text == 'a' ? input : (review('user:sec') ? input : input)` \
+        failed: the review of `user:sec` was denied";
+    assert_eq!(
+        results_when_idle(&server, &id),
+        [json!({"said": "a"}), json!({"rejected": why})]
+    );
+    assert_eq!(
+        review_requests(&server, &id, 2).len(),
+        2,
+        "no other review was asked"
     );
 }
 
@@ -1027,4 +1098,52 @@ fn match_on_a_delegated_agents_step_is_refused_at_validate() {
         out.contains("`match`") && out.contains("delegates to agent `t/helper`"),
         "{out}"
     );
+}
+
+/// A tool `t/api` whose action `get` reads `http://127.0.0.1:{port}/`.
+fn api_tool(port: u16) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: api
+description: An API.
+actions:
+  - name: get
+    description: Reads.
+    execute:
+      stateless_http: {{url: \"http://127.0.0.1:{port}/\"}}
+"
+    )
+}
+
+#[test]
+fn after_steps_see_an_error_answer_before_the_llm_does() {
+    // The API fails, with a body the `after` steps are there to keep from the LLM.
+    let (port, _requests) = agentmesh_testkit::serve(1, |_| {
+        (
+            "500 Internal Server Error",
+            r#"{"leak": "SECRET-123"}"#.into(),
+        )
+    });
+    let body = "capabilities:
+  api:
+    after:
+      - assert: \"!output.error.contains('SECRET')\"
+        error_message: the answer was withheld
+";
+    let script = "responses:\n  - tool_calls: [{name: api, arguments: {}}]\n  - text: done\n";
+    let (_root, dir, data) = dirs(&[
+        ("api.yaml", &api_tool(port)),
+        ("agent.yaml", &scripted_agent("t/a", body)),
+        ("script.yaml", script),
+    ]);
+    let (code, task, err) = run(&dir, &data, "go", &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let log = events(&data, &task);
+    assert_eq!(
+        results(&log),
+        [json!({"rejected": "the answer was withheld"})]
+    );
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(!text.contains("SECRET-123"), "{text}");
 }

@@ -92,6 +92,11 @@ pub(crate) async fn run(
     // For the statistics: the agent that answered a delegation, and the output as the action
     // gave it (the LLM sees it as the `after` steps leave it).
     let (mut child, mut raw) = (None, Value::Null);
+    // The error of an action that failed recoverably. Its text may come from outside (an HTTP
+    // answer's body, an MCP server's error, a component's message), so the `after` steps see
+    // it, as `output.error`, before the LLM does: a guard on what reaches the LLM is not
+    // walked around by a failing answer.
+    let mut failed: Option<String> = None;
     // Inside the steps: the action (or the delegation) on the input they let through.
     let inner = async |record: &mut TaskRecord, vars: &mut StepVars| {
         invoked(record, name);
@@ -129,25 +134,31 @@ pub(crate) async fn run(
                 ActionResult::Fatal(format!("tool `{}` has no such action", tool.id()))
             }
         };
-        let (error, end): (String, fn(String) -> CallEnd) = match result {
+        let fatal = match result {
             ActionResult::Ok(v) => {
                 raw = v.clone();
                 return Ok(Inner::Output(v));
             }
-            ActionResult::Recoverable(e) => (e, CallEnd::Error),
-            ActionResult::Fatal(e) => (e, CallEnd::Fatal),
+            ActionResult::Recoverable(e) => {
+                // A failed call was made with these values all the same (the allow list grows
+                // with every call); one that succeeded grows it once its `after` steps let it
+                // through.
+                grow_allow_list(record, cap, input);
+                let output = json!({ "error": e });
+                failed = Some(e);
+                return Ok(Inner::Output(output));
+            }
+            ActionResult::Fatal(e) => e,
         };
-        // A failed call was made with these values all the same (the allow list grows with
-        // every call); one that succeeded grows it once its `after` steps let it through.
         grow_allow_list(record, cap, input);
         let from = child.as_deref();
         Ok(Inner::Ended(errored(
             record,
             name,
             input.clone(),
-            error,
+            fatal,
             from,
-            end,
+            CallEnd::Fatal,
         )))
     };
     let layers = Layers {
@@ -173,6 +184,20 @@ pub(crate) async fn run(
     };
     match verdict {
         Verdict::Pass => {
+            if let Some(error) = failed {
+                // The steps let the error through: the LLM reads it as they leave it.
+                let text = match seen {
+                    Value::String(text) => text,
+                    Value::Object(m) => match m.get("error") {
+                        Some(Value::String(error)) if m.len() == 1 => error.clone(),
+                        _ => Value::Object(m).to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                // `context.capabilities` keeps the error as the action gave it.
+                errored(record, name, input, error, from, CallEnd::Error);
+                return Ok(CallEnd::Error(text));
+            }
             if gated {
                 record.before_first_done.insert(cap.key.clone());
             }

@@ -3,7 +3,7 @@
 //! reviewer decides or the review times out (a denial); a decision recorded before a restart
 //! is used instead of asking again.
 
-use agentmesh_expr::{Activation, Expression};
+use agentmesh_expr::{Activation, EvalError, Expression};
 use agentmesh_model::event::{EventKind, EventSource};
 use agentmesh_store::now_ms;
 use serde_json::{Value, json};
@@ -39,37 +39,86 @@ pub(crate) struct Asking<'a> {
     pub(crate) subject: Value,
 }
 
-/// For an expression that calls `review(user)`: suspends the task until each reviewer
-/// decides (or the review times out: a denial), and returns the activation with the decisions.
-pub(crate) async fn with_reviews(
+/// At most this many reviewers decide one step's expression (each a person's wait).
+const MAX_REVIEWERS: usize = 16;
+
+/// Evaluates a step's expression with `eval`, asking each reviewer whose `review(user)` the
+/// evaluation reaches before it can go on: only the reviews the expression's value depends on
+/// are asked (`input.amount < 100 || review('user:ops')` asks nobody for 5). A denial fails
+/// the step (CONTRACT §5): the answer is `Err` saying who denied, whatever the expression
+/// would make of a `false`.
+pub(crate) async fn reviewed<T>(
     engine: &Engine,
     record: &mut TaskRecord,
     expr: &Expression,
     mut act: Activation,
-    asking: Asking<'_>,
+    mut asking: Asking<'_>,
+    eval: impl Fn(&Expression, &Activation) -> std::result::Result<T, EvalError>,
+) -> Result<std::result::Result<T, String>> {
+    for _ in 0..=MAX_REVIEWERS {
+        let reviewer = match eval(expr, &act) {
+            Err(EvalError {
+                needs_review: Some(reviewer),
+                ..
+            }) => reviewer,
+            evaluated => return Ok(evaluated.map_err(|e| e.message)),
+        };
+        if !decision(engine, record, expr, &reviewer, &mut asking).await? {
+            return Ok(Err(format!("the review of `{reviewer}` was denied")));
+        }
+        act.set_review(&reviewer, true);
+    }
+    Ok(Err(format!(
+        "more than {MAX_REVIEWERS} reviewers would decide `{}`",
+        expr.source()
+    )))
+}
+
+/// For a `cel` tool's expression: obtains the decision of every reviewer its `review(user)`
+/// calls name before evaluating it (an evaluation that stopped at a review might already have
+/// written to the mount), and returns the activation with the decisions; the expression
+/// decides what a denial means.
+async fn with_reviews(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    mut act: Activation,
+    mut asking: Asking<'_>,
 ) -> Result<Activation> {
     let reviewers = expr.reviewers(&act).unwrap_or_default();
     for reviewer in reviewers {
-        let approve = if asking.routing {
-            false
-        } else if let Some(approve) = asking.replay.take(&reviewer) {
-            approve
-        } else {
-            let step = json!({
-                "action": asking.at.action,
-                "phase": asking.at.phase,
-                "expression": expr.source(),
-            });
-            let asked = Asked {
-                reviewer: &reviewer,
-                step,
-                subject: asking.subject.clone(),
-            };
-            review(engine, record, asked, asking.call_id.clone()).await?
-        };
+        let approve = decision(engine, record, expr, &reviewer, &mut asking).await?;
         act.set_review(&reviewer, approve);
     }
     Ok(act)
+}
+
+/// `reviewer`'s decision on the expression `asking` asks about: a denial at once while
+/// routing, the decision recorded before a restart, or the person's.
+async fn decision(
+    engine: &Engine,
+    record: &mut TaskRecord,
+    expr: &Expression,
+    reviewer: &str,
+    asking: &mut Asking<'_>,
+) -> Result<bool> {
+    if asking.routing {
+        return Ok(false);
+    }
+    if let Some(approve) = asking.replay.take(reviewer, &asking.subject) {
+        return Ok(approve);
+    }
+    let step = json!({
+        "action": asking.at.action,
+        "phase": asking.at.phase,
+        "expression": expr.source(),
+    });
+    let asked = Asked {
+        reviewer,
+        step,
+        subject: asking.subject.clone(),
+    };
+    review(engine, record, asked, asking.call_id.clone()).await
 }
 
 /// Obtains the decisions of the `review()` calls of a `cel` tool's expression, whose
@@ -236,17 +285,22 @@ pub(crate) enum Waiter {
 /// of asking again. Reviews asked by anything else on the way (a tool an `invoke` step runs)
 /// are asked again, and their decisions are not among these.
 #[derive(Debug, Default)]
-pub(crate) struct Replay(Vec<(String, bool)>);
+pub(crate) struct Replay(Vec<(String, Value, bool)>);
 
 impl Replay {
-    /// Records `reviewer`'s decision.
-    pub(crate) fn push(&mut self, reviewer: String, approve: bool) {
-        self.0.push((reviewer, approve));
+    /// Records `reviewer`'s decision on `subject` (what the review showed).
+    pub(crate) fn push(&mut self, reviewer: String, subject: Value, approve: bool) {
+        self.0.push((reviewer, subject, approve));
     }
 
-    /// Takes `reviewer`'s first decision not used yet.
-    pub(crate) fn take(&mut self, reviewer: &str) -> Option<bool> {
-        let at = self.0.iter().position(|(r, _)| r == reviewer)?;
-        Some(self.0.remove(at).1)
+    /// Takes `reviewer`'s first decision not used yet on what `subject` shows: a decision
+    /// stands only for what its reviewer saw (a call run again whose input came out otherwise,
+    /// from `now` or an `invoke` step's answer, is asked again).
+    pub(crate) fn take(&mut self, reviewer: &str, subject: &Value) -> Option<bool> {
+        let at = self
+            .0
+            .iter()
+            .position(|(r, s, _)| r == reviewer && s == subject)?;
+        Some(self.0.remove(at).2)
     }
 }

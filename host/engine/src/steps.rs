@@ -3,7 +3,7 @@
 //! capability's `before_first`/`before`/`after` wrap its call, the agent's guardrails wrap
 //! its turn.
 
-use agentmesh_expr::{Activation, Bound, Expression, Needs};
+use agentmesh_expr::{Activation, Bound, EvalError, Expression, Needs};
 use agentmesh_manifest::model::common::OnFail;
 use agentmesh_model::event::ContentPart;
 use agentmesh_store::now_rfc3339;
@@ -44,18 +44,19 @@ fn at(phase: Phase, action: Option<&str>) -> At<'_> {
     At { action, phase }
 }
 
-/// [`review::with_reviews`] for a step in `phase` at `at` with `vars`: events being routed
-/// deny at once, and only a call's `before` steps wait across a restart.
-async fn with_reviews(
+/// Evaluates a step's `expr` with `eval` ([`review::reviewed`]: a denial of a `review()` it
+/// reaches fails the step) in `phase` at `at` with `vars`: events being routed deny at once,
+/// and only a call's `before` steps wait across a restart.
+async fn reviewed<T>(
     engine: &Engine,
     record: &mut TaskRecord,
-    expr: &Expression,
-    act: Activation,
+    (expr, act): (&Expression, &Activation),
     (phase, at): (Phase, At<'_>),
     vars: &mut StepVars,
-) -> Result<Activation> {
+    eval: impl Fn(&Expression, &Activation) -> std::result::Result<T, EvalError>,
+) -> Result<std::result::Result<T, String>> {
     if !expr.calls_review() {
-        return Ok(act);
+        return Ok(eval(expr, act).map_err(|e| e.message));
     }
     let asking = Asking {
         at,
@@ -67,7 +68,7 @@ async fn with_reviews(
         subject: vars.subject(),
         replay: &mut vars.replay,
     };
-    review::with_reviews(engine, record, expr, act, asking).await
+    review::reviewed(engine, record, expr, act.clone(), asking, eval).await
 }
 
 /// The step lists around something: `before` run first, in order, until one refuses; `after`
@@ -194,16 +195,18 @@ pub(crate) async fn run(
         }
         let failure = match &step.kind {
             StepKind::Assert(expr) => {
-                match decide(engine, record, expr, &act, (phase, at(phase, name)), vars).await? {
+                let place = (phase, at(phase, name));
+                let eval = Expression::evaluate_bool;
+                match reviewed(engine, record, (expr, &act), place, vars, eval).await? {
                     Ok(true) => None,
                     Ok(false) => Some(format!("assertion `{}` is false", expr.source())),
                     Err(e) => Some(format!("assertion `{}` failed: {e}", expr.source())),
                 }
             }
             StepKind::Transform(expr) => {
-                let act =
-                    with_reviews(engine, record, expr, act, (phase, at(phase, name)), vars).await?;
-                match expr.evaluate(&act) {
+                let place = (phase, at(phase, name));
+                let eval = Expression::evaluate;
+                match reviewed(engine, record, (expr, &act), place, vars, eval).await? {
                     Ok(v) => vars
                         .replace(phase, v)
                         .err()
@@ -349,16 +352,8 @@ async fn invoke_input(
         }
     }
     for (k, e) in bindings {
-        let act = with_reviews(
-            engine,
-            record,
-            e,
-            act.clone(),
-            (phase, at(phase, name)),
-            vars,
-        )
-        .await?;
-        match e.evaluate(&act) {
+        let place = (phase, at(phase, name));
+        match reviewed(engine, record, (e, act), place, vars, Expression::evaluate).await? {
             Ok(v) => params.insert(k.clone(), v),
             Err(e) => return Ok(Err(format!("binding `{k}` failed: {e}"))),
         };
@@ -427,22 +422,6 @@ fn fail(step: &Step, act: &Activation, reason: String) -> Verdict {
         OnFail::Block => Verdict::Block(message),
         OnFail::LockTask => Verdict::Lock(message),
     }
-}
-
-/// Evaluates an assert, obtaining `review()` decisions first.
-async fn decide(
-    engine: &Engine,
-    record: &mut TaskRecord,
-    expr: &Expression,
-    act: &Activation,
-    place: (Phase, At<'_>),
-    vars: &mut StepVars,
-) -> Result<std::result::Result<bool, String>> {
-    if !expr.calls_review() {
-        return Ok(expr.evaluate_bool(act).map_err(|e| e.message));
-    }
-    let act = with_reviews(engine, record, expr, act.clone(), place, vars).await?;
-    Ok(expr.evaluate_bool(&act).map_err(|e| e.message))
 }
 
 /// The values steps see and change.

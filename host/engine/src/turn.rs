@@ -525,8 +525,8 @@ pub(crate) async fn resume(
 fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut response: Option<&str> = None;
-    // Reviews asked for a call's steps, by id: the reviewer and the call.
-    let mut reviewers: HashMap<&str, (&str, &str)> = HashMap::new();
+    // Reviews asked for a call's steps, by id: the reviewer, the call and what it showed.
+    let mut reviewers: HashMap<&str, (&str, &str, &Value)> = HashMap::new();
     let mut replay = Replay::default();
     for event in log {
         match &event.kind {
@@ -546,9 +546,9 @@ fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
                 review_id,
                 reviewer,
                 call_id: Some(call),
-                ..
+                subject,
             } => {
-                reviewers.insert(review_id, (reviewer, call));
+                reviewers.insert(review_id, (reviewer, call, subject));
             }
             // Asked again whenever what asked it runs again.
             EventKind::ReviewRequestEvent { call_id: None, .. } => {}
@@ -556,10 +556,10 @@ fn open_calls(log: &[Event]) -> (Vec<ToolCall>, Replay) {
                 review_id, approve, ..
             } => {
                 let asked = reviewers.get(review_id.as_str());
-                if let Some((reviewer, call)) = asked
+                if let Some((reviewer, call, subject)) = asked
                     && calls.first().is_some_and(|c| c.id == *call)
                 {
-                    replay.push((*reviewer).to_owned(), *approve);
+                    replay.push((*reviewer).to_owned(), (*subject).clone(), *approve);
                 }
             }
             other => match other.answered_call() {
@@ -747,7 +747,17 @@ mod tests {
     fn a_decision_counts_for_the_call_its_review_names() {
         let (calls, mut replay) = open_calls(&approved_review(Some("c1")));
         assert_eq!(calls.len(), 1);
-        assert_eq!(replay.take("user:ops"), Some(true));
+        assert_eq!(replay.take("user:ops", &json!({})), Some(true));
+        assert_eq!(replay.take("user:ops", &json!({})), None, "used once");
+    }
+
+    #[test]
+    fn a_decision_counts_only_for_what_its_reviewer_saw() {
+        // The call ran again and its input came out otherwise: the reviewer is asked anew.
+        let (_, mut replay) = open_calls(&approved_review(Some("c1")));
+        let other = json!({"input": {"to": "B"}});
+        assert_eq!(replay.take("user:ops", &other), None);
+        assert_eq!(replay.take("user:ops", &json!({})), Some(true));
     }
 
     #[test]
@@ -757,9 +767,9 @@ mod tests {
         // the step asks anew rather than taking an approval that may have been another's).
         let (calls, mut replay) = open_calls(&approved_review(None));
         assert_eq!(calls.len(), 1);
-        assert_eq!(replay.take("user:ops"), None);
+        assert_eq!(replay.take("user:ops", &json!({})), None);
         // Nor does a decision of a review naming another call.
         let (_, mut replay) = open_calls(&approved_review(Some("c0")));
-        assert_eq!(replay.take("user:ops"), None);
+        assert_eq!(replay.take("user:ops", &json!({})), None);
     }
 }

@@ -72,6 +72,8 @@ pub(crate) struct Hooks {
     pub reviews: HashMap<String, bool>,
     /// The agent's mount, in `cel` tools of agents that have one.
     pub mount: Option<Arc<dyn MountIo>>,
+    /// The first reviewer whose `review(user)` this evaluation reached with no decision.
+    undecided: Option<String>,
 }
 
 thread_local! {
@@ -84,6 +86,12 @@ pub(crate) fn with_hooks<T>(hooks: &Hooks, f: impl FnOnce() -> T) -> T {
     let out = f();
     HOOKS.with(|h| *h.borrow_mut() = outer);
     out
+}
+
+/// The first reviewer whose `review(user)` the running evaluation reached with no decision
+/// (call inside [`with_hooks`]).
+pub(crate) fn undecided_review() -> Option<String> {
+    HOOKS.with(|h| h.borrow().undecided.clone())
 }
 
 /// The arguments of a call, which the environment declared `N` of.
@@ -104,16 +112,24 @@ fn string_arg<'a>(value: &'a dyn Val, function: &str) -> Result<&'a str, Executi
         .ok_or_else(|| ExecutionError::function_error(function, "expects a string"))
 }
 
-/// `review(user)`: the decision the engine obtained for `user` before evaluating.
+/// `review(user)`: the decision the engine obtained for `user`; with none yet, the evaluation
+/// stops here and names `user` ([`EvalError::needs_review`](crate::EvalError::needs_review)).
 fn review<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let [user] = arguments(args, "review")?;
     let user = string_arg(user.as_ref(), "review")?;
-    HOOKS
-        .with(|h| h.borrow().reviews.get(user).copied())
-        .map(|approved| CowVal::owned(CelBool::from(approved)))
-        .ok_or_else(|| {
-            ExecutionError::function_error("review", format!("no review decision for `{user}`"))
-        })
+    HOOKS.with(|h| {
+        let mut hooks = h.borrow_mut();
+        match hooks.reviews.get(user) {
+            Some(approved) => Ok(CowVal::owned(CelBool::from(*approved))),
+            None => {
+                hooks.undecided.get_or_insert_with(|| user.to_owned());
+                Err(ExecutionError::function_error(
+                    "review",
+                    format!("no review decision for `{user}`"),
+                ))
+            }
+        }
+    })
 }
 
 /// The agent's mount, when `this` is the `mount` variable (a map with a `prefix`).

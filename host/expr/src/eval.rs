@@ -45,6 +45,10 @@ impl Bound {
 pub struct EvalError {
     /// What went wrong, in words a manifest author can act on.
     pub message: String,
+    /// The reviewer of a `review(user)` the evaluation reached with no decision for `user`
+    /// (see [`Activation::set_review`]): the evaluation stopped there, and can go on once
+    /// that reviewer has decided.
+    pub needs_review: Option<String>,
 }
 
 impl fmt::Display for EvalError {
@@ -59,6 +63,7 @@ impl EvalError {
     fn new(message: impl Into<String>) -> Self {
         EvalError {
             message: message.into(),
+            needs_review: None,
         }
     }
 }
@@ -129,7 +134,10 @@ impl Activation {
                     Value::resolve_val(expr, &ctx).map_err(|e: ExecutionError| e.to_string())?;
                 read(value.as_ref()).map_err(|e| e.message)
             })
-            .map_err(EvalError::new)
+            .map_err(|message| EvalError {
+                message,
+                needs_review: crate::env::undecided_review(),
+            })
         })
     }
 }
@@ -302,6 +310,27 @@ mod tests {
         assert_eq!(e.evaluate(&act).unwrap(), json!(false));
         act.set_review("alice", true);
         assert_eq!(e.evaluate(&act).unwrap(), json!(true));
+    }
+
+    #[test]
+    fn an_evaluation_names_the_reviewer_it_reached_undecided_and_only_that_one() {
+        let e =
+            Expression::compile("input.amount < 10 || review('alice') && review('bob')").unwrap();
+        let mut act = Activation::new();
+        act.set("input", json!({"amount": 5}));
+        assert_eq!(e.evaluate_bool(&act), Ok(true), "no review is reached");
+        act.set("input", json!({"amount": 50}));
+        let stopped = e.evaluate_bool(&act).unwrap_err();
+        assert_eq!(stopped.needs_review.as_deref(), Some("alice"));
+        act.set_review("alice", true);
+        let stopped = e.evaluate_bool(&act).unwrap_err();
+        assert_eq!(stopped.needs_review.as_deref(), Some("bob"));
+        act.set_review("bob", true);
+        assert_eq!(e.evaluate_bool(&act), Ok(true));
+        // An error of another kind names no reviewer.
+        let broken = Expression::compile("input.missing").unwrap();
+        let error = broken.evaluate_bool(&Activation::new()).unwrap_err();
+        assert_eq!(error.needs_review, None, "{}", error.message);
     }
 
     struct Files(std::sync::Mutex<BTreeMap<String, String>>);

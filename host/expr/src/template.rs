@@ -181,6 +181,7 @@ impl Template {
 fn hole_error(hole: &Expression, err: &EvalError) -> EvalError {
     EvalError {
         message: format!("`{{{}}}`: {}", hole.source(), err.message),
+        needs_review: err.needs_review.clone(),
     }
 }
 
