@@ -1,15 +1,17 @@
 //! Tool events received by polling (`receive.poll`) against a stand-in feed on loopback that
 //! pages its items by a `since` cursor: one poller per distinct bound value, not per task; a
 //! new item reaches the tasks of its value once, across a restart; the items already there
-//! when polling began are no events; a failing feed is backed off and polled again.
+//! when polling began are no events; a failing feed is backed off and polled again; a webhook
+//! delivery cannot claim a polled item's delivery id first.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentmesh_engine::PollKey;
 use agentmesh_testkit::Request;
-use agentmesh_testkit::fixtures::dirs;
+use agentmesh_testkit::fixtures::{API_TOKEN_ENV, API_TOKENS, dirs};
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::{Value, json};
 
@@ -71,6 +73,15 @@ fn config(
     port: u16,
     interval: &str,
 ) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    config_with_events(port, interval, "")
+}
+
+/// [`config`], with `events` (YAML list items) after the tool's polled event.
+fn config_with_events(
+    port: u16,
+    interval: &str,
+    events: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let tool = format!(
         "kind: commonagents.info/v1beta2/tool
 namespace: t
@@ -93,7 +104,7 @@ events:
         detect: response.items
         cursor: \"size(response.items) > 0 ? response.items[size(response.items) - 1].seq : poll.cursor\"
         interval: {interval}
-"
+{events}"
     );
     let agent = |name: &str| {
         format!(
@@ -142,6 +153,15 @@ fn wait_for_messages(server: &Server, id: &str, want: &[&str]) -> Vec<String> {
     })
 }
 
+/// Waits for the feed's next `n` requests (30 s each at most).
+fn polls(received: &Receiver<Request>, n: usize) {
+    for _ in 0..n {
+        received
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the host polls the feed");
+    }
+}
+
 /// The repositories of the next requests the feed receives within `within`.
 fn repos_polled(received: &Receiver<Request>, within: Duration) -> Vec<String> {
     let until = std::time::Instant::now() + within;
@@ -175,11 +195,7 @@ fn a_poll_driven_agent_takes_each_new_item_exactly_once_across_a_restart() {
     let server = Server::start(AGENTMESH, &dir, &data, &[]);
     let task = server.create_task(&json!({"agent": "t/alpha"}));
     // Two polls: the first recorded what was there, the second went on from it.
-    for _ in 0..2 {
-        received
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the host polls the feed");
-    }
+    polls(&received, 2);
     // Three new items: two pages, each item once.
     for title in ["b", "c", "d"] {
         add(&items, "alpha", title);
@@ -217,11 +233,7 @@ fn a_poll_driven_agent_takes_each_new_item_exactly_once_across_a_restart() {
     );
     // A few more polls change nothing.
     while received.try_recv().is_ok() {}
-    for _ in 0..3 {
-        received
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the host polls the feed");
-    }
+    polls(&received, 3);
     assert_eq!(polled_messages(&server, &task).len(), 4);
 }
 
@@ -318,6 +330,73 @@ fn a_failing_feed_is_polled_again_and_loses_nothing() {
         .send()
         .json();
     assert_ne!(record["status"], "terminated", "{record}");
+}
+
+#[test]
+fn a_webhook_cannot_spend_a_polled_items_delivery_id_ahead_of_it() {
+    // The tool takes unsigned webhook deliveries too. Their sender can compute the delivery id
+    // the feed's next item will bring (it is made of the poller's key and the item's id).
+    let items: Items = Arc::default();
+    let canned: Canned = Arc::default();
+    let (port, received) = feed(&items, &canned);
+    let note = "  - name: note
+    message: \"note {event.payload.text}\"
+    receive:
+      webhook: {}
+";
+    let (_root, dir, data) = config_with_events(port, "1s", note);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let task = server.create_task(&json!({"agent": "t/alpha"}));
+    // Two polls: the first recorded what was there.
+    polls(&received, 2);
+    let key = PollKey {
+        tool: "t/feed".into(),
+        event: "item".into(),
+        values: vec![("repo".into(), "alpha".into())],
+    };
+    let r = server
+        .request("POST", "/v1/webhooks/tools/t/feed")
+        .header("X-Delivery-Id", &key.delivery_id("alpha-1"))
+        .json(&json!({"text": "early"}))
+        .send();
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["tasks"], 1, "{}", r.text());
+    add(&items, "alpha", "a");
+    wait_for_messages(&server, &task, &["new a in alpha-1", "note early"]);
+}
+
+#[test]
+fn an_agent_user_is_not_shown_pollers_in_the_status() {
+    // A poller is known by the values its tasks' bindings sealed, whoever owns them.
+    let items: Items = Arc::default();
+    let canned: Canned = Arc::default();
+    let (port, received) = feed(&items, &canned);
+    let (_root, dir, data) = config(port, "1h");
+    std::fs::write(dir.join("host.yaml"), API_TOKENS).unwrap();
+    let server = Server::start(AGENTMESH, &dir, &data, &API_TOKEN_ENV);
+    let call = |token: &str, method: &str, path: &str| {
+        server
+            .request(method, path)
+            .header("Authorization", &format!("Bearer {token}"))
+    };
+    let r = call("alice-token", "POST", "/v1/tasks")
+        .json(&json!({"agent": "t/alpha"}))
+        .send();
+    assert_eq!(r.status, 201, "{}", r.text());
+    polls(&received, 1);
+    let sources = |token: &str| {
+        let r = call(token, "GET", "/v1/status").send();
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["event_sources"].clone()
+    };
+    for token in ["admin-token", "audit-token"] {
+        let seen = sources(token);
+        assert_eq!(seen[0]["kind"], "poll", "{token}: {seen}");
+        assert!(seen[0]["id"].as_str().unwrap().contains("alpha"), "{seen}");
+    }
+    for token in ["bob-token", "alice-token"] {
+        assert_eq!(sources(token), json!([]), "{token}");
+    }
 }
 
 /// The poller `/v1/status` lists, if it lists one.

@@ -106,12 +106,16 @@ impl Origin {
 /// Where a delivery came in. The door remembers a delivery id within its entrance only, so
 /// that one sender's ids never stand for another's: a bearer token's holder or an unsigned
 /// event's sender cannot name, ahead of time, the id a signed delivery will bring elsewhere.
-/// Every key starts with the entrance's kind (`tool:`, `source:`, `trigger:`), so none names
+/// Every key starts with the entrance's kind (`tool:`, `poll:`, `source:`, `trigger:`), so none names
 /// a claim of the host's own ([`Arrival::once`]: `tick:…`, `wakeup:…`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entrance<'a> {
-    /// The events of tool `namespace/name`: its webhook, its pollers.
+    /// The webhook of tool `namespace/name`.
     Tool(&'a str),
+    /// The items tool `namespace/name`'s pollers fetched, under delivery ids the host made
+    /// ([`PollKey::delivery_id`](crate::PollKey::delivery_id)), which anyone may compute: no
+    /// webhook delivery claims one first.
+    Poll(&'a str),
     /// Trigger source `name`'s webhook.
     Source(&'a str),
     /// Trigger `namespace/name`'s API fire.
@@ -124,6 +128,7 @@ impl Entrance<'_> {
     fn key(self, id: &str) -> String {
         let (kind, name) = match self {
             Entrance::Tool(name) => ("tool", name),
+            Entrance::Poll(name) => ("poll", name),
             Entrance::Source(name) => ("source", name),
             Entrance::Trigger(name) => ("trigger", name),
         };

@@ -55,6 +55,18 @@ impl PollKey {
         format!("{} {} {}", self.tool, self.event, Value::Object(values))
     }
 
+    /// The delivery id of its item `item` (see `item_id`): `poll-` and a digest of both ids.
+    /// The door keeps polled items apart from the tool's webhook deliveries
+    /// ([`Entrance::Poll`](crate::Entrance::Poll)): a webhook's sender, who may compute
+    /// this id, cannot spend it ahead of the item.
+    pub fn delivery_id(&self, item: &str) -> String {
+        let mut digest = Sha256::new();
+        digest.update(self.id().as_bytes());
+        digest.update([0]);
+        digest.update(item.as_bytes());
+        format!("poll-{}", hex::encode(&digest.finalize()[..16]))
+    }
+
     /// The `parameters` variable of its request: each value as the JSON it was stored from
     /// (a string as itself).
     fn parameters(&self) -> Value {
@@ -181,7 +193,6 @@ impl Engine {
                 .map_err(|e| failed(format!("`cursor`: {}", e.message)))?;
         }
         let seen: HashSet<&String> = next.seen.iter().collect();
-        let key_id = key.id();
         let mut items = Vec::new();
         let mut ids = Vec::new();
         let mut taken = HashSet::new();
@@ -192,7 +203,7 @@ impl Engine {
             }
             if !first {
                 items.push(PolledItem {
-                    delivery_id: delivery_id(&key_id, &id),
+                    delivery_id: key.delivery_id(&id),
                     id: id.clone(),
                     payload: item,
                 });
@@ -245,16 +256,6 @@ fn item_id(plan: &PollPlan, item: &Value) -> std::result::Result<String, String>
     })
 }
 
-/// The delivery id of item `id` of the poller known as `key` ([`PollKey::id`]): `poll-` and a
-/// digest of both.
-fn delivery_id(key: &str, id: &str) -> String {
-    let mut digest = Sha256::new();
-    digest.update(key.as_bytes());
-    digest.update([0]);
-    digest.update(id.as_bytes());
-    format!("poll-{}", hex::encode(&digest.finalize()[..16]))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -296,14 +297,14 @@ mod tests {
 
     #[test]
     fn delivery_ids_are_the_same_for_the_same_key_and_item_only() {
-        let id = delivery_id(&key().id(), "7");
-        assert_eq!(id, delivery_id(&key().id(), "7"));
+        let id = key().delivery_id("7");
+        assert_eq!(id, key().delivery_id("7"));
         assert!(id.starts_with("poll-") && id.len() == 5 + 32, "{id}");
-        assert_ne!(id, delivery_id(&key().id(), "8"));
+        assert_ne!(id, key().delivery_id("8"));
         let other = PollKey {
             values: vec![("repo".into(), "beta".into()), ("n".into(), "42".into())],
             ..key()
         };
-        assert_ne!(id, delivery_id(&other.id(), "7"));
+        assert_ne!(id, other.delivery_id("7"));
     }
 }

@@ -122,8 +122,9 @@ impl EventRouter {
 
     /// Routes `payload` as the events of tool `tool_id` that `pick` keeps (from `origin`) to
     /// the subscribed tasks that `keep` keeps, through the door with `headers` (a delivery id
-    /// among them, which the host made, makes it idempotent). Returns the tasks it was queued
-    /// on (on disk).
+    /// among them, which the host made, makes it idempotent; it is remembered apart from the
+    /// tool's webhook deliveries, [`Entrance::Poll`]). Returns the tasks it was queued on (on
+    /// disk).
     pub(crate) async fn deliver_events(
         &self,
         (tool_id, pick): (&str, impl Fn(&EventPlan) -> bool),
@@ -150,7 +151,7 @@ impl EventRouter {
                 .await,
             )
         };
-        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Tool(tool_id));
+        let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Poll(tool_id));
         match self.engine.arrive(delivered, admit).await? {
             Through::Queued { tasks, .. } => Ok(tasks),
             Through::Duplicate | Through::Nothing(()) => Ok(Vec::new()),

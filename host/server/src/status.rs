@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use agentmesh_engine::sources::SourceKind;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,15 +11,19 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 
 /// `GET /v1/status`: loaded resources, component versions, what the pollers and the MCP event
-/// sessions are doing, the last reload's outcome.
+/// sessions are doing, the last reload's outcome. A poller is known by the values its tasks'
+/// bindings sealed, which may be any owner's (and its errors quote its request): an
+/// `agent_user`, who sees only the tasks it owns, is not shown pollers.
 pub async fn status(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.auth().caller(&headers)?;
+    let caller = state.auth().caller(&headers)?;
+    let sees_pollers = caller.role != Role::AgentUser;
     let engine = state.engine();
     let plan = engine.plan();
     let mut agents: Vec<&String> = plan.agents.keys().collect();
@@ -34,6 +39,7 @@ pub async fn status(
         .event_sources()
         .list()
         .into_iter()
+        .filter(|s| sees_pollers || s.kind != SourceKind::Poll)
         .map(|s| {
             let (failed_at, error) = s.last_error.map_or((None, None), |(at, why)| {
                 (Some(agentmesh_engine::task::rfc3339(at)), Some(why))
