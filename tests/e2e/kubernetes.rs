@@ -198,10 +198,9 @@ fn a_log_longer_than_max_output_is_cut() {
     assert_eq!(obs[0]["log_truncated"], true);
 }
 
-/// A secret where the log is cut is hidden whole, not cut to a head that stays.
-#[test]
-fn a_secret_across_the_cut_of_a_log_is_hidden_whole() {
-    let printed = format!("{}{TOKEN} and more", "x".repeat(1020));
+/// Runs a job that prints `printed` under `max_output: 1KiB`: the host's log and the kept
+/// part of the job's log, checked for the head of [`TOKEN`] and to be cut.
+fn run_leaky(printed: String) -> String {
     let cluster = Cluster::start(TOKEN, move |_| Run::exits(0, &printed, Duration::ZERO));
     let dir = config(
         &cluster.url(),
@@ -215,11 +214,30 @@ fn a_secret_across_the_cut_of_a_log_is_hidden_whole() {
         !log.contains(&TOKEN[..4]),
         "the token's head is in the log: {kept}"
     );
+    assert_eq!(obs[0]["log_truncated"], true);
+    kept.to_owned()
+}
+
+/// A secret where the log is cut is hidden whole, not cut to a head that stays.
+#[test]
+fn a_secret_across_the_cut_of_a_log_is_hidden_whole() {
+    let kept = run_leaky(format!("{}{TOKEN} and more", "x".repeat(1020)));
     assert!(
         kept.starts_with(&format!("{}***", "x".repeat(1020))),
-        "{obs:?}"
+        "{kept}"
     );
-    assert_eq!(obs[0]["log_truncated"], true);
+}
+
+/// A secret hidden early in a cut log draws later text in: the cut stays where the log was
+/// cut, so the head of a secret just past it does not move into what is kept.
+#[test]
+fn a_secret_hidden_early_draws_no_later_secrets_head_into_a_cut_log() {
+    // The second token begins 2 bytes past the 1 KiB cut.
+    let kept = run_leaky(format!(
+        "{TOKEN}{}{TOKEN} and more",
+        "x".repeat(1026 - TOKEN.len())
+    ));
+    assert_eq!(kept, format!("***{}", "x".repeat(1024 - TOKEN.len())));
 }
 
 #[test]

@@ -479,8 +479,8 @@ async fn pod_of(
             .or_else(|| s.pointer("/lastState/terminated/exitCode"))
             .and_then(Value::as_i64)
     });
-    // A secret where the log is cut is replaced whole: scrubbed with as much more as the
-    // longest secret, then cut.
+    // A secret where the log is cut is replaced whole: read with as much more as the longest
+    // secret, and scrubbed as far as the cut (`Secrets::scrub_prefix`).
     let read = max.saturating_add(api.secrets.longest());
     let mut query = format!("limitBytes={}", read.saturating_add(1));
     if let Some(c) = container.filter(|c| is_dns_label(c)) {
@@ -507,9 +507,10 @@ async fn pod_of(
         return Err(format!("reading its log: {}", api.refusal(status, &bytes)));
     }
     let unread = bytes.len() > read;
-    let bytes = api.secrets.scrub_bytes(&bytes);
-    let truncated = unread || bytes.len() > max;
-    let mut log = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned();
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(read)]);
+    let (log, cut) = api.secrets.scrub_prefix(&text, max);
+    let truncated = unread || cut;
+    let mut log = log.into_owned();
     if truncated && log.ends_with('\u{FFFD}') {
         log.pop();
     }

@@ -363,6 +363,7 @@ impl Engine {
                     Arc::clone(&self.inner.store),
                     self.inner.options.component_cache.clone(),
                     &self.plan().host.policy,
+                    self.inner.options.secrets.clone(),
                 )
                 .map(Arc::new)
                 .map_err(|e| format!("the Wasm plugin host could not start: {e}"))

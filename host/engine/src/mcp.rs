@@ -757,21 +757,24 @@ struct StderrLog {
 
 impl StderrLog {
     /// Logs each line of `stderr` (at most [`MAX_STDERR_LINE`] bytes of it, and
-    /// [`MAX_STDERR_TOTAL`] bytes in all) until its end, keeping its last [`STDERR_TAIL`]
-    /// bytes.
+    /// [`MAX_STDERR_TOTAL`] bytes in all), its secrets hidden, until its end, keeping its last
+    /// [`STDERR_TAIL`] bytes. A line is read with as much more as the longest secret, so that
+    /// a secret across its cut is hidden whole rather than its start shown.
     async fn run(self, mut stderr: impl AsyncBufRead + Unpin) {
         let mut line = Vec::new();
         let mut total = 0;
         let mut warned = false;
+        let read = MAX_STDERR_LINE.saturating_add(self.secrets.longest());
         loop {
             line.clear();
-            match read_line_capped(&mut stderr, &mut line, MAX_STDERR_LINE).await {
+            match read_line_capped(&mut stderr, &mut line, read).await {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return,
             }
             let text = String::from_utf8_lossy(&line);
+            let (text, _) = self.secrets.scrub_prefix(&text, MAX_STDERR_LINE);
             let text = text.trim_end_matches('\r');
-            self.keep(&self.secrets.scrub(text));
+            self.keep(text);
             if total < MAX_STDERR_TOTAL {
                 tracing::warn!(
                     task.id = self.task,
@@ -1212,6 +1215,23 @@ mod tests {
         assert_eq!(line, b"last");
         line.clear();
         assert!(!read_line_capped(&mut reader, &mut line, 4).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_secret_across_a_stderr_lines_cut_is_hidden_whole() {
+        let secret = "sk-live-0123456789abcdef";
+        let line = format!("{}{secret} and more\n", "x".repeat(MAX_STDERR_LINE - 5));
+        let tail = Arc::new(Mutex::new(String::new()));
+        let log = StderrLog {
+            task: "t".into(),
+            tool: "ns/tool".into(),
+            tail: Arc::clone(&tail),
+            secrets: Arc::new(Secrets::new([secret]).unwrap()),
+        };
+        log.run(BufReader::new(line.as_bytes())).await;
+        let tail = lock(&tail).clone();
+        assert!(tail.ends_with("xxxxx***\n"), "{tail}");
+        assert!(!tail.contains("sk-li"), "{tail}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use agentmesh_plugins::{
     MiddlewareVerdict, MountDir, PluginConfig, PluginError, PluginHost, PoolMetrics, Sandbox,
     ToolSession,
 };
+use agentmesh_secrets::SharedSecrets;
 use agentmesh_store::Backend;
 use serde_json::Value;
 
@@ -172,17 +173,20 @@ pub(crate) struct Plugins {
 
 impl Plugins {
     /// A plugin host whose compiled components are cached in `cache_dir`, with the instance
-    /// pool `policy` sizes (`max_instances`, `instance_wait`).
+    /// pool `policy` sizes (`max_instances`, `instance_wait`); what components print and log
+    /// is scrubbed of the `secrets` in force.
     pub(crate) fn new(
         store: Arc<dyn Backend>,
         cache_dir: Option<PathBuf>,
         policy: &Policy,
+        secrets: SharedSecrets,
     ) -> Result<Plugins, PluginError> {
         let defaults = PluginConfig::default();
         let config = PluginConfig {
             cache_dir,
             max_instances: policy.max_instances.unwrap_or(defaults.max_instances),
             instance_wait: policy.instance_wait.map_or(defaults.instance_wait, |d| d.0),
+            secrets,
             ..defaults
         };
         Ok(Plugins {

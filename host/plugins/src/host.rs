@@ -76,15 +76,16 @@ impl PluginState {
 }
 
 impl host::Host for PluginState {
-    fn log(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
-        if message.len() > MAX_LOG_MESSAGE {
-            let cut = (0..=MAX_LOG_MESSAGE)
-                .rev()
-                .find(|&i| message.is_char_boundary(i))
-                .unwrap_or(0);
-            message.truncate(cut);
-            message.push_str("… (truncated)");
-        }
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        // Scrubbed before it is cut, so that a secret across the cut is hidden whole (the
+        // host's log writer would not know the start of one).
+        let secrets = self.secrets.get();
+        let (kept, cut) = secrets.scrub_prefix(&message, MAX_LOG_MESSAGE);
+        let message = if cut {
+            format!("{kept}… (truncated)")
+        } else {
+            kept.into_owned()
+        };
         if !self.log.admit(message.len()) {
             return Ok(());
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use agentmesh_secrets::SharedSecrets;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -34,6 +35,10 @@ pub struct PluginConfig {
     /// The resolution of timeouts: the epoch advances once per tick, and a call is stopped
     /// at most one tick after its limit.
     pub epoch_tick: Duration,
+    /// The secrets in force: hidden in what components print and log before a line too long
+    /// is cut, so that no start of one is left at the cut (the host's log writer scrubs whole
+    /// lines, and would not know it).
+    pub secrets: SharedSecrets,
 }
 
 impl Default for PluginConfig {
@@ -44,6 +49,7 @@ impl Default for PluginConfig {
             instance_wait: Duration::from_secs(10),
             max_memory: 512 * 1024 * 1024,
             epoch_tick: Duration::from_millis(5),
+            secrets: SharedSecrets::default(),
         }
     }
 }
@@ -114,6 +120,7 @@ impl PluginHost {
             max_memory: config.max_memory,
             clock,
             capacity: Capacity::new(config.max_instances.max(1), config.instance_wait),
+            secrets: config.secrets.clone(),
         });
         Ok(PluginHost {
             config,

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use agentmesh_secrets::SharedSecrets;
 use wasmtime::component::{ResourceTable, ResourceTableError};
 use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -69,6 +70,8 @@ pub(crate) struct PluginState {
     pub(crate) refusal: Option<String>,
     /// What the guest's `log` calls have taken of the current call's budget.
     pub(crate) log: LogBudget,
+    /// The secrets in force, hidden in a `log` message before it is cut.
+    pub(crate) secrets: SharedSecrets,
     /// Stdout/stderr bookkeeping.
     output: Arc<Mutex<Output>>,
     /// Outgoing requests refused during the current call.
@@ -163,6 +166,8 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<EpochClock>,
     /// The instance pool's slots, parked tool sessions and counters.
     pub(crate) capacity: Capacity,
+    /// The secrets in force (see [`crate::PluginConfig::secrets`]).
+    pub(crate) secrets: SharedSecrets,
 }
 
 /// What a new store needs besides the component.
@@ -191,8 +196,10 @@ pub(crate) fn new_store(
 
     // Everything not granted here is denied: no env, no args, no stdin, no sockets, no files.
     let mut wasi = WasiCtxBuilder::new();
-    wasi.stdout(LogStream::new(name.clone(), Stream::Stdout, output.clone()))
-        .stderr(LogStream::new(name.clone(), Stream::Stderr, output.clone()))
+    let stream =
+        |stream| LogStream::new(name.clone(), stream, output.clone(), shared.secrets.clone());
+    wasi.stdout(stream(Stream::Stdout))
+        .stderr(stream(Stream::Stderr))
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
@@ -232,6 +239,7 @@ pub(crate) fn new_store(
         kv_failure: None,
         refusal: None,
         log: LogBudget::default(),
+        secrets: shared.secrets.clone(),
         output,
         denials,
         started: Instant::now(),

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use agentmesh_secrets::SharedSecrets;
 use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
@@ -67,16 +68,25 @@ pub(crate) struct LogStream {
     component: Arc<str>,
     stream: Stream,
     output: Arc<Mutex<Output>>,
-    /// A line not yet ended.
+    /// Hidden in a line before it is cut at [`MAX_LINE`].
+    secrets: SharedSecrets,
+    /// A line not yet ended: at most [`MAX_LINE`] bytes and as many more as the longest
+    /// secret, so that a secret across the cut is hidden whole.
     pending: Vec<u8>,
 }
 
 impl LogStream {
-    pub(crate) fn new(component: Arc<str>, stream: Stream, output: Arc<Mutex<Output>>) -> Self {
+    pub(crate) fn new(
+        component: Arc<str>,
+        stream: Stream,
+        output: Arc<Mutex<Output>>,
+        secrets: SharedSecrets,
+    ) -> Self {
         LogStream {
             component,
             stream,
             output,
+            secrets,
             pending: Vec::new(),
         }
     }
@@ -108,10 +118,11 @@ impl LogStream {
         }
         output.total += bytes.len();
         drop(output);
+        let read = MAX_LINE.saturating_add(self.secrets.get().longest());
         for &b in bytes {
             if b == b'\n' {
                 self.emit();
-            } else if self.pending.len() < MAX_LINE {
+            } else if self.pending.len() < read {
                 self.pending.push(b);
             }
         }
@@ -119,6 +130,8 @@ impl LogStream {
 
     fn emit(&mut self) {
         let line = String::from_utf8_lossy(&self.pending);
+        let secrets = self.secrets.get();
+        let (line, _) = secrets.scrub_prefix(&line, MAX_LINE);
         let line = line.trim_end_matches('\r');
         match self.stream {
             Stream::Stdout => tracing::info!(
@@ -144,6 +157,18 @@ impl Drop for LogStream {
     }
 }
 
+impl LogStream {
+    /// The same stream, with no line pending.
+    fn fresh(&self) -> LogStream {
+        LogStream::new(
+            self.component.clone(),
+            self.stream,
+            self.output.clone(),
+            self.secrets.clone(),
+        )
+    }
+}
+
 impl IsTerminal for LogStream {
     fn is_terminal(&self) -> bool {
         false
@@ -152,19 +177,11 @@ impl IsTerminal for LogStream {
 
 impl StdoutStream for LogStream {
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(LogStream::new(
-            self.component.clone(),
-            self.stream,
-            self.output.clone(),
-        ))
+        Box::new(self.fresh())
     }
 
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LogStream::new(
-            self.component.clone(),
-            self.stream,
-            self.output.clone(),
-        ))
+        Box::new(self.fresh())
     }
 }
 
@@ -277,7 +294,8 @@ mod tests {
     #[test]
     fn the_stderr_tail_drops_whole_lines_only() {
         let output = Arc::new(Mutex::new(Output::default()));
-        let mut stream = LogStream::new("c".into(), Stream::Stderr, Arc::clone(&output));
+        let secrets = SharedSecrets::default();
+        let mut stream = LogStream::new("c".into(), Stream::Stderr, Arc::clone(&output), secrets);
         // The cut of the first 10 bytes over the tail falls inside the first line.
         stream.accept(b"sk-secret-value-1\n");
         stream.accept(format!("{}\n", "x".repeat(TAIL - 18 + 9)).as_bytes());
@@ -287,6 +305,42 @@ mod tests {
         let tail = output.lock().unwrap().stderr_tail.clone();
         // Over the tail again: the long line goes whole.
         assert_eq!(tail, "panicked at src/lib.rs:1:2:\n");
+    }
+
+    /// What a test's log records were written as.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_secret_across_a_lines_cut_is_hidden_whole() {
+        let secret = "sk-live-0123456789abcdef";
+        let secrets = SharedSecrets::default();
+        secrets.set(Arc::new(agentmesh_secrets::Secrets::new([secret]).unwrap()));
+        let logged = Captured::default();
+        let writer = logged.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let output = Arc::new(Mutex::new(Output::default()));
+            let mut stream = LogStream::new("c".into(), Stream::Stdout, output, secrets);
+            stream.accept(format!("{}{secret} and on\n", "x".repeat(MAX_LINE - 5)).as_bytes());
+        });
+        let logged = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        assert!(logged.contains("xxxxx***"), "{logged}");
+        assert!(!logged.contains("sk-li"), "{logged}");
     }
 
     #[test]

@@ -166,6 +166,38 @@ impl Secrets {
         Cow::Owned(out)
     }
 
+    /// The first `max` bytes of `text` (cut at a char boundary), scrubbed, and whether it was
+    /// cut. A secret that begins before the cut is replaced whole, so no start of one is left
+    /// at the end; only `max` + [`Secrets::longest`] bytes of `text` are looked at, so a
+    /// caller reading a long text may stop there. (Scrubbing, then cutting the scrubbed text,
+    /// is not the same: each secret replaced before the cut draws later text in, and with it
+    /// the start of a secret the window cut short.)
+    pub fn scrub_prefix<'a>(&self, text: &'a str, max: usize) -> (Cow<'a, str>, bool) {
+        let cut = text.floor_char_boundary(max);
+        let cut_short = cut < text.len();
+        let Some(matcher) = &self.matcher else {
+            return (Cow::Borrowed(&text[..cut]), cut_short);
+        };
+        let window = &text[..text.floor_char_boundary(max.saturating_add(self.longest()))];
+        let mut out = String::new();
+        let mut kept = 0;
+        for found in matcher.find_iter(window) {
+            if found.start() >= cut {
+                break;
+            }
+            out.push_str(&text[kept..found.start()]);
+            out.push_str(REDACTED);
+            kept = found.end();
+        }
+        if kept == 0 {
+            return (Cow::Borrowed(&text[..cut]), cut_short);
+        }
+        if kept < cut {
+            out.push_str(&text[kept..cut]);
+        }
+        (Cow::Owned(out), cut_short)
+    }
+
     /// Replaces every secret in `text` by [`REDACTED`], in place.
     pub fn scrub_string(&self, text: &mut String) {
         if let Cow::Owned(clean) = self.scrub(text) {
@@ -402,6 +434,39 @@ mod tests {
             s.scrub(r#"<pre>"sk-&lt;&amp;&gt;\&quot;'-9"</pre>"#),
             r#"<pre>"***"</pre>"#
         );
+    }
+
+    #[test]
+    fn a_prefix_hides_whole_every_secret_that_begins_before_its_cut() {
+        let s = Secrets::new(["0123456789abcdefghij", "SECRET-TWO-XYZ"]).unwrap();
+        assert_eq!(s.longest(), 20);
+        // A secret across the cut goes whole, not its start.
+        let text = format!("{}0123456789abcdefghij tail", "x".repeat(10));
+        assert_eq!(
+            s.scrub_prefix(&text, 15),
+            (Cow::Owned("x".repeat(10) + "***"), true)
+        );
+        // A secret replaced early draws later text in: the cut stays where the text was cut,
+        // so the start of the secret the window cut short never reaches what is kept.
+        let text = format!(
+            "0123456789abcdefghij{}SECRET-TWO-XYZ and on",
+            "y".repeat(30)
+        );
+        let window = &text[..40 + s.longest()];
+        assert!(
+            s.scrub(window)[..40].ends_with("SECRET-"),
+            "scrubbed, then cut"
+        );
+        assert_eq!(
+            s.scrub_prefix(window, 40),
+            (Cow::Owned(format!("***{}", "y".repeat(20))), true)
+        );
+        // Nothing to hide, a text within `max`, a cut inside a character.
+        assert!(matches!(
+            s.scrub_prefix("short", 10),
+            (Cow::Borrowed("short"), false)
+        ));
+        assert_eq!(s.scrub_prefix("aé", 2), (Cow::Borrowed("a"), true));
     }
 
     #[test]
