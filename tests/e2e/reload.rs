@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::AGENTMESH;
 use crate::util::completion;
-use crate::wasm::{guest, probe_tool};
+use crate::wasm::{gh_tool, guest, probe_tool};
 
 /// A tool `lab/box` running whatever component `box.wasm` is (the test copies it in).
 const BOX: &str = "kind: commonagents.info/v1beta2/tool
@@ -217,6 +217,37 @@ model: openai/fake
 }
 
 /// `t/a`, whose one tool is the `test-probe` component, with the mount `scope`.
+/// The generation of the config `server` runs.
+fn generation(server: &Server) -> Option<u64> {
+    server.request("GET", "/v1/status").send().json()["reload"]["generation"].as_u64()
+}
+
+/// Waits until `server` runs a config newer than generation `before`.
+fn reloaded_after(server: &Server, before: Option<u64>) {
+    let reloaded = wait_for(Duration::from_secs(10), || {
+        generation(server).filter(|g| Some(*g) > before)
+    });
+    assert!(reloaded.is_some(), "the change is never reloaded");
+}
+
+/// The results of task `id`'s observations, once it has at least `n`.
+fn observations(server: &Server, id: &str, n: usize) -> Vec<Value> {
+    wait_for(Duration::from_secs(60), || {
+        let events = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .json();
+        let seen: Vec<Value> = events["events"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["kind"] == "ObservationEvent")
+            .map(|e| e["result"].clone())
+            .collect();
+        (seen.len() >= n).then_some(seen)
+    })
+    .unwrap_or_else(|| panic!("task {id} never made {n} calls"))
+}
+
 fn probing_agent(scope: &str) -> String {
     let agent = format!("mount: {scope}\ncapabilities: {{probe: \"*\"}}\n");
     format!("{}{}", probe_tool(), scripted_agent("t/a", &agent))
@@ -239,27 +270,9 @@ fn a_mount_a_reload_takes_away_is_gone_from_a_tasks_open_tool_session() {
     std::fs::create_dir_all(dir.join("files/t/a")).unwrap();
     std::fs::write(dir.join("files/t/a/note.txt"), "in the mount").unwrap();
     let server = Server::start(AGENTMESH, &dir, &data, &[]);
-    let generation = |server: &Server| {
-        server.request("GET", "/v1/status").send().json()["reload"]["generation"].as_u64()
-    };
     let before = generation(&server);
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
-    let observations = |n: usize| {
-        wait_for(Duration::from_secs(30), || {
-            let events = server
-                .request("GET", &format!("/v1/tasks/{id}/events"))
-                .send()
-                .json();
-            let seen: Vec<Value> = events["events"]
-                .as_array()?
-                .iter()
-                .filter(|e| e["kind"] == "ObservationEvent")
-                .map(|e| e["result"].clone())
-                .collect();
-            (seen.len() >= n).then_some(seen)
-        })
-        .unwrap_or_else(|| panic!("task {id} never made {n} calls"))
-    };
+    let observations = |n: usize| observations(&server, &id, n);
     let first = observations(1);
     assert!(
         first[0].to_string().contains("in the mount"),
@@ -268,10 +281,7 @@ fn a_mount_a_reload_takes_away_is_gone_from_a_tasks_open_tool_session() {
 
     // The agent loses its mount; the task's next call runs in its open tool session.
     std::fs::write(dir.join("all.yaml"), probing_agent("none")).unwrap();
-    let reloaded = wait_for(Duration::from_secs(10), || {
-        generation(&server).filter(|g| Some(*g) > before)
-    });
-    assert!(reloaded.is_some(), "the change is never reloaded");
+    reloaded_after(&server, before);
     server.send_input(&id, "again");
     let second = &observations(2)[1];
     assert!(
@@ -283,5 +293,140 @@ fn a_mount_a_reload_takes_away_is_gone_from_a_tasks_open_tool_session() {
             .to_string()
             .contains(r#"\"what\":\"/mount/note.txt\"}"#),
         "the probe tried the read: {second}"
+    );
+}
+
+/// Tools of three runtimes that keep a session per task, each given a setting when it opens:
+/// `t/gh` (the `github_pr` component, its `token`), `t/crm` (a stateful HTTP session whose
+/// create sends `X-Key: {settings.key}`) against the stand-in at `port`, and `t/py` (the
+/// Python MCP server over stdio, `MARK` in its environment); then agent `t/a` over them.
+fn session_tools(port: u16) -> String {
+    let py = format!(
+        "transport: stdio, command: \"{}\", args: [\"{}\", stdio], env: {{MARK: \"{{settings.mark}}\"}}",
+        crate::mcp_client::python(),
+        crate::mcp_client::servers().join("server.py").display()
+    );
+    format!(
+        "{}kind: commonagents.info/v1beta2/tool
+namespace: t
+name: crm
+description: A session API.
+settings: {{properties: {{key: {{type: string}}}}}}
+stateful_session:
+  create: {{method: POST, url: \"http://127.0.0.1:{port}/sessions\", headers: {{X-Key: \"{{settings.key}}\"}}}}
+  extract: {{id: $.id}}
+  destroy: {{method: DELETE, url: \"http://127.0.0.1:{port}/sessions/{{session.id}}\"}}
+actions:
+  - name: run
+    description: Runs a query in the session.
+    parameters: {{type: object, properties: {{q: {{type: string}}}}}}
+    execute:
+      stateful_session:
+        execute: {{method: POST, url: \"http://127.0.0.1:{port}/sessions/{{session.id}}/run\", body: {{q: \"{{parameters.q}}\"}}}}
+---
+kind: commonagents.info/v1beta2/tool
+namespace: t
+name: py
+description: The Python MCP server.
+settings: {{properties: {{mark: {{type: string}}}}}}
+mcp: {{{py}}}
+actions:
+  - {{name: whoami, description: Who answers., parameters: {{type: object, properties: {{}}}}, execute: {{mcp: {{}}}}}}
+---
+{}",
+        gh_tool(port, "{type: string}"),
+        scripted_agent("t/a", "capabilities: {gh: \"*\", crm: \"*\", py: \"*\"}\n"),
+    )
+}
+
+/// The host config giving each of [`session_tools`] its setting, ending in `n`.
+fn session_settings(n: &str) -> String {
+    format!(
+        "kind: agentmesh/v1/host\nsettings: {{t: {{gh: {{token: tok-{n}}}, crm: {{key: key-{n}}}, py: {{mark: mark-{n}}}}}}}\n"
+    )
+}
+
+#[test]
+fn a_settings_change_reaches_a_tasks_open_tool_sessions() {
+    // The stand-in: GitHub's pull requests (answering with the bearer token they came with)
+    // and a session API (`POST /sessions` makes `s-N`).
+    let made = std::sync::atomic::AtomicUsize::new(0);
+    let (port, received) = agentmesh_testkit::serve(20, move |r| {
+        if r.request_line.starts_with("POST /sessions ") {
+            let n = made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            return ("201 Created", json!({"id": format!("s-{n}")}).to_string());
+        }
+        if let Some(rest) = r.request_line.strip_prefix("POST /sessions/") {
+            let session = rest.split('/').next().unwrap_or_default();
+            return ("200 OK", json!({"session": session}).to_string());
+        }
+        let auth = r.header("authorization").unwrap_or_default();
+        (
+            "201 Created",
+            json!({"number": 7, "echo": auth}).to_string(),
+        )
+    });
+    let calls = "  - tool_calls:
+      - {name: gh, arguments: {owner: acme, repo: web, title: T, head: h}}
+      - {name: crm, arguments: {q: x}}
+      - {name: py, arguments: {}}
+";
+    let (_root, dir, data) = dirs(&[
+        ("host.yaml", &session_settings("one")),
+        ("all.yaml", &session_tools(port)),
+        (
+            "script.yaml",
+            &format!("responses:\n{calls}  - text: one\n{calls}  - text: two\n"),
+        ),
+    ]);
+    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let before = generation(&server);
+    let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
+    // A turn's observations: the pull request's, the session's, the MCP server's.
+    let turn = |n: usize| {
+        let seen = observations(&server, &id, 3 * n);
+        let of = |key: &str| {
+            seen[3 * (n - 1)..3 * n]
+                .iter()
+                .find(|o| o.get(key).is_some())
+                .cloned()
+                .unwrap_or_else(|| panic!("no observation with `{key}`: {seen:?}"))
+        };
+        (of("echo"), of("session"), of("pid"))
+    };
+    let (gh, crm, py) = turn(1);
+    assert_eq!(gh["echo"], "Bearer tok-one", "{gh}");
+    assert_eq!(crm["session"], "s-1", "{crm}");
+    assert_eq!(py["env"]["MARK"], "mark-one", "{py}");
+
+    std::fs::write(dir.join("host.yaml"), session_settings("two")).unwrap();
+    reloaded_after(&server, before);
+    server.send_input(&id, "again");
+    let (gh, crm, py_again) = turn(2);
+    assert_eq!(
+        gh["echo"], "Bearer tok-two",
+        "the component's session: {gh}"
+    );
+    assert_eq!(crm["session"], "s-2", "the remote session: {crm}");
+    assert_eq!(
+        py_again["env"]["MARK"], "mark-two",
+        "the MCP server: {py_again}"
+    );
+    assert_ne!(py_again["pid"], py["pid"], "a new server process");
+
+    // The old remote session was destroyed, and the new one made with the new key.
+    let requests: Vec<_> = received.try_iter().collect();
+    let line = |prefix: &str| {
+        requests
+            .iter()
+            .filter(|r| r.request_line.starts_with(prefix))
+            .map(|r| r.header("x-key").unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("POST /sessions "), ["key-one", "key-two"]);
+    assert_eq!(
+        line("DELETE /sessions/s-1 ").len(),
+        1,
+        "the old session is destroyed"
     );
 }

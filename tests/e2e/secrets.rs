@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::AGENTMESH;
 use crate::mcp_server::run_sdk_client_in;
 use crate::util::{Env, agentmesh_in, run_in};
-use crate::wasm::guest;
+use crate::wasm::gh_tool;
 
 /// The API key of the tool, read from the environment.
 const API_KEY: &str = "sk-live-7f3a9c2e51d8";
@@ -191,7 +191,6 @@ fn call_shows_no_tool_secret_in_its_answer_or_error() {
 
 #[test]
 fn a_component_that_echoes_a_password_setting_is_scrubbed() {
-    let component = guest("github_pr");
     let (port, _received) = agentmesh_testkit::serve(1, |r| {
         let auth = r.header("authorization").unwrap_or_default().to_owned();
         (
@@ -199,30 +198,15 @@ fn a_component_that_echoes_a_password_setting_is_scrubbed() {
             json!({"number": 7, "echo": auth}).to_string(),
         )
     });
-    let tool = format!(
-        "kind: commonagents.info/v1beta2/tool
-namespace: t
-name: gh
-description: Pull requests.
-settings:
-  type: object
-  properties:
-    token: {{type: string, format: password}}
-    base_url: {{type: string, default: \"http://127.0.0.1:{port}\"}}
-wasm: {{component: {component}, allowed_hosts: [\"http://127.0.0.1:{port}\"]}}
-actions:
-  - {{name: create_pr, description: Open one.}}
----
-kind: commonagents.info/v1beta2/agent
+    let tool = gh_tool(port, "{type: string, format: password}")
+        + "kind: commonagents.info/v1beta2/agent
 namespace: t
 name: a
 description: Opens pull requests.
 prompt: Go.
 model: scripted/script.yaml
-capabilities: {{gh: \"*\"}}
-",
-        component = component.display()
-    );
+capabilities: {gh: \"*\"}
+";
     let dir = config_dir(&[
         (
             "host.yaml",

@@ -25,6 +25,29 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
+/// A tool `t/gh` running the `github_pr` component against the API at `port` (its
+/// `base_url`, the one host it may reach), its `token` setting of schema `token` (a YAML flow
+/// map), then a `---` line.
+pub fn gh_tool(port: u16, token: &str) -> String {
+    format!(
+        "kind: commonagents.info/v1beta2/tool
+namespace: t
+name: gh
+description: Pull requests.
+settings:
+  type: object
+  properties:
+    token: {token}
+    base_url: {{type: string, default: \"http://127.0.0.1:{port}\"}}
+wasm: {{component: {component}, allowed_hosts: [\"http://127.0.0.1:{port}\"]}}
+actions:
+  - {{name: create_pr, description: Open one.}}
+---
+",
+        component = guest("github_pr").display()
+    )
+}
+
 /// A tool `t/NAME` run by `component` (`wasm_extra`: more of its `wasm:` map, e.g.
 /// `, timeout: 5s`) with one action `ACTION`, and an agent `t/a` on `scripted/script.yaml`
 /// whose `capabilities:` are `capabilities` (indented lines).

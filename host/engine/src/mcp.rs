@@ -39,7 +39,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 use tokio::process::ChildStderr;
 use tokio::task::{JoinHandle, JoinSet};
@@ -92,6 +92,9 @@ pub(crate) struct Session {
     pub(crate) process: Option<ServerProcess>,
     /// Set when the server sent a message over `max_output` (the session then ends).
     oversized: Arc<AtomicBool>,
+    /// The tool's settings it was opened with (its `env`, `url` and `headers` rendered from
+    /// them): a call after a reload changed them opens the session anew.
+    settings: Map<String, Value>,
 }
 
 /// This host as an MCP client: how it introduces itself, and where the resource updates the
@@ -233,6 +236,15 @@ impl McpSessions {
         input: &Value,
     ) -> ActionResult {
         let name = &plan.tool_name;
+        if let State::Open(open) = state
+            && open.settings != tool.settings
+            && let State::Open(stale) = std::mem::replace(state, State::Closed)
+        {
+            // A reload changed the tool's settings: the server was given the old ones (and
+            // its output would show an old secret the scrubbing no longer knows).
+            tracing::info!(task.id = task, tool.name = %tool.id(), "the tool's settings changed: its MCP session is opened anew");
+            close(stale).await;
+        }
         if matches!(state, State::Closed) {
             match timeout(plan.timeout, self.open(task, tool, plan)).await {
                 Ok(Ok(session)) => *state = State::Open(session),
@@ -323,19 +335,21 @@ impl McpSessions {
         let settings = tool.settings_activation();
         let id = tool.id();
         let client = McpClient::new(updates);
-        match &*plan.server {
+        let mut session = match &*plan.server {
             McpServer::Stdio(server) => {
                 let secrets = self.secrets.get();
-                open_stdio((task, &id, secrets), server, plan, &settings, client).await
+                open_stdio((task, &id, secrets), server, plan, &settings, client).await?
             }
             McpServer::Http(server) => {
                 let http = self
                     .http
                     .as_ref()
                     .map_err(|e| OpenError::Config(e.clone()))?;
-                open_http(&id, server, plan, &settings, (http, client)).await
+                open_http(&id, server, plan, &settings, (http, client)).await?
             }
-        }
+        };
+        session.settings = tool.settings.clone();
+        Ok(session)
     }
 
     /// Task `task`'s sessions in the pool, by tool, without waiting for any (one in a call is
@@ -564,6 +578,7 @@ async fn open_stdio(
             client,
             process: Some(process),
             oversized,
+            settings: Map::new(),
         }),
         Err(e) => {
             let (status, tail) = process.stop_with_stderr().await;
@@ -659,6 +674,7 @@ where
         client,
         process: None,
         oversized,
+        settings: Map::new(),
     })
 }
 

@@ -52,6 +52,9 @@ struct Live {
     act: Activation,
     /// The session's requests as they were when it was made.
     plan: Arc<SessionPlan>,
+    /// The tool's settings it was made with: a call after a reload changed them destroys it
+    /// and makes it anew (its create, and its destroy, were written with the old ones).
+    settings: Map<String, Value>,
 }
 
 impl Sessions {
@@ -138,9 +141,16 @@ async fn call_in(
     act: &Activation,
 ) -> ActionResult {
     let mut made_now = false;
+    if let State::Open(live) = state
+        && live.settings != tool.settings
+        && let State::Open(stale) = std::mem::replace(state, State::Closed)
+    {
+        tracing::info!(task.id = task, tool.name = %tool.id(), "the tool's settings changed: its session is made anew");
+        destroy(engine, stale).await;
+    }
     loop {
         if matches!(state, State::Closed) {
-            match create(engine, plan, act).await {
+            match create(engine, (plan, &tool.settings), act).await {
                 Ok(live) => {
                     *state = State::Open(live);
                     made_now = true;
@@ -172,10 +182,10 @@ async fn call_in(
     }
 }
 
-/// Makes a session (Initialize).
+/// Makes a session (Initialize) with the tool's `settings`.
 async fn create(
     engine: &Engine,
-    plan: &Arc<SessionPlan>,
+    (plan, settings): (&Arc<SessionPlan>, &Map<String, Value>),
     act: &Activation,
 ) -> Result<Live, ActionResult> {
     let failed = |why: String| format!("the session could not be created: {why}");
@@ -199,6 +209,7 @@ async fn create(
         values,
         act: act.clone(),
         plan: Arc::clone(plan),
+        settings: settings.clone(),
     })
 }
 

@@ -156,6 +156,11 @@ fn session_of(tool: &str, runtime: &WasmRuntime, mount: Option<&MountDir>) -> St
     }
 }
 
+/// Whether `session` runs `component` with `settings` (JSON).
+fn same(session: &ToolSession, component: &LoadedComponent, settings: &str) -> bool {
+    session.component().hash() == component.hash() && session.settings() == settings
+}
+
 /// A component in force: the name it runs as (a tool's id, or a middleware step's or event
 /// filter's path) and its file.
 type ComponentKey = (String, PathBuf);
@@ -311,11 +316,14 @@ impl Plugins {
             }
         };
         let existing = lock(&self.sessions).get(&key).cloned();
+        let settings = settings.to_string();
         let current = match existing {
-            Some(s) if s.lock().await.component().hash() == component.hash() => Some(s),
+            Some(s) if same(&*s.lock().await, &component, &settings) => Some(s),
             Some(stale) => {
-                // The component was replaced (hot reload): Teardown on the old version, then
-                // Initialize on the new one.
+                // The component or the tool's settings were replaced (hot reload): Teardown
+                // on the old version, then Initialize on the new one with the settings in
+                // force (the old ones may be an old secret, which the scrubbing no longer
+                // knows).
                 lock(&self.sessions).remove(&key);
                 if let Ok(session) = Arc::try_unwrap(stale).map(tokio::sync::Mutex::into_inner)
                     && let Err(e) = session.close().await
@@ -338,13 +346,8 @@ impl Plugins {
                     Err(e) => return ActionResult::Fatal(e.to_string()),
                 };
                 // Opened (Initialize) by its first call, which reports what that met.
-                let opened = ToolSession::lazy(
-                    component,
-                    sandbox,
-                    &settings.to_string(),
-                    &parameters.to_string(),
-                    task,
-                );
+                let opened =
+                    ToolSession::lazy(component, sandbox, &settings, &parameters.to_string(), task);
                 match opened {
                     Ok(s) => {
                         let s = Arc::new(tokio::sync::Mutex::new(s));

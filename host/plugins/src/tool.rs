@@ -180,6 +180,11 @@ impl ToolSession {
         &self.spec.component
     }
 
+    /// The settings its `session` was constructed with (JSON).
+    pub fn settings(&self) -> &str {
+        &self.spec.settings
+    }
+
     /// The task this session belongs to.
     pub fn task_id(&self) -> &str {
         &self.spec.task
