@@ -878,3 +878,64 @@ fn a_stopped_host_ends_the_mcp_streams_its_clients_hold_open() {
     // SIGTERM: the host drains what is in flight and exits, the open stream ended.
     assert_eq!(server.stop_within(Duration::from_secs(10)), Some(0));
 }
+
+/// An `initialize` on `addr`'s `/mcp` as `token`'s caller.
+fn open_as(addr: SocketAddr, token: &str) -> Response {
+    Request::new(addr, "POST", "/mcp?agent=lab/careful")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", &format!("Bearer {token}"))
+        .json(&initialize())
+        .send()
+}
+
+#[test]
+fn a_caller_holds_at_most_its_share_of_mcp_sessions_and_closing_one_frees_its_place() {
+    let Reviewed {
+        _root,
+        server,
+        session,
+        ..
+    } = Reviewed::start();
+    // Alice holds one session; 31 more reach the default of 32 a caller may hold.
+    let mut ids = vec![session.id.clone()];
+    for _ in 1..32 {
+        let opened = open_as(server.addr, "alice-token");
+        assert_eq!(opened.status, 200, "{}", opened.text());
+        ids.push(session_id(&opened));
+    }
+    let refused = open_as(server.addr, "alice-token");
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], "too_many_sessions");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("user:alice") && message.contains("mcp_sessions_per_caller"),
+        "{message}"
+    );
+    // Another caller is not held back by alice's sessions.
+    assert_eq!(open_as(server.addr, "bob-token").status, 200);
+    // Alice's sessions still work, and closing one frees its place.
+    let listed = session.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    assert!(listed.text().contains("echo"), "{}", listed.text());
+    let closed = Request::new(server.addr, "DELETE", "/mcp?agent=lab/careful")
+        .header("authorization", "Bearer alice-token")
+        .header("mcp-session-id", &ids[1])
+        .header("mcp-protocol-version", "2025-11-25")
+        .send();
+    assert_eq!(closed.status, 204, "{}", closed.text());
+    let reopened = open_as(server.addr, "alice-token");
+    assert_eq!(reopened.status, 200, "{}", reopened.text());
+    assert_eq!(open_as(server.addr, "alice-token").status, 429);
+}
+
+#[test]
+fn the_policy_sets_how_many_mcp_sessions_a_caller_may_hold() {
+    let Reviewed { _root, server, .. } = Reviewed::with_policy("mcp_sessions_per_caller: 1");
+    let refused = open_as(server.addr, "alice-token");
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(
+        refused.text().contains("holds 1 open"),
+        "{}",
+        refused.text()
+    );
+}

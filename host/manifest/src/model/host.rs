@@ -323,6 +323,10 @@ pub struct Policy {
     /// ends (default 5m): no request of it, and no answer or stream of it open — a call
     /// waiting for a review is not idle. Applies at the next restart.
     pub mcp_session_idle: Option<Duration>,
+    /// How many sessions of `serve`'s `/mcp` one caller (a token's subject) may hold open at
+    /// once (default 32, at least 1): an `initialize` beyond them is refused (429) until one
+    /// of the caller's sessions ends. Applies at once on a reload.
+    pub mcp_sessions_per_caller: Option<u32>,
     /// How many remote sessions (`stateful_session`) may be kept at once (default 1024). Each
     /// task has its own session of a tool's session block; when all are taken, the least
     /// recently used session not in a call is destroyed to make room (its task's next call
