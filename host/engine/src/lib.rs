@@ -87,7 +87,7 @@ mod turn;
 mod wasm;
 pub mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
@@ -1062,9 +1062,30 @@ impl Engine {
     }
 
     /// Deletes task `id`: it terminates with reason `deleted`, its queue is cleared and its
-    /// subscriptions removed. Its record and log stay readable.
+    /// subscriptions removed; so are the child tasks it delegated to, and theirs (a child
+    /// lives for its parent: left alone, one that subscribed to events would go on running
+    /// turns for a task that is gone). Their records and logs stay readable.
     pub async fn delete_task(&self, id: &str) -> Result<()> {
-        self.end_task(id, None).await
+        self.end_task(id, None).await?;
+        let children: BTreeSet<String> = self.records().peek(id, |record| {
+            record
+                .capabilities
+                .values()
+                .filter_map(|stats| stats.task_ids.as_ref())
+                .flatten()
+                .cloned()
+                .collect()
+        })?;
+        for child in children {
+            let parent = self.records().peek(&child, |r| r.parent.clone());
+            match parent {
+                Ok(Some(parent)) if parent == id => Box::pin(self.delete_task(&child)).await?,
+                // Not its child after all, or gone: nothing to end.
+                Ok(_) | Err(EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Locks task `id` for `reason`, as a step failing with `lock_task` in its turn would: its
@@ -1858,7 +1879,8 @@ impl Engine {
                 tokio::spawn(async move {
                     let done = match &request {
                         hosts::Request::Interrupt { task } => engine.interrupt(task).await,
-                        hosts::Request::Delete { task } => engine.delete_task(task).await,
+                        // The asking host ends the task's children itself.
+                        hosts::Request::Delete { task } => engine.end_task(task, None).await,
                         hosts::Request::Lock { task, reason } => {
                             engine.lock_task(task, reason).await
                         }

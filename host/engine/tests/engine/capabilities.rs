@@ -1,11 +1,13 @@
 //! Bindings, include, middleware, transforms, delegation, mount, exposes.
 
-use agentmesh_engine::{Reason, Status};
+use std::sync::Arc;
+
+use agentmesh_engine::{Reason, Status, TaskRecord};
 use agentmesh_model::event::EventKind;
 use serde_json::json;
 
 use crate::util::{
-    ECHO_TOOL, RESEARCHER, SCRIPTED_AGENT, functions, harness, harness_with, observations,
+    ECHO_TOOL, Harness, RESEARCHER, SCRIPTED_AGENT, functions, harness, harness_with, observations,
 };
 
 fn agent(capability: &str) -> String {
@@ -249,8 +251,9 @@ capabilities:
     )
 }
 
-#[tokio::test]
-async fn a_delegated_agents_answer_returns_to_the_parent() {
+/// `t/boss` run once, delegating to `t/researcher` (which answers `found it`): the harness,
+/// the parent's record and its child's id.
+async fn delegated_once() -> (Harness, Arc<TaskRecord>, String) {
     let manifests = format!("{}---\n{RESEARCHER}", boss("  researcher: \"*\"\n"));
     let parent = "responses:\n  - tool_calls: [{name: researcher, arguments: {message: find it}}]\n  - text: parent done\n";
     let h = harness_with(
@@ -261,12 +264,28 @@ async fn a_delegated_agents_answer_returns_to_the_parent() {
         ],
     );
     let task = h.run("t/boss", "go").await;
+    let child = task.capabilities["researcher"].task_ids.as_ref().unwrap()[0].clone();
+    (h, task, child)
+}
+
+#[tokio::test]
+async fn a_delegated_agents_answer_returns_to_the_parent() {
+    let (h, task, child) = delegated_once().await;
     assert_eq!(observations(&h.events(&task)), [json!("found it")]);
-    let stats = &task.capabilities["researcher"];
-    let child = &stats.task_ids.as_ref().unwrap()[0];
-    let child = h.engine.task(child).unwrap();
+    let child = h.engine.task(&child).unwrap();
     assert_eq!(child.parent.as_deref(), Some(task.id.as_str()));
     assert_eq!(task.delegation_count, 1);
+}
+
+#[tokio::test]
+async fn deleting_a_parent_deletes_the_children_it_delegated_to() {
+    let (h, task, child) = delegated_once().await;
+    assert_eq!(h.engine.task(&child).unwrap().status(), Status::Idle);
+    h.engine.delete_task(&task.id).await.unwrap();
+    let child = h.engine.task(&child).unwrap();
+    assert_eq!(child.status(), Status::Terminated, "{child:?}");
+    assert_eq!(child.reason, Some(Reason::Deleted), "{child:?}");
+    assert!(child.subscriptions.is_empty(), "{child:?}");
 }
 
 /// The LLM is offered `message` alone when it delegates: another argument cannot set a

@@ -612,11 +612,17 @@ capabilities:
     panic!("the child never waited in its review");
 }
 
-/// Checks that task `child`'s review ended unanswered and its parent's stop stopped it.
-fn stopped_child(engine: &Engine, child: &str) {
+/// Checks that task `child`'s review ended unanswered and its parent's stop stopped it:
+/// interrupted it, or deleted it with its parent (`deleted`).
+fn stopped_child(engine: &Engine, child: &str, deleted: bool) {
     let child = engine.task(child).unwrap();
     assert_eq!(child.pending_review, None, "{child:?}");
-    assert_eq!(child.status(), Status::Idle, "{child:?}");
+    if deleted {
+        assert_eq!(child.status(), Status::Terminated, "{child:?}");
+        assert_eq!(child.reason, Some(Reason::Deleted), "{child:?}");
+    } else {
+        assert_eq!(child.status(), Status::Idle, "{child:?}");
+    }
     assert!(child.interrupted, "its parent's stop stopped it: {child:?}");
     assert!(child.subscriptions.is_empty(), "{child:?}");
     assert_eq!(
@@ -635,7 +641,7 @@ async fn deleting_a_parent_ends_the_review_its_delegated_child_waits_in() {
         .unwrap();
     runner.await.unwrap();
     assert_eq!(engine.task(&parent).unwrap().reason, Some(Reason::Deleted));
-    stopped_child(&engine, &child);
+    stopped_child(&engine, &child, true);
 }
 
 #[tokio::test]
@@ -654,7 +660,7 @@ async fn interrupting_a_parent_ends_the_review_its_delegated_child_waits_in() {
         parent.outputs.is_empty(),
         "the parent's turn stopped: {parent:?}"
     );
-    stopped_child(&engine, &child);
+    stopped_child(&engine, &child, false);
 }
 
 /// Waits until task `id` waits in a review other than those in `asked`; returns its id.
