@@ -115,12 +115,13 @@ impl Engine {
     }
 
     /// Ends the task of a client session (the session closed): it terminates as deleted, its
-    /// subscriptions are removed and its tool sessions torn down. A task that has ended
-    /// already is left as it is.
+    /// subscriptions are removed and its tool sessions torn down, and the child tasks its
+    /// calls delegated to are deleted. A task that has ended already is left as it is.
     pub async fn close_session(&self, id: &str) -> Result<()> {
         lock(&self.inner.client_sessions).remove(id);
         let closed = session_event(json!({"closed": true}));
-        self.end_task(id, Some(closed)).await
+        self.end_task(id, Some(closed)).await?;
+        self.delete_children(id).await
     }
 
     /// Runs function `name` of task `id`'s agent with `arguments`, as a call of its LLM would

@@ -1067,6 +1067,11 @@ impl Engine {
     /// turns for a task that is gone). Their records and logs stay readable.
     pub async fn delete_task(&self, id: &str) -> Result<()> {
         self.end_task(id, None).await?;
+        self.delete_children(id).await
+    }
+
+    /// Deletes the child tasks task `id` delegated to (see [`Engine::delete_task`]).
+    async fn delete_children(&self, id: &str) -> Result<()> {
         let children: BTreeSet<String> = self.records().peek(id, |record| {
             record
                 .capabilities

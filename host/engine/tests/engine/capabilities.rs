@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agentmesh_engine::{Reason, Status, TaskRecord};
+use agentmesh_engine::{DirectEnd, Reason, Status, TaskRecord, UserRef};
 use agentmesh_model::event::EventKind;
 use serde_json::json;
 
@@ -251,18 +251,23 @@ capabilities:
     )
 }
 
-/// `t/boss` run once, delegating to `t/researcher` (which answers `found it`): the harness,
-/// the parent's record and its child's id.
-async fn delegated_once() -> (Harness, Arc<TaskRecord>, String) {
+/// `t/boss`, whose LLM delegates to `t/researcher` once (which answers `found it`).
+fn delegating() -> Harness {
     let manifests = format!("{}---\n{RESEARCHER}", boss("  researcher: \"*\"\n"));
     let parent = "responses:\n  - tool_calls: [{name: researcher, arguments: {message: find it}}]\n  - text: parent done\n";
-    let h = harness_with(
+    harness_with(
         &manifests,
         &[
             ("script.yaml", parent),
             ("child.yaml", "responses:\n  - text: found it\n"),
         ],
-    );
+    )
+}
+
+/// `t/boss` run once, delegating to `t/researcher`: the harness, the parent's record and its
+/// child's id.
+async fn delegated_once() -> (Harness, Arc<TaskRecord>, String) {
+    let h = delegating();
     let task = h.run("t/boss", "go").await;
     let child = task.capabilities["researcher"].task_ids.as_ref().unwrap()[0].clone();
     (h, task, child)
@@ -286,6 +291,37 @@ async fn deleting_a_parent_deletes_the_children_it_delegated_to() {
     assert_eq!(child.status(), Status::Terminated, "{child:?}");
     assert_eq!(child.reason, Some(Reason::Deleted), "{child:?}");
     assert!(child.subscriptions.is_empty(), "{child:?}");
+}
+
+#[tokio::test]
+async fn a_client_sessions_end_deletes_the_children_its_calls_delegated_to() {
+    let h = delegating();
+    let user = UserRef {
+        id: "user:alice".into(),
+        email: None,
+    };
+    let session = h
+        .engine
+        .open_session("t/boss", user, json!({}))
+        .await
+        .unwrap();
+    let called = h
+        .engine
+        .call_direct(
+            &session.id,
+            "researcher",
+            json!({"message": "find it"}),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(called, DirectEnd::Observation(_)), "{called:?}");
+    let record = h.engine.task(&session.id).unwrap();
+    let child = record.capabilities["researcher"].task_ids.as_ref().unwrap()[0].clone();
+    assert_eq!(h.engine.task(&child).unwrap().status(), Status::Idle);
+    h.engine.close_session(&session.id).await.unwrap();
+    let child = h.engine.task(&child).unwrap();
+    assert_eq!(child.reason, Some(Reason::Deleted), "{child:?}");
 }
 
 /// The LLM is offered `message` alone when it delegates: another argument cannot set a
