@@ -50,7 +50,7 @@ pub(crate) fn off_the_workers(f: &mut dyn FnMut()) {
 
 /// Runs store call `f`: as it is on a thread of the turn pool (whose runners may wait for the
 /// store), else off the async workers ([`off_the_workers`]).
-pub(crate) fn store_call(f: &mut dyn FnMut()) {
+pub(crate) fn store_call(_name: &'static str, f: &mut dyn FnMut()) {
     if TURN_THREAD.with(Cell::get) {
         f();
     } else {

@@ -21,7 +21,7 @@ static API_STALLED: AtomicBool = AtomicBool::new(false);
 /// The same for the threads of the turn pool (`agentmesh-turn…`).
 static TURNS_STALLED: AtomicBool = AtomicBool::new(false);
 
-fn stall(f: &mut dyn FnMut()) {
+fn stall(_call: &'static str, f: &mut dyn FnMut()) {
     let name = std::thread::current().name().unwrap_or_default().to_owned();
     let flag = if name.starts_with("api") {
         Some(&API_STALLED)

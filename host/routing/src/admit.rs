@@ -5,7 +5,7 @@
 //! locked gets its lock instead ([`Input::lock`], written with the inputs).
 
 use agentmesh_engine::plan::{EventPlan, ToolPlan};
-use agentmesh_engine::{Admission, Admitted, Arrival, Engine, Input, Origin};
+use agentmesh_engine::{Admission, Admitted, Arrival, Engine, EngineError, Input, Origin};
 use agentmesh_model::event::ContentPart;
 use serde_json::{Value, json};
 
@@ -15,7 +15,10 @@ use crate::routes::SharedRoutes;
 /// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks
 /// subscribed to them (of those, the ones `keep` keeps), and the locks their middleware asks
 /// for; nothing, and the delivery id left unremembered, when no task takes one or is locked.
-/// A task whose admission fails does not take the event (logged).
+/// A task gone since routing matched it does not take the event. `Err` when the host failed
+/// to decide a task's admission (its record unreadable): the delivery is refused whole, its
+/// id left unremembered, so that the sender's retry reaches every task — accepting it for
+/// the others would leave that task without the event for good.
 pub(crate) async fn tool_events(
     engine: &Engine,
     routes: &SharedRoutes,
@@ -23,7 +26,7 @@ pub(crate) async fn tool_events(
     (payload, origin): (&Value, &Origin),
     arrival: &Arrival<'_>,
     keep: impl Fn(&str) -> bool,
-) -> Admitted<()> {
+) -> Result<Admitted<()>, EngineError> {
     let tool_id = tool.id();
     let fired_at = arrival.fired_at();
     let mut inputs: Vec<Input> = Vec::new();
@@ -34,13 +37,18 @@ pub(crate) async fn tool_events(
             .read()
             .route(&tool_id, &event.name, &routed, fired_at);
         for task in tasks.into_iter().filter(|t| keep(t)) {
-            let admitted = engine
-                .admit_event(tool, event, &task, &event_json)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(task.id = %task, tool.name = %tool_id, "event dropped: {e}");
+            let admitted = match engine.admit_event(tool, event, &task, &event_json).await {
+                Ok(admitted) => admitted,
+                // Deleted (or its agent removed by a reload) since routing saw it.
+                Err(EngineError::NotFound(e)) => {
+                    tracing::debug!(task.id = %task, tool.name = %tool_id, "event not taken: {e}");
                     Admission::Drop
-                });
+                }
+                Err(e) => {
+                    tracing::warn!(task.id = %task, tool.name = %tool_id, event = %event.name, "the delivery is refused: admitting it failed: {e}");
+                    return Err(e);
+                }
+            };
             let text = match admitted {
                 Admission::Take(text) => text,
                 Admission::Drop => continue,
@@ -56,8 +64,8 @@ pub(crate) async fn tool_events(
             ));
         }
     }
-    match inputs.is_empty() {
+    Ok(match inputs.is_empty() {
         true => Admitted::Nothing(()),
         false => Admitted::Inputs(inputs, ()),
-    }
+    })
 }

@@ -75,17 +75,15 @@ impl EventRouter {
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let routes = &*self.routes;
         let admit = async |arrival: &Arrival<'_>| {
-            Ok::<_, WebhookError>(
-                admit::tool_events(
-                    &self.engine,
-                    routes,
-                    (tool, &events),
-                    (&payload, &WEBHOOK),
-                    arrival,
-                    |_| true,
-                )
-                .await,
-            )
+            let admitted = admit::tool_events(
+                &self.engine,
+                routes,
+                (tool, &events),
+                (&payload, &WEBHOOK),
+                arrival,
+                |_| true,
+            );
+            Ok::<_, WebhookError>(admitted.await?)
         };
         let delivered = Delivered::new(headers, proof, Entrance::Tool(tool_id));
         match self.engine.arrive(delivered, admit).await? {
@@ -139,17 +137,15 @@ impl EventRouter {
         let events: Vec<&EventPlan> = tool.events.iter().filter(|e| pick(e)).collect();
         let routes = &*self.routes;
         let admit = async |arrival: &Arrival<'_>| {
-            Ok::<_, EngineError>(
-                admit::tool_events(
-                    &self.engine,
-                    routes,
-                    (tool, &events),
-                    (payload, origin),
-                    arrival,
-                    keep,
-                )
-                .await,
+            admit::tool_events(
+                &self.engine,
+                routes,
+                (tool, &events),
+                (payload, origin),
+                arrival,
+                keep,
             )
+            .await
         };
         let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Poll(tool_id));
         match self.engine.arrive(delivered, admit).await? {

@@ -15,8 +15,10 @@ use crate::{
     Written,
 };
 
-/// Runs the closure it is given, on a thread where it may block.
-pub type Offload = fn(&mut dyn FnMut());
+/// Runs the closure it is given, store call `name` (the method's name), on a thread where it
+/// may block. A function that does not run it refuses the call: its caller gets an error
+/// (how tests make a store fail chosen calls).
+pub type Offload = fn(name: &'static str, call: &mut dyn FnMut());
 
 /// `inner` with every call run through `offload`.
 pub struct Offloaded {
@@ -30,19 +32,20 @@ impl Offloaded {
         Offloaded { inner, offload }
     }
 
-    fn off<T>(&self, f: impl FnOnce(&dyn Backend) -> Result<T>) -> Result<T> {
+    fn off<T>(&self, name: &'static str, f: impl FnOnce(&dyn Backend) -> Result<T>) -> Result<T> {
         let mut f = Some(f);
         let mut out = None;
-        (self.offload)(&mut || {
+        (self.offload)(name, &mut || {
             if let Some(f) = f.take() {
                 out = Some(f(self.inner.as_ref()));
             }
         });
         match (out, f) {
             (Some(out), _) => out,
-            // An offload function that did not run the call: run it here rather than lose it.
-            (None, Some(f)) => f(self.inner.as_ref()),
-            (None, None) => Err(StoreError::Io("a store call ran and gave no result".into())),
+            (None, Some(_)) => Err(StoreError::Io(format!("store call `{name}` was refused"))),
+            (None, None) => Err(StoreError::Io(format!(
+                "store call `{name}` ran and gave no result"
+            ))),
         }
     }
 }
@@ -55,22 +58,24 @@ impl TaskLogs for Offloaded {
         events: &[Event],
         take: Option<&QueueKey>,
     ) -> Result<Option<Written>> {
-        self.off(|s| s.write_buffered(task_id, record, events, take))
+        self.off("write_buffered", |s| {
+            s.write_buffered(task_id, record, events, take)
+        })
     }
     fn record(&self, task_id: &str) -> Result<Option<RawRecord>> {
-        self.off(|s| s.record(task_id))
+        self.off("record", |s| s.record(task_id))
     }
     fn record_ids(&self) -> Result<Vec<String>> {
-        self.off(|s| s.record_ids())
+        self.off("record_ids", |s| s.record_ids())
     }
     fn events_between(&self, task_id: &str, from: u64, to: u64) -> Result<(Vec<Event>, usize)> {
-        self.off(|s| s.events_between(task_id, from, to))
+        self.off("events_between", |s| s.events_between(task_id, from, to))
     }
     fn last_event_seq(&self, task_id: &str) -> Result<u64> {
-        self.off(|s| s.last_event_seq(task_id))
+        self.off("last_event_seq", |s| s.last_event_seq(task_id))
     }
     fn next_id(&self) -> Result<u64> {
-        self.off(|s| s.next_id())
+        self.off("next_id", |s| s.next_id())
     }
     fn set_append_hook(&self, hook: AppendHook) {
         self.inner.set_append_hook(hook);
@@ -83,7 +88,7 @@ impl Queues for Offloaded {
         delivery: Option<(&str, i64)>,
         inputs: &[(&str, i64, &[u8])],
     ) -> Result<Delivery> {
-        self.off(|s| s.queue_durably(delivery, inputs))
+        self.off("queue_durably", |s| s.queue_durably(delivery, inputs))
     }
     fn queue_deferred(
         &self,
@@ -91,67 +96,71 @@ impl Queues for Offloaded {
         inputs: &[(&str, i64, &[u8])],
     ) -> Result<(Delivery, Durable)> {
         // The write runs through the host's function; the wait holds no thread.
-        self.off(|s| s.queue_deferred(delivery, inputs))
+        self.off("queue_deferred", |s| s.queue_deferred(delivery, inputs))
     }
     fn first_queued(&self, task_id: &str) -> Result<Option<(QueueKey, Vec<u8>)>> {
-        self.off(|s| s.first_queued(task_id))
+        self.off("first_queued", |s| s.first_queued(task_id))
     }
     fn queued(&self, task_id: &str, limit: usize) -> Result<Vec<(QueueKey, Vec<u8>)>> {
-        self.off(|s| s.queued(task_id, limit))
+        self.off("queued", |s| s.queued(task_id, limit))
     }
     fn queued_count(&self, task_id: &str) -> Result<usize> {
-        self.off(|s| s.queued_count(task_id))
+        self.off("queued_count", |s| s.queued_count(task_id))
     }
     fn queued_tasks(&self) -> Result<Vec<String>> {
-        self.off(|s| s.queued_tasks())
+        self.off("queued_tasks", |s| s.queued_tasks())
     }
     fn clear_queue_buffered(&self, task_id: &str) -> Result<usize> {
-        self.off(|s| s.clear_queue_buffered(task_id))
+        self.off("clear_queue_buffered", |s| s.clear_queue_buffered(task_id))
     }
 }
 
 impl Dedupe for Offloaded {
     fn is_remembered(&self, id: &str) -> Result<bool> {
-        self.off(|s| s.is_remembered(id))
+        self.off("is_remembered", |s| s.is_remembered(id))
     }
     fn forget_expired_buffered(&self) -> Result<usize> {
-        self.off(|s| s.forget_expired_buffered())
+        self.off("forget_expired_buffered", |s| s.forget_expired_buffered())
     }
 }
 
 impl HostState for Offloaded {
     fn state_value(&self, ns: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        self.off(|s| s.state_value(ns, key))
+        self.off("state_value", |s| s.state_value(ns, key))
     }
     fn state_values(&self, ns: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.off(|s| s.state_values(ns))
+        self.off("state_values", |s| s.state_values(ns))
     }
     fn put_state_buffered(&self, ns: &str, key: &str, value: &[u8]) -> Result<()> {
-        self.off(|s| s.put_state_buffered(ns, key, value))
+        self.off("put_state_buffered", |s| {
+            s.put_state_buffered(ns, key, value)
+        })
     }
     fn delete_state_buffered(&self, ns: &str, key: &str) -> Result<()> {
-        self.off(|s| s.delete_state_buffered(ns, key))
+        self.off("delete_state_buffered", |s| {
+            s.delete_state_buffered(ns, key)
+        })
     }
 }
 
 impl PluginKv for Offloaded {
     fn kv_value(&self, scope: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        self.off(|s| s.kv_value(scope, key))
+        self.off("kv_value", |s| s.kv_value(scope, key))
     }
     fn kv_put_buffered(&self, scope: &str, key: &str, value: &[u8]) -> Result<()> {
-        self.off(|s| s.kv_put_buffered(scope, key, value))
+        self.off("kv_put_buffered", |s| s.kv_put_buffered(scope, key, value))
     }
     fn kv_delete_buffered(&self, scope: &str, key: &str) -> Result<()> {
-        self.off(|s| s.kv_delete_buffered(scope, key))
+        self.off("kv_delete_buffered", |s| s.kv_delete_buffered(scope, key))
     }
     fn kv_clear_task_buffered(&self, task: &str) -> Result<()> {
-        self.off(|s| s.kv_clear_task_buffered(task))
+        self.off("kv_clear_task_buffered", |s| s.kv_clear_task_buffered(task))
     }
 }
 
 impl Durability for Offloaded {
     fn flush(&self) -> Result<()> {
-        self.off(|s| s.flush())
+        self.off("flush", |s| s.flush())
     }
     fn write_count(&self) -> u64 {
         self.inner.write_count()
@@ -166,19 +175,19 @@ impl Leases for Offloaded {
         self.inner.host_id()
     }
     fn take_lease(&self, task_id: &str) -> Result<Lease> {
-        self.off(|s| s.take_lease(task_id))
+        self.off("take_lease", |s| s.take_lease(task_id))
     }
     fn renew_host(&self) -> Result<()> {
-        self.off(|s| s.renew_host())
+        self.off("renew_host", |s| s.renew_host())
     }
     fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>> {
-        self.off(|s| s.orphaned_tasks(limit))
+        self.off("orphaned_tasks", |s| s.orphaned_tasks(limit))
     }
     fn end_host(&self) -> Result<()> {
-        self.off(|s| s.end_host())
+        self.off("end_host", |s| s.end_host())
     }
     fn tell(&self, host: &str, body: &str) -> Result<()> {
-        self.off(|s| s.tell(host, body))
+        self.off("tell", |s| s.tell(host, body))
     }
     fn set_notice_hook(&self, hook: NoticeHook) {
         self.inner.set_notice_hook(hook);
