@@ -6,16 +6,13 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use agentmesh_engine::{
-    Engine, EngineError, EngineOptions, NewTask, Origin, Run, UserRef, WebhookError,
-};
+use agentmesh_engine::{Engine, EngineError, NewTask, Origin, Run, UserRef, WebhookError};
 use agentmesh_model::delivery::{Headers, Inbound};
 use agentmesh_routing::{EventRouter, WebhookOutcome};
-use agentmesh_store::{Offloaded, StoreError};
-use agentmesh_testkit::engine::{engine_at, engine_on, write_config};
+use agentmesh_store::StoreError;
+use agentmesh_testkit::engine::{engine_at, engine_through, write_config};
 use agentmesh_testkit::fixtures::scripted_agent;
 use serde_json::json;
 
@@ -80,13 +77,7 @@ async fn a_delivery_whose_admission_the_store_fails_is_refused_whole_and_its_ret
         let engine = engine_at(dir.path(), None);
         (new_task(&engine).await, new_task(&engine).await)
     };
-    let sled = agentmesh_store::open(&dir.path().join("data")).unwrap();
-    let store = Arc::new(Offloaded::new(sled, faults));
-    let options = EngineOptions {
-        mount_root: dir.path().join("data/mounts"),
-        ..EngineOptions::default()
-    };
-    let engine = engine_on(dir.path(), store, options);
+    let engine = engine_through(dir.path(), faults);
     let router = EventRouter::new(engine.clone()).unwrap();
     engine.recover().unwrap();
     // Task `a` runs a turn (and its record stays in memory); `b` is not read.

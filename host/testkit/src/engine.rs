@@ -34,6 +34,19 @@ pub fn engine_at(dir: &Path, review_timeout: Option<Duration>) -> Engine {
     engine_on(dir, store, options)
 }
 
+/// An engine over the config dir at `dir` (which must validate) and a store in `dir/data`
+/// whose every call runs through `offload` ([`agentmesh_store::Offload`]: a function that does
+/// not run a call fails it, so a test can make the store fail the calls it names).
+pub fn engine_through(dir: &Path, offload: agentmesh_store::Offload) -> Engine {
+    let sled = agentmesh_store::open(&dir.join("data")).unwrap();
+    let store = std::sync::Arc::new(agentmesh_store::Offloaded::new(sled, offload));
+    let options = EngineOptions {
+        mount_root: dir.join("data/mounts"),
+        ..EngineOptions::default()
+    };
+    engine_on(dir, store, options)
+}
+
 /// An engine over the config dir at `dir` (which must validate), on `store`, with `options`.
 pub fn engine_on(
     dir: &Path,

@@ -59,6 +59,8 @@ pub(crate) struct Firing {
     pub(crate) quota: Mutex<Option<(u32, DailyQuota)>>,
     /// Read-modify-writes of statuses and wakeups, one at a time.
     pub(crate) state: Mutex<()>,
+    /// Triggers whose final fire is under way ([`triggers::FinalFire`]).
+    pub(crate) finals: Mutex<HashSet<String>>,
 }
 
 /// Firing for one engine: a cheap handle (clone it freely).

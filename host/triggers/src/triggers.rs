@@ -18,7 +18,6 @@
 //! Schedules are driven by `schedules`, self-scheduled wakeups by `wakeups`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agentmesh_expr::Activation;
 use agentmesh_model::delivery::{Headers, Inbound, Proof};
@@ -153,6 +152,33 @@ struct SourceFires {
     fired: Vec<(String, String)>,
     /// How many fires were dropped (throttle, quota).
     dropped: u64,
+    /// The final fires among them (their triggers' `ttl` has passed).
+    finals: Vec<FinalFire>,
+}
+
+/// A trigger's final fire (its `ttl` has passed) while it is under way: no other fire of the
+/// trigger takes it meanwhile. [`FinalFire::done`] once its input is on disk marks the
+/// trigger expired; dropped without that (the fire failed, or the door could not queue it),
+/// it leaves the trigger as it was, its final fire still to come.
+pub(crate) struct FinalFire {
+    firing: Arc<crate::Firing>,
+    id: String,
+}
+
+impl FinalFire {
+    /// Marks the trigger expired: its final fire is on disk.
+    fn done(self, triggers: &Triggers) {
+        if let Err(e) = triggers.update_status(TRIGGER_STATE, &self.id, |s| s.expired = true) {
+            tracing::warn!(trigger.id = %self.id, "marking expired failed: {e}");
+        }
+        tracing::info!(trigger.id = %self.id, "fired its final time: its ttl has passed");
+    }
+}
+
+impl Drop for FinalFire {
+    fn drop(&mut self) {
+        lock(&self.firing.finals).remove(&self.id);
+    }
 }
 
 /// Whether a trigger takes an event.
@@ -451,25 +477,25 @@ impl Triggers {
         Admit::Ready(io)
     }
 
-    /// Whether this fire of trigger `t` is its final one (its `ttl` has passed); marks it
-    /// expired if so.
+    /// Whether this fire of trigger `t` (of `status`) is its final one (its `ttl` has passed
+    /// at `now`): `Ok(Some)` holds it while it is under way (see [`FinalFire`]); `Err` says
+    /// why it cannot fire: another fire holds its final one.
     fn final_fire(
         &self,
-        ns: &str,
-        id: &str,
-        ttl: Option<Duration>,
+        t: &TriggerPlan,
         status: &FireStatus,
         now: i64,
-    ) -> bool {
-        let Some(ttl) = ttl else { return false };
+    ) -> std::result::Result<Option<FinalFire>, String> {
+        let Some(ttl) = t.ttl else { return Ok(None) };
         if !agentmesh_timing::ttl::expired(status.created_ms, ttl, now) {
-            return false;
+            return Ok(None);
         }
-        if let Err(e) = self.update_status(ns, id, |s| s.expired = true) {
-            tracing::warn!(trigger.id = %id, "marking expired failed: {e}");
+        let id = t.id();
+        if !lock(&self.firing.finals).insert(id.clone()) {
+            return Err(format!("trigger `{id}` is firing its final time"));
         }
-        tracing::info!(trigger.id = %id, "fired its final time: its ttl has passed");
-        true
+        let firing = Arc::clone(&self.firing);
+        Ok(Some(FinalFire { firing, id }))
     }
 
     /// `POST /v1/webhooks/sources/{source}`: authenticates the delivery with the source, and
@@ -505,14 +531,18 @@ impl Triggers {
                 inputs,
                 fired,
                 dropped,
+                finals,
             } = fires.await?;
-            Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped)))
+            Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped, finals)))
         };
         let delivered = Delivered::new(headers, src.proof(), Entrance::Source(source));
-        let (fired, dropped) = match self.engine.arrive(delivered, admit).await? {
+        let (fired, dropped, finals) = match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => return Ok(SourceDelivery::Duplicate),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
+        for last in finals {
+            last.done(self);
+        }
         let mut tasks = Vec::new();
         for (id, task) in fired {
             self.record_fire(TRIGGER_STATE, &id, Ok(&task));
@@ -552,22 +582,27 @@ impl Triggers {
                     inputs,
                     fired,
                     dropped,
+                    finals,
                 } = fires.await?;
                 all.inputs.extend(inputs);
                 all.fired.extend(fired);
                 all.dropped += dropped;
+                all.finals.extend(finals);
             }
-            Ok::<_, EngineError>(Admitted::Inputs(all.inputs, all.fired))
+            Ok::<_, EngineError>(Admitted::Inputs(all.inputs, (all.fired, all.finals)))
         };
         // No delivery id: an update is never a repeat of another.
-        let fired = match self
+        let (fired, finals) = match self
             .engine
             .arrive(Delivered::unnamed(&Headers::default()), admit)
             .await?
         {
-            Through::Duplicate => Vec::new(),
+            Through::Duplicate => (Vec::new(), Vec::new()),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
+        for last in finals {
+            last.done(self);
+        }
         let mut tasks = Vec::new();
         for (id, task) in fired {
             self.record_fire(TRIGGER_STATE, &id, Ok(&task));
@@ -614,13 +649,20 @@ impl Triggers {
                     continue;
                 }
             };
-            self.final_fire(TRIGGER_STATE, &id, t.ttl, &status, fired_at);
+            let last = match self.final_fire(t, &status, fired_at) {
+                Ok(last) => last,
+                Err(why) => {
+                    tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
+                    continue;
+                }
+            };
             match self.cold_start(&t.agent, &t.owner).await {
                 Ok(task) => {
                     fires
                         .inputs
                         .push(Input::new(task.clone(), io, origin.clone()));
                     fires.fired.push((id, task));
+                    fires.finals.extend(last);
                 }
                 Err(e) => {
                     let why = e.to_string();
@@ -695,16 +737,24 @@ impl Triggers {
                     return Err(FireError::BadRequest(why));
                 }
             };
-            self.final_fire(TRIGGER_STATE, id, t.ttl, &status, fired_at);
+            let last = self
+                .final_fire(t, &status, fired_at)
+                .map_err(FireError::Refused)?;
             let task = self.cold_start(&t.agent, &t.owner).await?;
             let input = Input::new(task.clone(), io, origin);
-            Ok::<_, FireError>(Admitted::Inputs(vec![input], task))
+            Ok::<_, FireError>(Admitted::Inputs(vec![input], (task, last)))
         };
         // A token's holder names its own delivery ids, for this trigger only.
         let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Trigger(id));
         match self.engine.arrive(delivered, admit).await? {
             Through::Duplicate => Err(FireError::Duplicate),
-            Through::Queued { admitted: task, .. } => {
+            Through::Queued {
+                admitted: (task, last),
+                ..
+            } => {
+                if let Some(last) = last {
+                    last.done(self);
+                }
                 self.record_fire(TRIGGER_STATE, id, Ok(&task));
                 Ok(task)
             }
