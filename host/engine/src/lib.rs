@@ -561,7 +561,10 @@ impl Engine {
     }
 
     /// Creates a task and queues its first input (when given), as a user's, run as `run` says.
-    /// Bound parameters' allow lists are sealed now, to the bindings' values.
+    /// Bound parameters' allow lists are sealed now, to the bindings' values. When the input
+    /// cannot be queued the task is deleted again before the error is returned: the caller,
+    /// told no task was made, does not know its id, and it must not live on (subscribed to
+    /// events, running turns on them).
     pub async fn create_task(&self, new: NewTask, run: Run) -> Result<TaskRecord> {
         self.create(new, None, 0, run).await
     }
@@ -582,8 +585,13 @@ impl Engine {
         let record = self.open_record(&id, &agent, new.user, parent, depth)?;
         // Its first turn starts from memory.
         let record = self.records().checkin(record);
-        if let Some(io) = io {
-            self.queue(&id, io, Origin::User, run).await?;
+        if let Some(io) = io
+            && let Err(e) = self.queue(&id, io, Origin::User, run).await
+        {
+            if let Err(deleting) = self.delete_task(&id).await {
+                tracing::error!(task.id = %id, "a task whose first input could not be queued ({e}) could not be deleted: {deleting}");
+            }
+            return Err(e);
         }
         Ok(TaskRecord::clone(&record))
     }

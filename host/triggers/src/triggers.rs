@@ -156,6 +156,10 @@ struct SourceFires {
     finals: Vec<FinalFire>,
 }
 
+/// The tasks an arrival cold-started (see [`Triggers::arrive_starting`]).
+#[derive(Default)]
+struct ColdStarts(std::sync::Mutex<Vec<String>>);
+
 /// A trigger's final fire (its `ttl` has passed) while it is under way: no other fire of the
 /// trigger takes it meanwhile. [`FinalFire::done`] once its input is on disk marks the
 /// trigger expired; dropped without that (the fire failed, or the door could not queue it),
@@ -373,9 +377,10 @@ impl Triggers {
         }
     }
 
-    /// Creates the task of a cold start, without input: the caller queues its input through
-    /// the door, with the arrival's other inputs.
-    pub(crate) async fn cold_start(&self, agent: &str, owner: &str) -> Result<String> {
+    /// Creates the task of a cold start, without input, noted in `started`: the caller queues
+    /// its input through the door, with the arrival's other inputs (see
+    /// [`Triggers::arrive_starting`]).
+    async fn cold_start(&self, agent: &str, owner: &str, started: &ColdStarts) -> Result<String> {
         let new = NewTask {
             agent: agent.to_owned(),
             input: None,
@@ -384,7 +389,34 @@ impl Triggers {
                 email: None,
             },
         };
-        Ok(self.engine.create_task(new, Run::Background).await?.id)
+        let id = self.engine.create_task(new, Run::Background).await?.id;
+        lock(&started.0).push(id.clone());
+        Ok(id)
+    }
+
+    /// [`Engine::arrive`] for fires that cold-start tasks (`admit` notes them in the list it
+    /// is given): when the arrival fails (a fire failed, or the door could not queue the
+    /// inputs), the tasks it started are deleted again — the sender is told the fire failed,
+    /// nobody knows their ids, and they must not live on without input (subscribed to events,
+    /// running turns on them), as [`Engine::create_task`] does with a task whose first input
+    /// cannot be queued.
+    async fn arrive_starting<T, E: From<EngineError>>(
+        &self,
+        delivered: Delivered<'_>,
+        admit: impl AsyncFnOnce(&Arrival<'_>, &ColdStarts) -> std::result::Result<Admitted<T>, E>,
+    ) -> std::result::Result<Through<T>, E> {
+        let started = ColdStarts::default();
+        let admit = async |arrival: &Arrival<'_>| admit(arrival, &started).await;
+        let through = self.engine.arrive(delivered, admit).await;
+        if through.is_err() {
+            let tasks = std::mem::take(&mut *lock(&started.0));
+            for task in tasks {
+                if let Err(e) = self.engine.delete_task(&task).await {
+                    tracing::error!(task.id = %task, "a task started by a fire that failed could not be deleted: {e}");
+                }
+            }
+        }
+        through
     }
 
     /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
@@ -519,14 +551,14 @@ impl Triggers {
             serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
         // While the delivery id is held at the door: every trigger of the source that takes
         // the event creates its task. Its id is remembered even when none does.
-        let admit = async |arrival: &Arrival<'_>| {
+        let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
             let name = headers
                 .text("x-github-event")
                 .and_then(Result::ok)
                 .unwrap_or(source);
             let event = arrival.event(name, &payload);
             let origin = Origin::Webhook { auth_subject };
-            let fires = self.fire_source(source, &event, arrival.fired_at(), origin);
+            let fires = self.fire_source(source, &event, (arrival.fired_at(), origin), started);
             let SourceFires {
                 inputs,
                 fired,
@@ -536,7 +568,7 @@ impl Triggers {
             Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped, finals)))
         };
         let delivered = Delivered::new(headers, src.proof(), Entrance::Source(source));
-        let (fired, dropped, finals) = match self.engine.arrive(delivered, admit).await? {
+        let (fired, dropped, finals) = match self.arrive_starting(delivered, admit).await? {
             Through::Duplicate => return Ok(SourceDelivery::Duplicate),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
@@ -573,11 +605,12 @@ impl Triggers {
         }
         sources.sort();
         let payload = json!({"uri": update.uri});
-        let admit = async |arrival: &Arrival<'_>| {
+        let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
             let mut all = SourceFires::default();
             for (source, event) in &sources {
                 let event = arrival.event(event, &payload);
-                let fires = self.fire_source(source, &event, arrival.fired_at(), Origin::McpEvent);
+                let fired = (arrival.fired_at(), Origin::McpEvent);
+                let fires = self.fire_source(source, &event, fired, started);
                 let SourceFires {
                     inputs,
                     fired,
@@ -593,8 +626,7 @@ impl Triggers {
         };
         // No delivery id: an update is never a repeat of another.
         let (fired, finals) = match self
-            .engine
-            .arrive(Delivered::unnamed(&Headers::default()), admit)
+            .arrive_starting(Delivered::unnamed(&Headers::default()), admit)
             .await?
         {
             Through::Duplicate => (Vec::new(), Vec::new()),
@@ -617,8 +649,8 @@ impl Triggers {
         &self,
         source: &str,
         event: &Value,
-        fired_at: i64,
-        origin: Origin,
+        (fired_at, origin): (i64, Origin),
+        started: &ColdStarts,
     ) -> Result<SourceFires> {
         let plan = self.engine.plan();
         let mut triggers: Vec<&Arc<TriggerPlan>> = plan
@@ -656,7 +688,7 @@ impl Triggers {
                     continue;
                 }
             };
-            match self.cold_start(&t.agent, &t.owner).await {
+            match self.cold_start(&t.agent, &t.owner, started).await {
                 Ok(task) => {
                     fires
                         .inputs
@@ -720,7 +752,7 @@ impl Triggers {
             .collect();
         // While the delivery id is held at the door: the trigger takes the call or refuses it
         // (a refusal leaves the id unremembered).
-        let admit = async |arrival: &Arrival<'_>| {
+        let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
             let origin = Origin::Api { auth_subject };
             let event = arrival.event("api", &payload);
             let fired_at = arrival.fired_at();
@@ -740,13 +772,13 @@ impl Triggers {
             let last = self
                 .final_fire(t, &status, fired_at)
                 .map_err(FireError::Refused)?;
-            let task = self.cold_start(&t.agent, &t.owner).await?;
+            let task = self.cold_start(&t.agent, &t.owner, started).await?;
             let input = Input::new(task.clone(), io, origin);
             Ok::<_, FireError>(Admitted::Inputs(vec![input], (task, last)))
         };
         // A token's holder names its own delivery ids, for this trigger only.
         let delivered = Delivered::new(headers, Proof::Unsigned, Entrance::Trigger(id));
-        match self.engine.arrive(delivered, admit).await? {
+        match self.arrive_starting(delivered, admit).await? {
             Through::Duplicate => Err(FireError::Duplicate),
             Through::Queued {
                 admitted: (task, last),

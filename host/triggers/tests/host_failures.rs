@@ -1,6 +1,6 @@
-//! A fire the host fails to queue is not a fire: a trigger past its `ttl` keeps its final
-//! fire for the sender's retry when the door cannot write the first attempt. The store here
-//! is sled behind a function that refuses the calls the test names.
+//! A fire the host fails to queue is not a fire: the task it started is deleted again, and a
+//! trigger past its `ttl` keeps its final fire for the sender's retry. The store here is sled
+//! behind a function that refuses the calls the test names.
 
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agentmesh_engine::{EngineError, WebhookError};
+use agentmesh_engine::{EngineError, Reason, Status, WebhookError};
 use agentmesh_model::delivery::{Headers, Inbound};
 use agentmesh_secrets::signature::sign_github;
 use agentmesh_store::StoreError;
@@ -40,7 +40,7 @@ fn signed(id: &str, body: &[u8]) -> Headers {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_delivery_the_door_cannot_queue_leaves_a_ttl_trigger_its_final_fire() {
+async fn a_fire_the_door_cannot_queue_deletes_its_task_and_keeps_the_final_fire() {
     let dir = tempfile::tempdir().unwrap();
     let manifests = format!(
         "{SCRIPTED_AGENT}---
@@ -88,6 +88,15 @@ ttl: 1s
         ),
         "a delivery the door could not queue was answered {failed:?}"
     );
+    // The task the fire started for the input the door could not queue does not live on.
+    for task in engine.list_tasks(None, None, None).unwrap() {
+        assert_eq!(
+            (task.status(), task.reason),
+            (Status::Terminated, Some(Reason::Deleted)),
+            "task `{}` outlived the fire that failed",
+            task.id
+        );
+    }
     let status = &triggers.trigger("t/once").unwrap().status;
     assert!(
         !status.expired,

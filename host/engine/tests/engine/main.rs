@@ -6,6 +6,7 @@
 
 mod capabilities;
 mod condensation;
+mod host_failures;
 mod http;
 mod lifecycle;
 mod limits;
