@@ -24,12 +24,15 @@ use agentmesh_engine::plan::triggers::{
     DEFAULT_MAX_WAKEUP_HORIZON, DEFAULT_MAX_WAKEUPS_PER_TASK, DEFAULT_TRIGGER_MAX_PER_HOUR,
     DEFAULT_TRIGGER_TTL,
 };
-use agentmesh_engine::{Accepted, Arrival, Input, Origin, Run, Status, TaskRecord};
+use agentmesh_engine::{Accepted, Arrival, EngineError, Input, Origin, Run, Status, TaskRecord};
 
 use crate::{Result, TimerId, Triggers, lock};
 
 /// The store namespace of wakeups.
 const WAKEUP_STATE: &str = "wakeup";
+
+/// How long after a wakeup's fire that queued nothing failed it is tried again.
+const WAKEUP_RETRY: Duration = Duration::from_secs(2);
 
 /// The key of wakeup `id`'s throttle.
 fn throttle_key(id: &str) -> String {
@@ -282,29 +285,34 @@ impl Triggers {
         }
     }
 
+    /// Arms wakeup `id` again after a fire that queued nothing failed (the store refused to
+    /// read it or its task, or to queue its input): it is still stored as due, and nothing
+    /// else would fire it before the host restarts.
+    fn retry_wakeup(&self, id: &str, e: &EngineError) {
+        tracing::warn!(schedule.id = %id, "wakeup fire failed, tried again in {WAKEUP_RETRY:?}: {e}");
+        let at = now_ms().saturating_add(i64::try_from(WAKEUP_RETRY.as_millis()).unwrap_or(0));
+        self.firing.timer.arm(TimerId::Wakeup(id.to_owned()), at);
+    }
+
     async fn try_fire_wakeup(&self, id: &str) -> Result<()> {
         let owned = id.to_owned();
-        let Some((w, message, now)) = self
-            .off_workers(move |engine| engine.wakeup_due(&owned))
-            .await?
-        else {
+        let due = self.off_workers(move |engine| engine.wakeup_due(&owned));
+        let Some((w, message, now)) = due.await.inspect_err(|e| self.retry_wakeup(id, e))? else {
             return Ok(());
         };
         if let Some(io) = message {
             let input = Input::new(w.task_id.clone(), io, Origin::Wakeup { id: id.to_owned() });
             // Every host sharing the store arms every wakeup: the first to queue a fire is the
-            // one that fires it, in the same write.
-            let arrival = if self.engine.store().shared() {
-                Arrival::once(format!("wakeup:{id}:{}", w.next_ms))
-            } else {
-                Arrival::new()
-            };
+            // one that fires it, in the same write. The same makes a retry after a failed
+            // write whose input did land (its flush failed) no second fire.
+            let arrival = Arrival::once(format!("wakeup:{id}:{}", w.next_ms));
             let accepted = arrival
                 .accept(&self.engine, vec![input], Run::Background)
-                .await?;
+                .await
+                .inspect_err(|e| self.retry_wakeup(id, e))?;
             if accepted == Accepted::Duplicate {
-                // Another host fired it; it goes on from there unless that host went down
-                // before it did.
+                // Another host fired it (or an earlier try here, whose write landed); it goes
+                // on from there unless that host went down before it did.
                 let owned = id.to_owned();
                 let fired_at = w.next_ms;
                 return self
@@ -329,10 +337,12 @@ impl Triggers {
             return Ok(None);
         };
         let now = now_ms();
-        let alive = self
-            .engine
-            .task(&w.task_id)
-            .is_ok_and(|t| t.status() != Status::Terminated);
+        // A task that cannot be read is not gone: the fire fails, to be tried again.
+        let alive = match self.engine.task(&w.task_id) {
+            Ok(t) => t.status() != Status::Terminated,
+            Err(EngineError::NotFound(_)) => false,
+            Err(e) => return Err(e),
+        };
         if !alive {
             self.delete_wakeup(id)?;
             return Ok(None);

@@ -5,10 +5,10 @@
 // Test code may panic: a panic is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentmesh_engine::{EngineError, Reason, Status, WebhookError};
+use agentmesh_engine::{EngineError, Reason, Run, Status, WebhookError};
 use agentmesh_model::delivery::{Headers, Inbound};
 use agentmesh_secrets::signature::sign_github;
 use agentmesh_store::StoreError;
@@ -123,4 +123,58 @@ ttl: 1s
         matches!(&later, SourceDelivery::Accepted { tasks, .. } if tasks.is_empty()),
         "a delivery after the final fire was answered {later:?}"
     );
+}
+
+/// While set, the store refuses to queue input (for the wakeup test's engine).
+static WAKEUP_QUEUE_FAILS: AtomicBool = AtomicBool::new(false);
+/// How many calls it refused.
+static WAKEUP_QUEUE_REFUSED: AtomicUsize = AtomicUsize::new(0);
+
+fn wakeup_faults(call: &'static str, f: &mut dyn FnMut()) {
+    let queuing = matches!(call, "queue_deferred" | "queue_durably");
+    if queuing && WAKEUP_QUEUE_FAILS.load(Ordering::SeqCst) {
+        WAKEUP_QUEUE_REFUSED.fetch_add(1, Ordering::SeqCst);
+    } else {
+        f();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wakeup_whose_fire_the_store_refuses_fires_once_the_store_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 300}, prompt: Wake up, reason: check}}
+  - text: Sleeping.
+  - text: Awake.
+";
+    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", script)]);
+    let engine = engine_through(dir.path(), wakeup_faults);
+    let triggers = Triggers::new(engine.clone()).unwrap();
+    triggers.start().await.unwrap();
+    let running = tokio::spawn(triggers.clone().run());
+    let new = agentmesh_testkit::engine::new_task("t/a", "Sleep.");
+    let task = engine.create_task(new, Run::Caller).await.unwrap();
+    engine.run_until_idle(&task.id).await.unwrap();
+
+    // The wakeup comes due while the store refuses to queue its input.
+    WAKEUP_QUEUE_FAILS.store(true, Ordering::SeqCst);
+    let refused = async {
+        while WAKEUP_QUEUE_REFUSED.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(10), refused).await;
+    WAKEUP_QUEUE_FAILS.store(false, Ordering::SeqCst);
+    waited.expect("the wakeup never tried to queue its input");
+
+    // Once the store takes writes again, the wakeup fires: it was not lost.
+    let woken = async {
+        while engine.task(&task.id).unwrap().outputs.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let woke = tokio::time::timeout(Duration::from_secs(20), woken).await;
+    running.abort();
+    woke.expect("the wakeup never fired after the store refused its first fire");
 }
