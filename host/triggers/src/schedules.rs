@@ -579,7 +579,7 @@ impl Triggers {
             s.max_per_hour,
             &s.owner,
             now,
-        ) {
+        )? {
             tracing::info!(schedule.id = %s.id(), "{why}");
             return Ok(None);
         }

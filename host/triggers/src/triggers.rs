@@ -17,6 +17,7 @@
 //!
 //! Schedules are driven by `schedules`, self-scheduled wakeups by `wakeups`.
 
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use agentmesh_expr::Activation;
@@ -201,21 +202,29 @@ impl Triggers {
     /// The bounds of one fire at `now`: the throttle of `key`, then `owner`'s daily quota.
     /// `Some(reason)` when the fire is dropped. Both counts are kept in the store, so they
     /// hold across a restart: read on first use, written (not flushed) when a fire passes, so
-    /// they are durable with the flush that queues the fire's input.
+    /// they are durable with the flush that queues the fire's input. A count that cannot be
+    /// read is not zero: the fire fails (`Err`; nothing is kept of the read, so the next fire
+    /// reads it again) rather than pass a bound it may be over.
     pub(crate) fn bound_fire(
         &self,
         key: &str,
         max_per_hour: u32,
         owner: &str,
         now: i64,
-    ) -> Option<String> {
+    ) -> Result<Option<String>> {
         {
             let mut throttles = lock(&self.firing.throttles);
-            let entry = throttles.entry(key.to_owned()).or_insert_with(|| {
-                let stored = self.stored::<ThrottleRecord>(THROTTLE_STATE, key);
-                let recent = stored.map(|r| r.recent).unwrap_or_default();
-                (max_per_hour, Throttle::resume(max_per_hour, recent))
-            });
+            let entry = match throttles.entry(key.to_owned()) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(slot) => {
+                    let stored = self
+                        .engine
+                        .store()
+                        .state::<ThrottleRecord>(THROTTLE_STATE, key)?;
+                    let recent = stored.map(|r| r.recent).unwrap_or_default();
+                    slot.insert((max_per_hour, Throttle::resume(max_per_hour, recent)))
+                }
+            };
             if entry.0 != max_per_hour {
                 *entry = (
                     max_per_hour,
@@ -223,9 +232,9 @@ impl Triggers {
                 );
             }
             if !entry.1.allow(now) {
-                return Some(format!(
+                return Ok(Some(format!(
                     "`{key}` is over its limit of {max_per_hour} fires per hour; the fire was dropped"
-                ));
+                )));
             }
             let record = ThrottleRecord {
                 recent: entry.1.recent().collect(),
@@ -245,21 +254,24 @@ impl Triggers {
             slot => &mut slot.insert((per_day, DailyQuota::new(per_day))).1,
         };
         if q.used(owner, now) == 0
-            && let Some(stored) = self.stored::<QuotaRecord>(QUOTA_STATE, owner)
+            && let Some(stored) = self
+                .engine
+                .store()
+                .state::<QuotaRecord>(QUOTA_STATE, owner)?
         {
             q.resume(owner, stored.day, stored.used);
         }
         if !q.take(owner, now) {
-            return Some(format!(
+            return Ok(Some(format!(
                 "`{owner}` has used its {per_day} trigger-fired turns for today; the fire was dropped"
-            ));
+            )));
         }
         let record = QuotaRecord {
             day: DailyQuota::day_of(now),
             used: q.used(owner, now),
         };
         self.keep(QUOTA_STATE, owner, &record);
-        None
+        Ok(None)
     }
 
     /// Gives back what [`bound_fire`](Self::bound_fire) took for a fire of `key` by `owner`
@@ -290,18 +302,6 @@ impl Triggers {
             .engine
             .store()
             .delete_state_buffered(THROTTLE_STATE, key)?)
-    }
-
-    /// Host state `key` in `ns`; a read error is logged and reads as none.
-    fn stored<T: serde::de::DeserializeOwned>(&self, ns: &str, key: &str) -> Option<T> {
-        self.engine.store().state(ns, key).unwrap_or_else(|e| {
-            tracing::warn!(
-                state.ns = ns,
-                state.key = key,
-                "reading a fire count failed: {e}"
-            );
-            None
-        })
     }
 
     /// Writes host state `key` in `ns` without flushing; a write error is logged.
@@ -421,7 +421,8 @@ impl Triggers {
 
     /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
     /// caller's message (an API fire), used when the trigger has no `message` template;
-    /// `params` are parameter values laid over the trigger's `inputs`.
+    /// `params` are parameter values laid over the trigger's `inputs`. `Err` when its fire
+    /// counts cannot be read ([`Triggers::bound_fire`]).
     fn admit_trigger(
         &self,
         t: &TriggerPlan,
@@ -430,12 +431,12 @@ impl Triggers {
         message: Option<&Value>,
         params: &Map<String, Value>,
         now: i64,
-    ) -> Admit {
+    ) -> Result<Admit> {
         if !t.enabled {
-            return Admit::Skipped(format!("trigger `{}` is disabled", t.id()));
+            return Ok(Admit::Skipped(format!("trigger `{}` is disabled", t.id())));
         }
         if status.expired || status.revoked {
-            return Admit::Skipped(format!("trigger `{}` has expired", t.id()));
+            return Ok(Admit::Skipped(format!("trigger `{}` has expired", t.id())));
         }
         let mut act = Activation::new();
         act.set("event", event.clone())
@@ -455,17 +456,19 @@ impl Triggers {
                 }
             };
             if !passed {
-                return Admit::Skipped(step.error_message.clone().unwrap_or_else(|| {
-                    format!(
-                        "`source.before` refused the event: `{}`",
-                        step.expr.source()
-                    )
-                }));
+                return Ok(Admit::Skipped(step.error_message.clone().unwrap_or_else(
+                    || {
+                        format!(
+                            "`source.before` refused the event: `{}`",
+                            step.expr.source()
+                        )
+                    },
+                )));
             }
         }
         let agent = match self.engine.agent(&t.agent) {
             Ok(a) => a,
-            Err(e) => return Admit::Failed(e.to_string()),
+            Err(e) => return Ok(Admit::Failed(e.to_string())),
         };
         let mut io = t.inputs.clone();
         // The caller's other fields are the event's payload; those naming a parameter of the
@@ -483,10 +486,10 @@ impl Triggers {
                     io.insert("message".into(), Value::String(text));
                 }
                 Err(e) => {
-                    return Admit::Failed(format!(
+                    return Ok(Admit::Failed(format!(
                         "the message `{}` cannot be rendered: {e}",
                         tpl.source()
-                    ));
+                    )));
                 }
             },
             (None, Some(m)) => {
@@ -496,17 +499,15 @@ impl Triggers {
         }
         let io = match normalize_trigger_input(&agent, &Value::Object(io)) {
             Ok(io) => io,
-            Err(e) => return Admit::Failed(e.to_string()),
+            Err(e) => return Ok(Admit::Failed(e.to_string())),
         };
-        if let Some(why) = self.bound_fire(
-            &format!("trigger:{}", t.id()),
-            t.max_per_hour,
-            &t.owner,
-            now,
-        ) {
-            return Admit::Dropped(why);
-        }
-        Admit::Ready(io)
+        let key = format!("trigger:{}", t.id());
+        Ok(
+            match self.bound_fire(&key, t.max_per_hour, &t.owner, now)? {
+                Some(why) => Admit::Dropped(why),
+                None => Admit::Ready(io),
+            },
+        )
     }
 
     /// Whether this fire of trigger `t` (of `status`) is its final one (its `ttl` has passed
@@ -663,7 +664,7 @@ impl Triggers {
         for t in triggers {
             let id = t.id();
             let status = self.fire_status(TRIGGER_STATE, &id)?;
-            let io = match self.admit_trigger(t, &status, event, None, &Map::new(), fired_at) {
+            let io = match self.admit_trigger(t, &status, event, None, &Map::new(), fired_at)? {
                 Admit::Ready(io) => io,
                 Admit::Skipped(why) => {
                     tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
@@ -757,7 +758,7 @@ impl Triggers {
             let event = arrival.event("api", &payload);
             let fired_at = arrival.fired_at();
             let status = self.fire_status(TRIGGER_STATE, id)?;
-            let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at) {
+            let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at)? {
                 Admit::Ready(io) => io,
                 Admit::Skipped(why) => return Err(FireError::Refused(why)),
                 Admit::Dropped(why) => {

@@ -260,16 +260,22 @@ impl Triggers {
     pub(crate) async fn arm_wakeups(&self) -> Result<()> {
         let now = now_ms();
         for w in self.wakeups()? {
-            if self
-                .engine
-                .task(&w.task_id)
-                .is_ok_and(|t| t.status() != Status::Terminated)
-            {
+            // A task that cannot be read is not gone: its wakeup is armed, and its fire looks
+            // again.
+            let ended = match self.engine.task(&w.task_id) {
+                Ok(t) => t.status() == Status::Terminated,
+                Err(EngineError::NotFound(_)) => true,
+                Err(e) => {
+                    tracing::warn!(task.id = %w.task_id, schedule.id = %w.id, "reading the task of a wakeup failed: {e}");
+                    false
+                }
+            };
+            if ended {
+                self.delete_wakeup(&w.id)?;
+            } else {
                 self.firing
                     .timer
                     .arm(TimerId::Wakeup(w.id.clone()), w.next_ms.max(now));
-            } else {
-                self.delete_wakeup(&w.id)?;
             }
         }
         Ok(())
@@ -354,7 +360,7 @@ impl Triggers {
             .policy
             .trigger_max_per_hour
             .unwrap_or(DEFAULT_TRIGGER_MAX_PER_HOUR);
-        let message = match self.bound_fire(&throttle_key(id), max_per_hour, &w.owner, now) {
+        let message = match self.bound_fire(&throttle_key(id), max_per_hour, &w.owner, now)? {
             Some(why) => {
                 tracing::info!(task.id = %w.task_id, schedule.id = %id, "{why}");
                 None

@@ -12,7 +12,7 @@ use agentmesh_engine::{EngineError, Reason, Run, Status, WebhookError};
 use agentmesh_model::delivery::{Headers, Inbound};
 use agentmesh_secrets::signature::sign_github;
 use agentmesh_store::StoreError;
-use agentmesh_testkit::engine::{SCRIPTED_AGENT, engine_through, write_config};
+use agentmesh_testkit::engine::{SCRIPTED_AGENT, engine_at, engine_through, write_config};
 use agentmesh_triggers::{SourceDelivery, Triggers};
 
 /// While set, the store refuses to queue input.
@@ -39,9 +39,9 @@ fn signed(id: &str, body: &[u8]) -> Headers {
     .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fire_the_door_cannot_queue_deletes_its_task_and_keeps_the_final_fire() {
-    let dir = tempfile::tempdir().unwrap();
+/// An agent `t/a` (answering `Done.`) and a trigger `t/NAME` of it with `extra` (a line of
+/// the manifest), fired by source `hooks`, whose deliveries GitHub signs with [`SECRET`].
+fn hooked_trigger(dir: &std::path::Path, name: &str, extra: &str) {
     let manifests = format!(
         "{SCRIPTED_AGENT}---
 kind: agentmesh/v1/host
@@ -50,33 +50,39 @@ sources:
 ---
 kind: commonagents.info/v1beta2/trigger
 namespace: t
-name: once
+name: {name}
 agent: a
 owner: user:ops@example.com
 source: {{type: hooks}}
 message: Go.
-ttl: 1s
+{extra}
 "
     );
-    write_config(
-        dir.path(),
-        &manifests,
-        &[("script.yaml", "responses:\n  - text: Gone.\n")],
-    );
+    let script = "responses:\n  - text: Done.\n";
+    write_config(dir, &manifests, &[("script.yaml", script)]);
+}
+
+/// Delivers an `opened` event to source `hooks`, signed, with delivery id `id`.
+async fn deliver(triggers: &Triggers, id: &str) -> Result<SourceDelivery, WebhookError> {
+    let body = br#"{"action": "opened"}"#;
+    let headers = signed(id, body);
+    let delivery = Inbound {
+        headers: &headers,
+        body,
+    };
+    triggers.deliver_source_webhook("hooks", delivery).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_the_door_cannot_queue_deletes_its_task_and_keeps_the_final_fire() {
+    let dir = tempfile::tempdir().unwrap();
+    hooked_trigger(dir.path(), "once", "ttl: 1s");
     let engine = engine_through(dir.path(), faults);
     let triggers = Triggers::new(engine.clone()).unwrap();
     triggers.start().await.unwrap();
     // Its ttl passes: the next fire is its final one.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    let body = br#"{"action": "opened"}"#;
-    let deliver = async |id: &str| {
-        let headers = signed(id, body);
-        let delivery = Inbound {
-            headers: &headers,
-            body,
-        };
-        triggers.deliver_source_webhook("hooks", delivery).await
-    };
+    let deliver = async |id: &str| deliver(&triggers, id).await;
 
     QUEUE_WRITES_FAIL.store(true, Ordering::SeqCst);
     let failed = deliver("d-1").await;
@@ -177,4 +183,109 @@ async fn a_wakeup_whose_fire_the_store_refuses_fires_once_the_store_takes_it() {
     let woke = tokio::time::timeout(Duration::from_secs(20), woken).await;
     running.abort();
     woke.expect("the wakeup never fired after the store refused its first fire");
+}
+
+/// While set, the store refuses every read of host state after the first (a fire's reads:
+/// its trigger's status, then its fire counts).
+static COUNT_READS_FAIL: AtomicBool = AtomicBool::new(false);
+/// The reads of host state since it was set.
+static STATE_READS: AtomicUsize = AtomicUsize::new(0);
+
+fn count_faults(call: &'static str, f: &mut dyn FnMut()) {
+    let refused = call == "state_value"
+        && COUNT_READS_FAIL.load(Ordering::SeqCst)
+        && STATE_READS.fetch_add(1, Ordering::SeqCst) >= 1;
+    if !refused {
+        f();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_whose_throttle_count_cannot_be_read_fails_rather_than_pass_it() {
+    let dir = tempfile::tempdir().unwrap();
+    hooked_trigger(dir.path(), "limited", "throttle: {max_per_hour: 1}");
+    // The trigger's one fire of the hour, on a host that then restarts.
+    {
+        let triggers = Triggers::new(engine_at(dir.path(), None)).unwrap();
+        triggers.start().await.unwrap();
+        let first = deliver(&triggers, "d-1").await.unwrap();
+        assert!(
+            matches!(&first, SourceDelivery::Accepted { tasks, .. } if tasks.len() == 1),
+            "{first:?}"
+        );
+    }
+    let engine = engine_through(dir.path(), count_faults);
+    let triggers = Triggers::new(engine.clone()).unwrap();
+    triggers.start().await.unwrap();
+
+    // Its count cannot be read: the fire fails (the sender retries), it does not pass.
+    COUNT_READS_FAIL.store(true, Ordering::SeqCst);
+    let unread = deliver(&triggers, "d-2").await;
+    COUNT_READS_FAIL.store(false, Ordering::SeqCst);
+    assert!(
+        matches!(
+            &unread,
+            Err(WebhookError::Engine(EngineError::Store(StoreError::Io(e)))) if e.contains("state_value")
+        ),
+        "a fire whose throttle count could not be read was answered {unread:?}"
+    );
+    // Read again, the count holds: the throttle drops the next fire.
+    let next = deliver(&triggers, "d-3").await.unwrap();
+    assert_eq!(
+        next,
+        SourceDelivery::Accepted {
+            tasks: Vec::new(),
+            dropped: 1
+        }
+    );
+    assert_eq!(engine.list_tasks(None, None, None).unwrap().len(), 1);
+}
+
+/// While set, the store refuses every read of a task record.
+static RECORD_READS_FAIL: AtomicBool = AtomicBool::new(false);
+
+fn record_faults(call: &'static str, f: &mut dyn FnMut()) {
+    if !(call == "record" && RECORD_READS_FAIL.load(Ordering::SeqCst)) {
+        f();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wakeup_whose_task_cannot_be_read_at_start_is_kept_and_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "responses:
+  - tool_calls:
+      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 1500}, prompt: Wake up, reason: check}}
+  - text: Sleeping.
+  - text: Awake.
+";
+    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", script)]);
+    // The task asks for its wakeup; the host restarts before it is due.
+    let task = {
+        let engine = engine_at(dir.path(), None);
+        let _triggers = Triggers::new(engine.clone()).unwrap();
+        let new = agentmesh_testkit::engine::new_task("t/a", "Sleep.");
+        let task = engine.create_task(new, Run::Caller).await.unwrap();
+        engine.run_until_idle(&task.id).await.unwrap();
+        task.id
+    };
+    let engine = engine_through(dir.path(), record_faults);
+    let triggers = Triggers::new(engine.clone()).unwrap();
+    // The task cannot be read while the wakeups are armed.
+    RECORD_READS_FAIL.store(true, Ordering::SeqCst);
+    let started = triggers.start().await;
+    RECORD_READS_FAIL.store(false, Ordering::SeqCst);
+    started.unwrap();
+    let pending = triggers.schedules(Some(&task), None).unwrap().wakeups;
+    assert_eq!(pending.len(), 1, "the wakeup was dropped: {pending:?}");
+
+    let running = tokio::spawn(triggers.clone().run());
+    let woken = async {
+        while engine.task(&task).unwrap().outputs.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let woke = tokio::time::timeout(Duration::from_secs(20), woken).await;
+    running.abort();
+    woke.expect("the wakeup never fired");
 }
