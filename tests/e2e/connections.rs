@@ -5,6 +5,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use agentmesh_testkit::client::Response;
 use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, config_dir, scripted_agent};
 use agentmesh_testkit::server::{Server, wait_for};
 use serde_json::json;
@@ -343,4 +344,153 @@ fn a_large_body_is_not_waited_for_from_a_caller_without_a_token() {
         };
         assert!(head.contains(expected), "POST {path} {auth}: {head}");
     }
+}
+
+/// A started server whose tool `lab/feed` takes unsigned webhook deliveries, with `policy`
+/// (the dirs live as long as the server).
+fn serve_feed(policy: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    let tool = "kind: commonagents.info/v1beta2/tool
+namespace: lab
+name: feed
+description: A feed that signs nothing.
+actions:
+  - name: read
+    description: Read.
+    execute: {cel: {expression: \"'read'\"}}
+events:
+  - name: posted
+    message: \"posted\"
+    receive:
+      webhook: {}
+";
+    let host = format!("kind: agentmesh/v1/host\npolicy: {{{policy}}}\n");
+    let dir = config_dir(&[("feed.yaml", tool), ("host.yaml", &host)]);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
+    (server, dir, data)
+}
+
+/// A delivery of JSON `body` to `lab/feed`.
+fn to_feed(server: &Server, body: &[u8]) -> Response {
+    server
+        .request("POST", "/v1/webhooks/tools/lab/feed")
+        .header("Content-Type", "application/json")
+        .body(body.to_vec())
+        .send()
+}
+
+/// What `/metrics` says the bodies being handled take.
+fn body_memory(server: &Server) -> usize {
+    let metrics = server.request("GET", "/metrics").send().text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("agentmesh_body_memory_bytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no agentmesh_body_memory_bytes in /metrics: {metrics}"))
+}
+
+/// The JSON array of `n` zeros: two bytes a value, the most values a body of its size holds.
+fn zeros(n: usize) -> Vec<u8> {
+    format!("[{}0]", "0,".repeat(n - 1)).into_bytes()
+}
+
+#[test]
+fn a_body_of_tiny_json_values_is_refused_before_it_is_parsed() {
+    // 20 MB of `[0,0,…]`, under the default 25 MiB body cap and with no signature to check:
+    // parsed, it is 10 million 80-byte values, and routing copied the tree for every event.
+    // The host's peak memory grew by ~2 GB for it, and it was answered 202 after 4 s; now it
+    // is refused unparsed, within the default max_body_memory (256 MiB).
+    let (server, _dir, _data) = serve_feed("");
+    let body = zeros(10_000_000);
+    let before = server.peak_rss_kib();
+    let r = to_feed(&server, &body);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "too_large");
+    assert!(r.text().contains("max_body_memory"), "{}", r.text());
+    let grew = server.peak_rss_kib().saturating_sub(before);
+    assert!(
+        grew < 256 * 1024,
+        "the host's peak memory grew by {grew} KiB for one body"
+    );
+    // An ordinary delivery is taken.
+    let r = to_feed(&server, br#"{"text": "hello"}"#);
+    assert_eq!(r.status, 202, "{}", r.text());
+}
+
+#[test]
+fn a_body_that_does_not_fit_beside_the_others_is_503_until_they_are_done() {
+    let (server, _dir, _data) = serve_feed("max_body_memory: 1MiB");
+    // One client sends all but the last byte of 1,000 KiB, and holds it there.
+    let announced = 1000 * 1024;
+    let mut holding = connect(&server, Duration::from_secs(20));
+    write!(
+        holding,
+        "POST /v1/webhooks/tools/lab/feed HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {announced}\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    holding.write_all(&vec![b' '; announced - 1]).unwrap();
+    let held = wait_for(Duration::from_secs(20), || {
+        let charged = body_memory(&server);
+        (charged >= announced - 1).then_some(charged)
+    });
+    assert!(
+        held.is_some(),
+        "the first body is never all read: {}",
+        body_memory(&server)
+    );
+    // 30 KiB of text fits in 1 MiB alone, not in what the first one leaves.
+    let delivery = json!({"text": "x".repeat(30 * 1024)}).to_string();
+    let send = || to_feed(&server, delivery.as_bytes());
+    let busy = send();
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    assert_eq!(busy.json()["error"]["code"], "busy", "{}", busy.text());
+    let retry = busy
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("retry-after"));
+    assert_eq!(
+        retry.map(|(_, v)| v.as_str()),
+        Some("1"),
+        "{:?}",
+        busy.headers
+    );
+    // Once the first client is gone, its room is given back.
+    drop(holding);
+    let freed = wait_for(Duration::from_secs(20), || {
+        (body_memory(&server) == 0).then_some(())
+    });
+    assert!(freed.is_some(), "still charged: {}", body_memory(&server));
+    let taken = send();
+    assert_eq!(taken.status, 202, "{}", taken.text());
+    // A body whose JSON could never fit is a 413, not a 503 to retry: 100 KiB of `[0,…]`.
+    let r = to_feed(&server, &zeros(50 * 1024));
+    assert_eq!(r.status, 413, "{}", r.text());
+}
+
+#[test]
+fn a_reload_puts_a_new_max_body_memory_in_force() {
+    let (server, dir, _data) = serve_feed("max_body_memory: 1MiB");
+    // 30 KiB of `[0,…]`: ~2.5 MB once parsed.
+    let body = zeros(15 * 1024);
+    let send = || to_feed(&server, &body);
+    let r = send();
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(
+        r.text().contains("max_body_memory (1048576 bytes)"),
+        "{}",
+        r.text()
+    );
+    std::fs::write(
+        dir.path().join("host.yaml"),
+        "kind: agentmesh/v1/host\npolicy: {max_body_memory: 8MiB}\n",
+    )
+    .unwrap();
+    let taken = wait_for(Duration::from_secs(30), || {
+        let r = send();
+        (r.status != 413).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("the reloaded bound is never in force: {}", send().text()));
+    assert_eq!(taken.status, 202, "{}", taken.text());
 }

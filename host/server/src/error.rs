@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::AppState;
+use crate::memory::{Refused, json_cost};
 
 /// An error answer of the API.
 #[derive(Debug)]
@@ -22,6 +23,10 @@ pub struct ApiError {
 
 /// How long a caller should wait before retrying a request the store could not take.
 const STORE_RETRY_AFTER_SECS: u32 = 5;
+
+/// How long a caller should wait before retrying a body the host had no memory for: bodies
+/// are handled in milliseconds, so room is soon given back.
+const BUSY_RETRY_AFTER_SECS: u32 = 1;
 
 impl ApiError {
     /// An error with `status`, a stable `code` and a message for people.
@@ -161,7 +166,11 @@ pub async fn read_body(
 }
 
 /// Reads a request body of at most `limit` bytes (`what` names the bound in the 413) within
-/// the time in force; a body announcing more is refused before any of it is read.
+/// the time in force; a body announcing more is refused before any of it is read. What the
+/// body takes is charged to the host's `max_body_memory` as it arrives, and then what its JSON
+/// would take once parsed (see `memory`): the returned bytes hold the charge until they are
+/// dropped. A body that does not fit beside the others is a 503 `busy`; one that never fits,
+/// a 413.
 pub async fn read_body_within(
     body: axum::body::Body,
     state: &AppState,
@@ -175,23 +184,64 @@ pub async fn read_body_within(
         )
     };
     let announced = axum::body::HttpBody::size_hint(&body).lower();
-    if usize::try_from(announced).map_or(true, |n| n > limit) {
+    let Some(announced) = usize::try_from(announced).ok().filter(|&n| n <= limit) else {
         return Err(too_large());
-    }
+    };
+    let mut charge = state.body_memory.charge();
+    let refused = |refused: Refused| match refused {
+        Refused::Busy => ApiError {
+            retry_after: Some(BUSY_RETRY_AFTER_SECS),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "the host holds as many request bodies as its max_body_memory allows; retry later",
+            )
+        },
+        Refused::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the body, with the JSON it parses into, would take more than the host's \
+                 max_body_memory ({} bytes)",
+                state.body_memory.limit()
+            ),
+        ),
+    };
+    let read = async {
+        let mut body = body;
+        let mut bytes: Vec<u8> = Vec::new();
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            let frame =
+                frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            let needed = bytes.len() + data.len();
+            if needed > limit {
+                return Err(too_large());
+            }
+            if needed > bytes.capacity() {
+                // What is allocated is charged, before it is.
+                let capacity = needed
+                    .max(2 * bytes.capacity())
+                    .min(limit)
+                    .min(needed.max(announced));
+                charge.grow(capacity - bytes.capacity()).map_err(refused)?;
+                bytes.reserve_exact(capacity - bytes.len());
+            }
+            bytes.extend_from_slice(&data);
+        }
+        charge.grow(json_cost(&bytes)).map_err(refused)?;
+        Ok(bytes)
+    };
     let within = state.body_timeout;
-    let limited = http_body_util::Limited::new(body, limit);
-    let Ok(read) = tokio::time::timeout(within, http_body_util::BodyExt::collect(limited)).await
-    else {
-        return Err(ApiError::new(
+    match tokio::time::timeout(within, read).await {
+        Ok(read) => Ok(charge.attach(axum::body::Bytes::from(read?))),
+        Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "body_timeout",
             format!("the body did not arrive within the host's body_timeout ({within:?})"),
-        ));
-    };
-    match read {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
+        )),
     }
 }
 

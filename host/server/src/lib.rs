@@ -24,6 +24,8 @@
 //! - `scrub`: every answer's body, SSE frames included, with the secrets replaced;
 //! - `connections`: the accept loop, with a cap on connections, header, body and idle
 //!   timeouts, and JSON answers for oversized heads;
+//! - `memory`: the bound on what request bodies being handled take together, each counted
+//!   with the JSON it parses into;
 //! - `error`: [`ApiError`] and the one place engine errors become status codes; `metrics`:
 //!   the counters of `/metrics`.
 //!
@@ -37,6 +39,7 @@ pub mod health;
 pub mod inspector;
 mod loopback;
 mod mcp;
+mod memory;
 mod metrics;
 pub mod reload;
 pub mod resources;
@@ -86,6 +89,9 @@ pub struct AppState {
     pub config_dir: PathBuf,
     /// The largest request body accepted (`policy.max_body_bytes`, reloadable).
     max_body_bytes: AtomicUsize,
+    /// What the bodies being handled take, and how much they may (`policy.max_body_memory`,
+    /// reloadable).
+    body_memory: Arc<memory::BodyMemory>,
     /// How long a whole request body may take (`policy.body_timeout`, fixed at start).
     pub body_timeout: Duration,
     /// The address the server listens on.
@@ -137,6 +143,7 @@ impl AppState {
             let _ = sender.send(task);
         }));
         let at_start = reload::StartOnly::of(&engine.plan().host);
+        let body_memory = memory::BodyMemory::new(reload::body_memory_of(&engine.plan().host));
         // `/mcp` checks the caller, the `Host` name and the body itself, with the
         // configuration in force (`mcp.rs`).
         let idle = engine.plan().host.policy.mcp_session_idle;
@@ -172,6 +179,7 @@ impl AppState {
             draining: tokio::sync::watch::Sender::new(false),
             config_dir: serving.config_dir,
             max_body_bytes: AtomicUsize::new(serving.max_body_bytes),
+            body_memory,
             body_timeout: serving.limits.body_timeout,
             bound: serving.bound,
             at_start,
@@ -193,10 +201,11 @@ impl AppState {
         self.max_body_bytes.load(Ordering::Relaxed)
     }
 
-    /// Puts a reloaded configuration's tokens and body limit in force.
-    pub(crate) fn apply(&self, auth: Auth, max_body_bytes: usize) {
+    /// Puts a reloaded configuration's tokens and body limits in force.
+    pub(crate) fn apply(&self, auth: Auth, max_body_bytes: usize, body_memory: usize) {
         *self.auth.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(auth);
         self.max_body_bytes.store(max_body_bytes, Ordering::Relaxed);
+        self.body_memory.set_limit(body_memory);
     }
 
     /// The engine.

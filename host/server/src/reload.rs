@@ -22,9 +22,22 @@ use crate::{AppState, Auth, tokens_of};
 /// GitHub's own cap on webhook payloads, the default `max_body_bytes`.
 const DEFAULT_MAX_BODY: u64 = 25 * 1024 * 1024;
 
+/// The default `max_body_memory`: ten bodies of GitHub's largest kind at once, or one of them
+/// with its JSON of ordinary density.
+const DEFAULT_BODY_MEMORY: u64 = 256 * 1024 * 1024;
+
 /// The largest request body `host` accepts.
 pub fn max_body_of(host: &HostConfig) -> usize {
     let bytes = host.policy.max_body_bytes.map_or(DEFAULT_MAX_BODY, |b| b.0);
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
+
+/// How much memory the request bodies `host` handles may take together (see `memory`).
+pub(crate) fn body_memory_of(host: &HostConfig) -> usize {
+    let bytes = host
+        .policy
+        .max_body_memory
+        .map_or(DEFAULT_BODY_MEMORY, |b| b.0);
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
@@ -231,13 +244,14 @@ async fn reload(state: &AppState) -> Result<(), String> {
             ));
         }
         let max_body = max_body_of(&plan.host);
+        let body_memory = body_memory_of(&plan.host);
         let restart = state.at_start.changed_in(&StartOnly::of(&plan.host));
         state
             .engine()
             .reload(plan)
             .await
             .map_err(|e| e.to_string())?;
-        state.apply(auth, max_body);
+        state.apply(auth, max_body, body_memory);
         Ok(restart)
     }
     .await;

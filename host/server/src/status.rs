@@ -88,7 +88,8 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     state.auth().caller(&headers)?;
-    let body = state.metrics.render(state.engine().pool_metrics().as_ref());
+    let mut body = state.metrics.render(state.engine().pool_metrics().as_ref());
+    state.body_memory.render(&mut body);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
 }
 

@@ -289,6 +289,15 @@ pub struct Policy {
     pub dedupe_window: Option<Duration>,
     /// Largest webhook body (default 25 MiB).
     pub max_body_bytes: Option<ByteSize>,
+    /// How much memory the request bodies being handled may take together (default
+    /// 256 MiB), each counted as its bytes plus the most its JSON can take once parsed (up
+    /// to ~6× the bytes for a typical webhook, far more for a body of tiny values). A body
+    /// that does not fit beside the others gets a 503 (`busy`, retry after 1 s); one that
+    /// could never fit, a 413. Applies at once on a reload.
+    /// ```yaml
+    /// policy: {max_body_memory: 1GiB}
+    /// ```
+    pub max_body_memory: Option<ByteSize>,
     /// Connections served at once (default 1024, and never more than half the process's
     /// file-descriptor limit); further clients wait in the listen backlog until one closes.
     /// Applies at the next restart.
