@@ -573,14 +573,7 @@ impl Triggers {
             Through::Duplicate => return Ok(SourceDelivery::Duplicate),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
-        for last in finals {
-            last.done(self);
-        }
-        let mut tasks = Vec::new();
-        for (id, task) in fired {
-            self.record_fire(TRIGGER_STATE, &id, Ok(&task));
-            tasks.push(task);
-        }
+        let tasks = self.settle(fired, finals);
         Ok(SourceDelivery::Accepted { tasks, dropped })
     }
 
@@ -633,15 +626,22 @@ impl Triggers {
             Through::Duplicate => (Vec::new(), Vec::new()),
             Through::Queued { admitted, .. } | Through::Nothing(admitted) => admitted,
         };
+        Ok(self.settle(fired, finals))
+    }
+
+    /// Records fires whose input is on disk, `fired` as (trigger, task), and marks the
+    /// triggers of `finals` expired. Returns the tasks.
+    fn settle(&self, fired: Vec<(String, String)>, finals: Vec<FinalFire>) -> Vec<String> {
         for last in finals {
             last.done(self);
         }
-        let mut tasks = Vec::new();
-        for (id, task) in fired {
-            self.record_fire(TRIGGER_STATE, &id, Ok(&task));
-            tasks.push(task);
-        }
-        Ok(tasks)
+        fired
+            .into_iter()
+            .map(|(id, task)| {
+                self.record_fire(TRIGGER_STATE, &id, Ok(&task));
+                task
+            })
+            .collect()
     }
 
     /// Fires every trigger of `source` that takes `event` (in id order): each passing one
@@ -785,10 +785,7 @@ impl Triggers {
                 admitted: (task, last),
                 ..
             } => {
-                if let Some(last) = last {
-                    last.done(self);
-                }
-                self.record_fire(TRIGGER_STATE, id, Ok(&task));
+                self.settle(vec![(id.to_owned(), task.clone())], Vec::from_iter(last));
                 Ok(task)
             }
             Through::Nothing(_) => Err(FireError::Refused("nothing was admitted".into())),
