@@ -190,26 +190,29 @@ fn component_paths(state: &AppState) -> Vec<PathBuf> {
 }
 
 /// Watches the config dir every `interval` and reloads when its files change. Runs until the
-/// task is dropped.
-pub async fn watch(state: Arc<AppState>, interval: Duration) {
+/// task is dropped. The files are looked at when this is called, not when the task first
+/// runs: a change made once the server answers is never taken for the config it started with.
+pub fn watch(state: Arc<AppState>, interval: Duration) -> impl Future<Output = ()> {
     let dir = state.config_dir.clone();
     let mut last = fingerprint(&dir, &component_paths(&state));
-    loop {
-        tokio::time::sleep(interval).await;
-        let now = fingerprint(&dir, &component_paths(&state));
-        if now == last {
-            continue;
-        }
-        // Let a writer finish: reload once the files stop changing for a moment.
-        tokio::time::sleep(interval / 2).await;
-        let settled = fingerprint(&dir, &component_paths(&state));
-        if settled != now {
-            continue;
-        }
-        last = settled;
-        if reload(&state).await.is_ok() {
-            // The new plan may name other component files.
-            last = fingerprint(&dir, &component_paths(&state));
+    async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let now = fingerprint(&dir, &component_paths(&state));
+            if now == last {
+                continue;
+            }
+            // Let a writer finish: reload once the files stop changing for a moment.
+            tokio::time::sleep(interval / 2).await;
+            let settled = fingerprint(&dir, &component_paths(&state));
+            if settled != now {
+                continue;
+            }
+            last = settled;
+            if reload(&state).await.is_ok() {
+                // The new plan may name other component files.
+                last = fingerprint(&dir, &component_paths(&state));
+            }
         }
     }
 }
