@@ -470,6 +470,30 @@ fn a_body_that_does_not_fit_beside_the_others_is_503_until_they_are_done() {
 }
 
 #[test]
+fn a_body_sent_in_chunks_without_a_length_is_read_whole() {
+    let (server, _dir, _data) = serve_feed("max_body_memory: 1MiB");
+    let mut stream = connect(&server, Duration::from_secs(20));
+    write!(
+        stream,
+        "POST /v1/webhooks/tools/lab/feed HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    // 200 KiB in 1 KiB chunks: `{"text": "xx…x"}`.
+    let text = "x".repeat(200 * 1024);
+    let body = format!("{{\"text\": \"{text}\"}}");
+    for chunk in body.as_bytes().chunks(1024) {
+        write!(stream, "{:x}\r\n", chunk.len()).unwrap();
+        stream.write_all(chunk).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").unwrap();
+    let head = answer_head(&mut stream, "a chunked delivery");
+    assert!(head.starts_with("HTTP/1.1 202 "), "{head}");
+}
+
+#[test]
 fn a_reload_puts_a_new_max_body_memory_in_force() {
     let (server, dir, _data) = serve_feed("max_body_memory: 1MiB");
     // 30 KiB of `[0,…]`: ~2.5 MB once parsed.

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::AppState;
-use crate::memory::{Refused, json_cost};
+use crate::memory::{Refused, json_cost, room_for};
 
 /// An error answer of the API.
 #[derive(Debug)]
@@ -222,10 +222,7 @@ pub async fn read_body_within(
             }
             if needed > bytes.capacity() {
                 // What is allocated is charged, before it is.
-                let capacity = needed
-                    .max(2 * bytes.capacity())
-                    .min(limit)
-                    .min(needed.max(announced));
+                let capacity = room_for(bytes.capacity(), needed, announced, limit);
                 charge.grow(capacity - bytes.capacity()).map_err(refused)?;
                 bytes.reserve_exact(capacity - bytes.len());
             }
