@@ -349,22 +349,35 @@ fn a_large_body_is_not_waited_for_from_a_caller_without_a_token() {
 /// A started server whose tool `lab/feed` takes unsigned webhook deliveries, with `policy`
 /// (the dirs live as long as the server).
 fn serve_feed(policy: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
-    let tool = "kind: commonagents.info/v1beta2/tool
+    serve_feed_with(policy, "posted", &[])
+}
+
+/// [`serve_feed`] with the event's message template `message` and more config `files`.
+fn serve_feed_with(
+    policy: &str,
+    message: &str,
+    files: &[(&str, &str)],
+) -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    let tool = format!(
+        "kind: commonagents.info/v1beta2/tool
 namespace: lab
 name: feed
 description: A feed that signs nothing.
 actions:
   - name: read
     description: Read.
-    execute: {cel: {expression: \"'read'\"}}
+    execute: {{cel: {{expression: \"'read'\"}}}}
 events:
   - name: posted
-    message: \"posted\"
+    message: \"{message}\"
     receive:
-      webhook: {}
-";
+      webhook: {{}}
+"
+    );
     let host = format!("kind: agentmesh/v1/host\npolicy: {{{policy}}}\n");
-    let dir = config_dir(&[("feed.yaml", tool), ("host.yaml", &host)]);
+    let mut files = files.to_vec();
+    files.extend([("feed.yaml", tool.as_str()), ("host.yaml", &host)]);
+    let dir = config_dir(&files);
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
     (server, dir, data)
@@ -415,6 +428,50 @@ fn a_body_of_tiny_json_values_is_refused_before_it_is_parsed() {
     // An ordinary delivery is taken.
     let r = to_feed(&server, br#"{"text": "hello"}"#);
     assert_eq!(r.status, 202, "{}", r.text());
+}
+
+#[test]
+fn a_routed_body_takes_no_more_memory_than_it_was_charged() {
+    // A body is charged for its bytes and for one parsed tree of its JSON. Routing it to a
+    // task made more trees of it: the event's envelope, the routing filter's variable, the
+    // task's middleware variables, the message's. A task whose middleware and message read the
+    // event is where they all exist at once.
+    let reader = scripted_agent(
+        "lab/reader",
+        "capabilities:
+  feed:
+    before:
+      - assert: \"!has(event) || size(event.payload) > 0\"
+",
+    );
+    let script = "responses:\n  - text: Ready.\n  - text: Read.\n";
+    let (server, _dir, _data) = serve_feed_with(
+        "max_body_memory: 64MiB",
+        "posted {size(event.payload)}",
+        &[("reader.yaml", &reader), ("script.yaml", script)],
+    );
+    let id = server.create_task(&json!({"agent": "lab/reader", "input": {"message": "go"}}));
+    server.wait_for_status(&id, "idle");
+    // Charged ~59 MB of the 64 MiB: 262,145 values of two bytes each, one past a power of two
+    // (the array's `Vec` has just grown: its old block and its new one held at once).
+    let body = zeros(262_145);
+    let before = server.reset_peak_rss();
+    let r = to_feed(&server, &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let grew = server.peak_rss_kib().saturating_sub(before);
+    // The task took it: the event reached its message.
+    let took = wait_for(Duration::from_secs(20), || {
+        let log = server
+            .request("GET", &format!("/v1/tasks/{id}/events"))
+            .send()
+            .text();
+        log.contains("posted 262145").then_some(())
+    });
+    assert!(took.is_some(), "the task never took the delivery");
+    assert!(
+        grew < 64 * 1024,
+        "the host's peak memory grew by {grew} KiB for a body charged under 64 MiB"
+    );
 }
 
 #[test]

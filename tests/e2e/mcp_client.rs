@@ -422,14 +422,7 @@ fn idle_after_a_call(server: &Server) -> (String, u64) {
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
     let observed = server.wait_for_event(&id, "ObservationEvent");
     let pid = observed["result"]["pid"].as_u64().unwrap();
-    let idle = wait_for(Duration::from_secs(30), || {
-        let task = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (task["status"] == "idle").then_some(())
-    });
-    assert!(idle.is_some(), "task {id} did not become idle");
+    server.wait_for_status(&id, "idle");
     (id, pid)
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentmesh_testkit::Request;
 use agentmesh_testkit::fixtures::{config_dir, dirs, scripted_agent};
-use agentmesh_testkit::server::{Server, wait_for};
+use agentmesh_testkit::server::Server;
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
@@ -311,15 +311,7 @@ actions:
     ]);
     let server = Server::start(AGENTMESH, &config, &data, &[]);
     let id = server.create_task(&json!({"agent": "t/a", "input": {"message": "go"}}));
-    let task = wait_for(Duration::from_secs(30), || {
-        let task = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (task["status"] == "idle").then_some(task)
-    })
-    .expect("the task did not become idle");
-    assert_eq!(task["status"], "idle");
+    server.wait_for_status(&id, "idle");
     assert_eq!(
         lines(&received, 2),
         ["POST /sessions HTTP/1.1", "POST /sessions/s-1/run HTTP/1.1"]

@@ -2,6 +2,7 @@
 //! filter component, the capability's middleware with `event` in scope, the event's message
 //! and its `after` transforms. Decided on a copy of the task: admission changes nothing in it.
 
+use agentmesh_expr::Bound;
 use agentmesh_model::allow_list::AllowLists;
 use agentmesh_plugins::{AllowList, Limits};
 use agentmesh_store::now_rfc3339;
@@ -32,7 +33,7 @@ pub(crate) async fn admit(
     tool: &ToolPlan,
     event: &EventPlan,
     task: &str,
-    event_json: &Value,
+    event_json: &Bound,
 ) -> crate::Result<Admission> {
     let mut record = engine.task(task)?;
     if record.status() == Status::Terminated || record.interrupted {
@@ -61,7 +62,7 @@ pub(crate) async fn admit(
     let mut vars = StepVars {
         input: json!({"message": message}),
         output: None,
-        event: event_json.clone(),
+        event: Some(event_json.clone()),
         guardrail: false,
         call_id: None,
         replay: Replay::default(),
@@ -108,7 +109,7 @@ pub(crate) async fn admit(
 async fn filter_component(
     engine: &Engine,
     path: &std::path::Path,
-    event_json: &Value,
+    event_json: &Bound,
     lists: Option<&AllowLists>,
 ) -> bool {
     let plugins = match engine.plugins() {
@@ -134,7 +135,11 @@ async fn filter_component(
         })
         .collect();
     match component
-        .event_filter_matches(&Limits::default(), &event_json.to_string(), &parameters)
+        .event_filter_matches(
+            &Limits::default(),
+            &event_json.to_json_string(),
+            &parameters,
+        )
         .await
     {
         Ok(pass) => pass,
@@ -150,13 +155,13 @@ async fn filter_component(
 fn message_text(
     agent: &AgentPlan,
     event: &EventPlan,
-    event_json: &Value,
+    event_json: &Bound,
     record: &crate::TaskRecord,
 ) -> String {
     let mut needs = agentmesh_expr::Needs::default();
     needs.add_template(&event.message, &["context", "c"]);
     let mut act = agentmesh_expr::Activation::new();
-    act.set("event", event_json.clone())
+    act.bind("event", event_json.clone())
         .set("now", json!(now_rfc3339()));
     // Most messages read only the event: the context is built only for what they read.
     if !needs.is_empty() {

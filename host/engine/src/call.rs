@@ -80,7 +80,7 @@ pub(crate) async fn run(
     let mut vars = StepVars {
         input: input.clone(),
         output: None,
-        event: Value::Null,
+        event: None,
         guardrail: false,
         call_id: Some(call.id.clone()),
         replay,

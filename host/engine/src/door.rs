@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentmesh_expr::Bound;
 use agentmesh_model::delivery::{Headers, Proof, delivery_id, safe_headers};
 use agentmesh_model::event::TriggerEnvelope;
 use agentmesh_store::{Backend, Delivery, Typed, now_ms, now_rfc3339};
@@ -348,19 +349,20 @@ impl Arrival<'_> {
     }
 
     /// The delivery's event `name` with `payload`, as routing, filters, middleware and
-    /// `source.before` see it (`event`).
-    pub fn event(&self, name: &str, payload: &Value) -> Value {
+    /// `source.before` see it (`event`). The event shares `payload`: however many events,
+    /// tasks and steps read it, the delivery's JSON is one tree.
+    pub fn event(&self, name: &str, payload: &Bound) -> Bound {
         let (headers, received_at) = match &self.delivered {
-            Some((headers, received_at)) => (headers, received_at.as_str()),
-            None => (&Value::Null, ""),
+            Some((headers, received_at)) => (headers.clone(), received_at.as_str()),
+            None => (Value::Null, ""),
         };
-        json!({
-            "name": name,
-            "payload": payload,
-            "headers": headers,
-            "delivery_id": self.delivery_id(),
-            "received_at": received_at,
-        })
+        Bound::object([
+            ("name", Bound::new(json!(name))),
+            ("payload", payload.clone()),
+            ("headers", Bound::new(headers)),
+            ("delivery_id", Bound::new(json!(self.delivery_id()))),
+            ("received_at", Bound::new(json!(received_at))),
+        ])
     }
 
     /// Queues `inputs`, each with its origin's envelope, and remembers the arrival's

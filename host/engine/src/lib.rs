@@ -1740,15 +1740,16 @@ impl Engine {
     }
 
     /// Whether task `task` takes tool event `event` of `tool` that routing matched to it
-    /// (`event_json`: the CEL variable `event`): its event filter component, then its
-    /// capability's middleware with `event` in scope. Changes nothing in the task: a step
-    /// that asks that it be locked says so ([`Admission::Lock`]; see [`Engine::lock_task`]).
+    /// (`event_json`: the CEL variable `event`, from [`Arrival::event`]): its event filter
+    /// component, then its capability's middleware with `event` in scope. Changes nothing in
+    /// the task: a step that asks that it be locked says so ([`Admission::Lock`]; see
+    /// [`Engine::lock_task`]).
     pub async fn admit_event(
         &self,
         tool: &ToolPlan,
         event: &EventPlan,
         task: &str,
-        event_json: &Value,
+        event_json: &agentmesh_expr::Bound,
     ) -> Result<Admission> {
         admission::admit(self, tool, event, task, event_json).await
     }

@@ -385,7 +385,7 @@ async fn wasm_step(
     let plugins = engine.plugins()?;
     let context_json = context.map(Value::to_string).unwrap_or_default();
     let input = vars.input.to_string();
-    let event = (!vars.event.is_null()).then(|| vars.event.to_string());
+    let event = vars.event.as_ref().map(Bound::to_json_string);
     let call = agentmesh_plugins::MiddlewareCall {
         task_id: &record.id,
         config: &config.to_string(),
@@ -430,8 +430,8 @@ pub(crate) struct StepVars {
     pub input: Value,
     /// `output` / `o` (after steps).
     pub output: Option<Value>,
-    /// `event` (null outside event activations).
-    pub event: Value,
+    /// `event` (`None` outside event activations, where `event` is null).
+    pub event: Option<Bound>,
     /// Whether `input` is a guardrail's arriving input (no `event` in scope).
     pub guardrail: bool,
     /// The capability call whose steps these are (`None` in guardrails and routing).
@@ -447,7 +447,7 @@ impl StepVars {
         StepVars {
             input,
             output,
-            event: Value::Null,
+            event: None,
             guardrail: true,
             call_id: None,
             replay: Replay::default(),
@@ -457,7 +457,7 @@ impl StepVars {
     /// Whether these steps decide on an event being routed, which cannot wait for a person:
     /// every `review()` they lead to is a denial, decided at once.
     pub(crate) fn routing(&self) -> bool {
-        !self.event.is_null() && !self.guardrail
+        self.event.is_some() && !self.guardrail
     }
 
     /// The activation of `steps`' expressions: the context, and those of the variables they
@@ -472,7 +472,10 @@ impl StepVars {
             act.set("now", json!(now_rfc3339()));
         }
         if reads.event && !self.guardrail {
-            act.set("event", self.event.clone());
+            match &self.event {
+                Some(event) => act.bind("event", event.clone()),
+                None => act.set("event", Value::Null),
+            };
         }
         if reads.output
             && let Some(o) = &self.output
@@ -500,7 +503,7 @@ impl StepVars {
         match (phase, v) {
             (Phase::After, v) => self.output = Some(v),
             (Phase::Before, v @ Value::Object(_)) => self.input = v,
-            (Phase::Before, Value::String(text)) if !self.event.is_null() => {
+            (Phase::Before, Value::String(text)) if self.event.is_some() => {
                 self.input = json!({"message": text});
             }
             (Phase::Before, other) => {

@@ -1,10 +1,11 @@
 //! Evaluating compiled expressions against JSON variables.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use cel::common::ast::Expr;
-use cel::common::types::{CelBool, CelString};
+use cel::common::types::{CelBool, CelMap, CelMapKey, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::{Context, ExecutionError, Value};
@@ -12,7 +13,7 @@ use serde_json::Value as Json;
 
 use crate::Expression;
 use crate::env::{ENV, Hooks, MountIo, with_hooks};
-use crate::json::{kind_of, to_json, to_val};
+use crate::json::{AsJson, kind_of, to_json, to_val};
 
 /// The variables one evaluation sees (`context`, `input`, `event`, …) and the decisions and
 /// mount its host functions use. Binding a variable converts nothing: expressions convert
@@ -24,7 +25,9 @@ pub struct Activation {
 }
 
 /// A JSON value to bind in several activations (the task context is bound in every step of a
-/// middleware chain): what one evaluation converts of it, the others find converted.
+/// middleware chain): what one evaluation converts of it, the others find converted. Clones
+/// share the value: a delivery's event is one tree however many filters, steps and messages
+/// read it.
 #[derive(Clone, Debug)]
 pub struct Bound(Arc<dyn Val>);
 
@@ -32,6 +35,28 @@ impl Bound {
     /// Takes `value` for binding.
     pub fn new(value: Json) -> Bound {
         Bound(Arc::from(to_val(value)))
+    }
+
+    /// An object of `entries`, each sharing its value with the `Bound` it came from.
+    pub fn object<'k>(entries: impl IntoIterator<Item = (&'k str, Bound)>) -> Bound {
+        let entries: HashMap<CelMapKey, Box<dyn Val>> = entries
+            .into_iter()
+            .map(|(k, v)| {
+                let key = CelMapKey::String(CelString::from(k.to_owned()));
+                (key, v.0.clone_as_boxed())
+            })
+            .collect();
+        Bound(Arc::new(CelMap::from(entries)))
+    }
+
+    /// The value as compact JSON text, written from the value itself (no copy of it is made).
+    /// An object keeps its keys' order until an expression reads it; a map an expression has
+    /// read is written with its keys sorted.
+    pub fn to_json_string(&self) -> String {
+        // Serializing a `Val` fails only where `to_json` fails (a value JSON cannot hold),
+        // which a value bound from JSON never holds; the text says so if it ever does.
+        serde_json::to_string(&AsJson(self.value()))
+            .unwrap_or_else(|e| format!("\"(not JSON: {e})\""))
     }
 
     pub(crate) fn value(&self) -> &dyn Val {

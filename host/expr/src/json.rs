@@ -32,6 +32,8 @@ use cel::common::types::{
     LIST_TYPE, MAP_TYPE, Type,
 };
 use cel::common::value::{Builtin, BuiltinRef, CowVal, StaticVal, Val};
+use serde::ser::{Error as _, SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Number, Value as Json};
 
 /// `json` as a CEL value: scalars converted, objects and arrays wrapped.
@@ -139,6 +141,75 @@ fn key_text(key: &dyn Val) -> String {
     }
 }
 
+/// A CEL value written as JSON by serde, from the value itself: an object or array nothing has
+/// converted is written from its JSON as it is (keys in their order, nothing copied), a list or
+/// map converted for CEL entry by entry (a map's keys sorted: a hash map's order is no order),
+/// a string in place, any other value as [`to_json`] converts it.
+pub(crate) struct AsJson<'a>(pub(crate) &'a dyn Val);
+
+impl Serialize for AsJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let value = self.0;
+        if let Some(map) = value.downcast_ref::<JsonMap>() {
+            if let Some(entries) = map.0.json().as_ref() {
+                return entries.serialize(s);
+            }
+            return AsJson(map.map()).serialize(s);
+        }
+        if let Some(list) = value.downcast_ref::<JsonList>() {
+            if let Some(items) = list.0.json().as_ref() {
+                return items.serialize(s);
+            }
+            return AsJson(list.list()).serialize(s);
+        }
+        // A scalar other than a string is small: `to_json` below converts it.
+        match value.get_type().kind() {
+            Kind::String => {
+                if let Some(text) = value.downcast_ref::<CelString>() {
+                    return s.serialize_str(text.inner());
+                }
+            }
+            Kind::List => {
+                if let Some(items) = value.as_iterable() {
+                    let mut seq = s.serialize_seq(None)?;
+                    let mut items = items.iter();
+                    while let Some(item) = items.next() {
+                        seq.serialize_element(&AsJson(item))?;
+                    }
+                    return seq.end();
+                }
+            }
+            Kind::Map => {
+                if let (Some(keys), Some(map)) = (value.as_iterable(), value.as_indexer()) {
+                    return sorted_map(keys, map, s);
+                }
+            }
+            _ => {}
+        }
+        to_json(value).map_err(S::Error::custom)?.serialize(s)
+    }
+}
+
+/// A CEL map's entries, written with their keys sorted.
+fn sorted_map<S: Serializer>(
+    keys: &dyn Iterable,
+    map: &dyn Indexer,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let mut sorted = Vec::new();
+    let mut keys = keys.iter();
+    while let Some(key) = keys.next() {
+        sorted.push((key_text(key), key));
+    }
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut out = s.serialize_map(Some(sorted.len()))?;
+    for (text, key) in sorted {
+        let entry = map.get(key).map_err(|e| S::Error::custom(e.to_string()))?;
+        out.serialize_entry(&text, &AsJson(entry.as_ref()))?;
+    }
+    out.end()
+}
+
 /// How a value is named in messages ("expected a boolean, got a map").
 pub(crate) fn kind_of(value: &dyn Val) -> String {
     match value.get_type().kind() {
@@ -180,6 +251,12 @@ impl<J: Clone + Default, C> Deferred<J, C> {
                 .take();
             convert(json.unwrap_or_default())
         })
+    }
+
+    /// The JSON, while it is not converted (`None` once it is, or while it is being
+    /// converted: [`Deferred::get`] then waits for the conversion).
+    fn json(&self) -> std::sync::MutexGuard<'_, Option<J>> {
+        self.json.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A copy of the JSON, if it is not converted yet.
@@ -605,5 +682,62 @@ mod tests {
                 });
             }
         });
+    }
+
+    fn payload() -> Json {
+        json!({
+            "zeta": {"list": [1, -2, 0.5, u64::MAX, "é\"", null, true], "b": {}, "a": []},
+            "alpha": [{"y": 1, "x": 2}],
+        })
+    }
+
+    #[test]
+    fn a_bound_value_is_written_as_its_json_in_its_order_until_it_is_read() {
+        let bound = Bound::new(payload());
+        assert_eq!(
+            bound.to_json_string(),
+            serde_json::to_string(&payload()).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_bound_value_read_by_an_expression_is_written_with_its_read_maps_sorted() {
+        let bound = Bound::new(payload());
+        let mut act = Activation::new();
+        act.bind("v", bound.clone());
+        assert!(holds("size(v.zeta.list) == 7 && v.alpha[0].y == 1", &act));
+        assert!(!unconverted(&bound, &[]));
+        assert!(!unconverted(&bound, &["zeta"]));
+        assert!(unconverted(&bound, &["zeta", "b"]));
+        let text = bound.to_json_string();
+        // The same JSON, the maps that were read in key order.
+        assert_eq!(serde_json::from_str::<Json>(&text).unwrap(), payload());
+        assert!(
+            text.starts_with(r#"{"alpha":[{"x":2,"y":1}],"zeta":{"a":[],"b":{},"list":"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"[1,-2,0.5,18446744073709551615,"é\"",null,true]"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_object_of_bound_values_shares_them() {
+        let inner = Bound::new(json!({"n": {"deep": 1}, "m": 2}));
+        let object = Bound::object([("name", Bound::new(json!("x"))), ("payload", inner.clone())]);
+        let mut act = Activation::new();
+        act.bind("event", object.clone());
+        assert!(holds(
+            "event.payload.n.deep == 1 && event.name == 'x'",
+            &act
+        ));
+        // What the object's evaluation converted is converted in the value it shares.
+        assert!(!unconverted(&inner, &[]));
+        assert!(!unconverted(&inner, &["n"]));
+        assert_eq!(
+            object.to_json_string(),
+            r#"{"name":"x","payload":{"m":2,"n":{"deep":1}}}"#
+        );
     }
 }

@@ -6,13 +6,14 @@
 
 use agentmesh_engine::plan::{EventPlan, ToolPlan};
 use agentmesh_engine::{Admission, Admitted, Arrival, Engine, EngineError, Input, Origin};
+use agentmesh_expr::Bound;
 use agentmesh_model::event::ContentPart;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::Event;
 use crate::routes::SharedRoutes;
 
-/// The inputs `events` of `tool` (their JSON `payload`, from `origin`) bring the tasks
+/// The inputs `events` of `tool` (their `payload`, from `origin`) bring the tasks
 /// subscribed to them (of those, the ones `keep` keeps), and the locks their middleware asks
 /// for; nothing, and the delivery id left unremembered, when no task takes one or is locked.
 /// A task gone since routing matched it does not take the event. `Err` when the host failed
@@ -23,7 +24,7 @@ pub(crate) async fn tool_events(
     engine: &Engine,
     routes: &SharedRoutes,
     (tool, events): (&ToolPlan, &[&EventPlan]),
-    (payload, origin): (&Value, &Origin),
+    (payload, origin): (&Bound, &Origin),
     arrival: &Arrival<'_>,
     keep: impl Fn(&str) -> bool,
 ) -> Result<Admitted<()>, EngineError> {
@@ -32,7 +33,7 @@ pub(crate) async fn tool_events(
     let mut inputs: Vec<Input> = Vec::new();
     for event in events {
         let event_json = arrival.event(&event.name, payload);
-        let routed = Event::new(event_json.clone());
+        let routed = Event::shared(&event_json);
         let tasks = routes
             .read()
             .route(&tool_id, &event.name, &routed, fired_at);

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use agentmesh_expr::{Activation, CompileError, Expression};
+use agentmesh_expr::{Activation, Bound, CompileError, Expression};
 use serde_json::{Map, Value as Json};
 
 use crate::allow_list::{AllowLists, readings, value_key};
@@ -38,8 +38,14 @@ pub struct Event {
 impl Event {
     /// Binds `event`, the value of the CEL variable `event`.
     pub fn new(event: Json) -> Event {
+        Event::shared(&Bound::new(event))
+    }
+
+    /// Binds `event`, shared with the other readers of the delivery's event (its tasks'
+    /// middleware and messages).
+    pub fn shared(event: &Bound) -> Event {
         let mut activation = Activation::new();
-        activation.set("event", event);
+        activation.bind("event", event.clone());
         Event { activation }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use agentmesh_engine::plan::{EventPlan, PollPlan, Via};
 use agentmesh_engine::sources::SourceKind;
 use agentmesh_engine::{EngineError, PollError, PollKey, PolledItem};
+use agentmesh_expr::Bound;
 use agentmesh_store::now_ms;
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
@@ -92,7 +93,7 @@ impl EventRouter {
             .collect();
         self.deliver_events(
             (&key.tool, pick),
-            (&item.payload, &WEBHOOK),
+            (&Bound::new(item.payload.clone()), &WEBHOOK),
             &headers,
             |task| polled_by.contains(task),
         )

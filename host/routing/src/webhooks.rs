@@ -13,8 +13,9 @@ use agentmesh_engine::{
     Arrival, Delivered, Engine, EngineError, Entrance, Origin, ResourceUpdate, Through,
     WebhookError,
 };
+use agentmesh_expr::Bound;
 use agentmesh_store::now_ms;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::admit;
 use crate::routes::SharedRoutes;
@@ -71,8 +72,9 @@ impl EventRouter {
             .filter(|t| t.events.iter().any(|e| matches!(e.via, Via::Webhook)))
             .ok_or_else(|| WebhookError::UnknownTool(tool_id.to_owned()))?;
         let (events, proof) = verified_events(tool, headers, body)?;
-        let payload: Value =
-            serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
+        let payload = serde_json::from_slice(body)
+            .map(Bound::new)
+            .map_err(|e| WebhookError::NotJson(e.to_string()))?;
         let routes = &*self.routes;
         let admit = async |arrival: &Arrival<'_>| {
             let admitted = admit::tool_events(
@@ -107,7 +109,7 @@ impl EventRouter {
         let pick = |e: &EventPlan| {
             matches!(e.via, Via::McpResources(_)) && update.events.contains(&e.name)
         };
-        let payload = json!({"uri": update.uri});
+        let payload = Bound::new(json!({"uri": update.uri}));
         // No delivery id: an update is never a repeat of another.
         self.deliver_events(
             (&update.tool, pick),
@@ -126,7 +128,7 @@ impl EventRouter {
     pub(crate) async fn deliver_events(
         &self,
         (tool_id, pick): (&str, impl Fn(&EventPlan) -> bool),
-        (payload, origin): (&Value, &Origin),
+        (payload, origin): (&Bound, &Origin),
         headers: &Headers,
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<String>, EngineError> {

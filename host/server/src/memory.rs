@@ -4,11 +4,12 @@
 //! `max_body_bytes` bounds one body, `max_connections` how many are read at once: together
 //! 1024 × 25 MiB, more memory than most hosts have, and reachable without a token (a webhook's
 //! signature can only be checked once its whole body is read; a tool event without a secret
-//! needs none). A body's JSON takes more than its bytes: a `serde_json::Value` is 80 bytes
-//! here (objects keep their order), so `[0,0,0,…]` parses into ~80 times its size, and a
-//! 25 MiB body into gigabytes. So every body is charged, as it arrives, its bytes and then the
-//! most its JSON can take once parsed ([`json_cost`], worked out from the bytes without
-//! parsing them); the charge is released when the last reference to the bytes is dropped,
+//! needs none). A body's JSON takes more than its bytes: a `serde_json::Value` is 72 bytes
+//! here (objects keep their order), so `[0,0,0,…]` parses into dozens of times its size,
+//! and a 25 MiB body into gigabytes. So every body is charged, as it arrives, its bytes and
+//! then the most its JSON can take once parsed and read by expressions ([`json_cost`], worked
+//! out from the bytes without parsing them; routing shares the one tree among every filter,
+//! step and message that reads the event); the charge is released when the last reference to the bytes is dropped,
 //! after the request's handler is done with them. A body that does not fit beside the others
 //! being handled is answered 503 `busy`; one that could never fit, 413 `too_large`.
 
@@ -17,17 +18,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::body::Bytes;
 
-/// What one more element of a JSON array can take once parsed: its 80-byte `Value` in the
-/// array's `Vec`, which may have grown to twice its length. The first element of an array
-/// takes a `Vec` of four (a `Vec`'s smallest non-zero capacity for elements of this size).
-const ELEMENT: usize = 160;
-const FIRST_ELEMENT: usize = 320;
-/// What one more entry of a JSON object can take: the 112-byte entry (hash, key, value) in a
-/// `Vec` that may have grown to twice its length, its slot in the index table and the key's
-/// allocation header room (the key's text is counted with the body's bytes). The first entry
-/// takes room for four, and the table's smallest allocation.
-const ENTRY: usize = 256;
+/// What one more element of a JSON array can take: its 72-byte `Value` in the array's `Vec`,
+/// three times over (growing a `Vec` from n to 2n slots allocates the new block and copies
+/// into it before the old one is freed). Once read by an expression, an element is also
+/// boxed as a CEL value beside the `Vec` it came from, which takes less. The first element of
+/// an array takes a `Vec` of four (a `Vec`'s smallest non-zero capacity for elements of this
+/// size), with its CEL box.
+const ELEMENT: usize = 224;
+const FIRST_ELEMENT: usize = 352;
+/// What one more entry of a JSON object can take: the 104-byte entry (hash, key, value) in a
+/// `Vec`, three times over as an element is, its slot in the index table and the key's
+/// allocation header room (the key's text is counted with the body's bytes); once read, its
+/// slot in a CEL map. The first entry takes room for four, and the table's smallest
+/// allocation.
+const ENTRY: usize = 320;
 const FIRST_ENTRY: usize = 576;
+/// What an array or object takes besides its elements once an expression reads the value
+/// holding it: the wrapper that converts it to CEL values on first use (an `Arc` of its JSON
+/// and the CEL container it becomes) and the boxes that point to it.
+const CONTAINER: usize = 176;
 /// How deep `serde_json` nests before it refuses the document (its recursion limit): nothing
 /// deeper is ever built.
 const DEPTH: usize = 128;
@@ -69,6 +78,7 @@ pub(crate) fn json_cost(body: &[u8]) -> usize {
             b'[' | b'{' => {
                 open.push(byte);
                 just_opened = true;
+                cost = cost.saturating_add(CONTAINER);
             }
             b']' | b'}' => {
                 open.pop();
@@ -255,24 +265,35 @@ mod tests {
             unsafe { System.dealloc(ptr, layout) }
         }
 
+        /// Counted as the host's allocator may do it: a new block, the old one copied into it
+        /// and freed, both held at once.
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            add(new_size as isize - layout.size() as isize);
+            add(new_size as isize);
             // SAFETY: as the caller promised for `ptr`, `layout` and `new_size`.
-            unsafe { System.realloc(ptr, layout, new_size) }
+            let moved = unsafe { System.realloc(ptr, layout, new_size) };
+            add(-(layout.size() as isize));
+            moved
         }
     }
 
     #[global_allocator]
     static ALLOCATOR: Counting = Counting;
 
-    /// The most this thread had allocated at once while parsing `body`, beyond what it had
-    /// before.
+    /// The most this thread had allocated at once, beyond what it had before, while parsing
+    /// `body` and then while CEL expressions read all of it (routing binds a delivery's JSON
+    /// as the variable `event`; each level an expression reads is converted to CEL values).
     fn parse_peak(body: &[u8]) -> usize {
         let before = LIVE.with(Cell::get);
         PEAK.with(|peak| peak.set(before));
-        let parsed: serde_json::Result<serde_json::Value> = serde_json::from_slice(body);
+        let parsed: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let bound = agentmesh_expr::Bound::new(parsed);
+        let mut act = agentmesh_expr::Activation::new();
+        act.bind("v", bound);
+        // Comparing the value with itself reads every level of it.
+        let all = agentmesh_expr::Expression::compile("v == v").unwrap();
+        assert!(all.evaluate_bool(&act).unwrap());
         let peak = PEAK.with(Cell::get);
-        drop(parsed);
+        drop(act);
         usize::try_from(peak - before).unwrap()
     }
 
@@ -290,7 +311,9 @@ mod tests {
 
     #[test]
     fn json_cost_bounds_what_parsing_takes() {
-        let n = 50_000;
+        // Just past a power of two: the arrays' `Vec`s have just grown, their old blocks and
+        // their new ones held at once.
+        let n = 32_769;
         let fixture = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../../shared/fixtures/github/pull_request.opened.json"
@@ -357,10 +380,13 @@ mod tests {
     #[test]
     fn json_cost_ignores_what_strings_hold() {
         assert_eq!(json_cost(br#""[,:{""#), 6);
-        assert_eq!(json_cost(br#"["\"[,", 1]"#), 11 + FIRST_ELEMENT + ELEMENT);
+        assert_eq!(
+            json_cost(br#"["\"[,", 1]"#),
+            11 + CONTAINER + FIRST_ELEMENT + ELEMENT
+        );
         assert_eq!(
             json_cost(br#"{"a": [ ], "b": {}}"#),
-            19 + FIRST_ENTRY + ENTRY
+            19 + 3 * CONTAINER + FIRST_ENTRY + ENTRY
         );
     }
 

@@ -192,14 +192,27 @@ impl Server {
         .unwrap_or_else(|| panic!("no {kind} in task {id}'s log"))
     }
 
+    /// Task `id` (`GET /v1/tasks/{id}`).
+    pub fn task(&self, id: &str) -> Value {
+        self.request("GET", &format!("/v1/tasks/{id}"))
+            .send()
+            .json()
+    }
+
+    /// Task `id` once its status is `status` (at most 30 s); panics when it does not get there.
+    pub fn wait_for_status(&self, id: &str, status: &str) -> Value {
+        wait_for(Duration::from_secs(30), || {
+            let task = self.task(id);
+            (task["status"] == status).then_some(task)
+        })
+        .unwrap_or_else(|| panic!("task {id} never became {status}"))
+    }
+
     /// Waits until task `id` is idle with an answer (at most `limit`); panics saying `what`
     /// when it is not.
     pub fn wait_answered(&self, id: &str, limit: Duration, what: &str) {
         wait_for(limit, || {
-            let t = self
-                .request("GET", &format!("/v1/tasks/{id}"))
-                .send()
-                .json();
+            let t = self.task(id);
             (t["status"] == "idle" && t["output"].as_array().is_some_and(|o| !o.is_empty()))
                 .then_some(())
         })
@@ -253,6 +266,13 @@ impl Server {
     /// The most resident memory the server has had (VmHWM), KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         self.status_kib("VmHWM")
+    }
+
+    /// Resets the server's peak resident memory to what it holds now (`/proc/PID/clear_refs`),
+    /// and returns that, KiB: what the peak then grows by is the growth from here.
+    pub fn reset_peak_rss(&self) -> u64 {
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").unwrap();
+        self.peak_rss_kib()
     }
 
     /// A figure in KiB of the server's `/proc/PID/status`.

@@ -20,7 +20,7 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use agentmesh_expr::Activation;
+use agentmesh_expr::{Activation, Bound};
 use agentmesh_model::delivery::{Headers, Inbound, Proof};
 use agentmesh_store::Typed;
 use agentmesh_store::{now_ms, now_rfc3339};
@@ -421,13 +421,13 @@ impl Triggers {
 
     /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
     /// caller's message (an API fire), used when the trigger has no `message` template;
-    /// `params` are parameter values laid over the trigger's `inputs`. `Err` when its fire
-    /// counts cannot be read ([`Triggers::bound_fire`]).
+    /// `params` are parameter values laid over the trigger's `inputs` (all but `message`).
+    /// `Err` when its fire counts cannot be read ([`Triggers::bound_fire`]).
     fn admit_trigger(
         &self,
         t: &TriggerPlan,
         status: &FireStatus,
-        event: &Value,
+        event: &Bound,
         message: Option<&Value>,
         params: &Map<String, Value>,
         now: i64,
@@ -439,7 +439,7 @@ impl Triggers {
             return Ok(Admit::Skipped(format!("trigger `{}` has expired", t.id())));
         }
         let mut act = Activation::new();
-        act.set("event", event.clone())
+        act.bind("event", event.clone())
             .set("now", json!(now_rfc3339()));
         for step in &t.before {
             // A condition that cannot be evaluated runs its step (fail closed).
@@ -476,7 +476,10 @@ impl Triggers {
         // fixed, a caller cannot change).
         let declared = agent.parameters.as_ref().map(|p| &p.properties);
         for (k, v) in params {
-            if declared.is_some_and(|d| d.contains_key(k)) && !t.inputs.contains_key(k) {
+            if k != "message"
+                && declared.is_some_and(|d| d.contains_key(k))
+                && !t.inputs.contains_key(k)
+            {
                 io.insert(k.clone(), v.clone());
             }
         }
@@ -548,8 +551,9 @@ impl Triggers {
         let auth_subject = src
             .authenticate(delivery)
             .map_err(|e| WebhookError::Unauthorized(e.0))?;
-        let payload: Value =
-            serde_json::from_slice(body).map_err(|e| WebhookError::NotJson(e.to_string()))?;
+        let payload = serde_json::from_slice(body)
+            .map(Bound::new)
+            .map_err(|e| WebhookError::NotJson(e.to_string()))?;
         // While the delivery id is held at the door: every trigger of the source that takes
         // the event creates its task. Its id is remembered even when none does.
         let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
@@ -598,7 +602,7 @@ impl Triggers {
             return Ok(Vec::new());
         }
         sources.sort();
-        let payload = json!({"uri": update.uri});
+        let payload = Bound::new(json!({"uri": update.uri}));
         let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
             let mut all = SourceFires::default();
             for (source, event) in &sources {
@@ -649,7 +653,7 @@ impl Triggers {
     async fn fire_source(
         &self,
         source: &str,
-        event: &Value,
+        event: &Bound,
         (fired_at, origin): (i64, Origin),
         started: &ColdStarts,
     ) -> Result<SourceFires> {
@@ -746,19 +750,16 @@ impl Triggers {
             ));
         };
         let message = fields.get("message");
-        let params: Map<String, Value> = fields
-            .iter()
-            .filter(|(k, _)| *k != "message")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // The event's payload: the fields above stay where they are, to be read.
+        let event_payload = Bound::new(payload.clone());
         // While the delivery id is held at the door: the trigger takes the call or refuses it
         // (a refusal leaves the id unremembered).
         let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
             let origin = Origin::Api { auth_subject };
-            let event = arrival.event("api", &payload);
+            let event = arrival.event("api", &event_payload);
             let fired_at = arrival.fired_at();
             let status = self.fire_status(TRIGGER_STATE, id)?;
-            let io = match self.admit_trigger(t, &status, &event, message, &params, fired_at)? {
+            let io = match self.admit_trigger(t, &status, &event, message, fields, fired_at)? {
                 Admit::Ready(io) => io,
                 Admit::Skipped(why) => return Err(FireError::Refused(why)),
                 Admit::Dropped(why) => {
