@@ -145,16 +145,24 @@ fn wakeup_faults(call: &'static str, f: &mut dyn FnMut()) {
     }
 }
 
+/// The script of a task that asks for a wakeup `delay_ms` from now, then says it sleeps, and,
+/// woken, that it is awake.
+fn wakeup_script(delay_ms: u64) -> String {
+    format!(
+        "responses:
+  - tool_calls:
+      - {{name: request_wakeup, arguments: {{when: {{kind: delay_ms, value: {delay_ms}}}, prompt: Wake up, reason: check}}}}
+  - text: Sleeping.
+  - text: Awake.
+"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wakeup_whose_fire_the_store_refuses_fires_once_the_store_takes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "responses:
-  - tool_calls:
-      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 300}, prompt: Wake up, reason: check}}
-  - text: Sleeping.
-  - text: Awake.
-";
-    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", script)]);
+    let script = wakeup_script(300);
+    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", &script)]);
     let engine = engine_through(dir.path(), wakeup_faults);
     let triggers = Triggers::new(engine.clone()).unwrap();
     triggers.start().await.unwrap();
@@ -253,13 +261,8 @@ fn record_faults(call: &'static str, f: &mut dyn FnMut()) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wakeup_whose_task_cannot_be_read_at_start_is_kept_and_fires() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "responses:
-  - tool_calls:
-      - {name: request_wakeup, arguments: {when: {kind: delay_ms, value: 1500}, prompt: Wake up, reason: check}}
-  - text: Sleeping.
-  - text: Awake.
-";
-    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", script)]);
+    let script = wakeup_script(1500);
+    write_config(dir.path(), SCRIPTED_AGENT, &[("script.yaml", &script)]);
     // The task asks for its wakeup; the host restarts before it is due.
     let task = {
         let engine = engine_at(dir.path(), None);
