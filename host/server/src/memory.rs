@@ -9,9 +9,10 @@
 //! and a 25 MiB body into gigabytes. So every body is charged, as it arrives, its bytes and
 //! then the most its JSON can take once parsed and read by expressions ([`json_cost`], worked
 //! out from the bytes without parsing them; routing shares the one tree among every filter,
-//! step and message that reads the event); the charge is released when the last reference to the bytes is dropped,
-//! after the request's handler is done with them. A body that does not fit beside the others
-//! being handled is answered 503 `busy`; one that could never fit, 413 `too_large`.
+//! step and message that reads the event); the charge is released when the last reference to
+//! the bytes is dropped, after the request's handler is done with them. A body that does not
+//! fit beside the others being handled is answered 503 `busy`; one that could never fit, 413
+//! `too_large`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,12 +42,13 @@ const CONTAINER: usize = 176;
 /// deeper is ever built.
 const DEPTH: usize = 128;
 
-/// The most memory the JSON of `body` can take once parsed (if it is JSON at all): its bytes
-/// (a string never takes more than its text), and for each element and entry the bytes above,
-/// told apart by the structure outside strings (`[`, `{`, `,`), without parsing. A body that
-/// is not JSON fails to parse at its first bad byte, having built no more than its valid
-/// beginning, which the same count covers. `json_cost_bounds_what_parsing_takes` checks it
-/// against what parsing allocates for the worst bodies.
+/// The most memory the JSON of `body` can take once parsed and read by expressions (if it is
+/// JSON at all): its bytes (a string never takes more than its text), and for each container,
+/// element and entry the bytes above, told apart by the structure outside strings (`[`, `{`,
+/// `,`), without parsing. A body that is not JSON fails to parse at its first bad byte, having
+/// built no more than its valid beginning, which the same count covers.
+/// `json_cost_bounds_what_parsing_and_reading_take` checks it against what parsing and reading
+/// allocate for the worst bodies.
 pub(crate) fn json_cost(body: &[u8]) -> usize {
     let mut cost = body.len();
     // The containers open at this point: `[` or `{`.
@@ -282,7 +284,7 @@ mod tests {
     /// The most this thread had allocated at once, beyond what it had before, while parsing
     /// `body` and then while CEL expressions read all of it (routing binds a delivery's JSON
     /// as the variable `event`; each level an expression reads is converted to CEL values).
-    fn parse_peak(body: &[u8]) -> usize {
+    fn reading_peak(body: &[u8]) -> usize {
         let before = LIVE.with(Cell::get);
         PEAK.with(|peak| peak.set(before));
         let parsed: serde_json::Value = serde_json::from_slice(body).unwrap();
@@ -310,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn json_cost_bounds_what_parsing_takes() {
+    fn json_cost_bounds_what_parsing_and_reading_take() {
         // Just past a power of two: the arrays' `Vec`s have just grown, their old blocks and
         // their new ones held at once.
         let n = 32_769;
@@ -336,7 +338,7 @@ mod tests {
             ("a GitHub delivery", github),
         ];
         for (what, body) in &bodies {
-            let taken = parse_peak(body);
+            let taken = reading_peak(body);
             let cost = json_cost(body);
             assert!(
                 taken <= cost,
