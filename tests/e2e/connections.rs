@@ -6,8 +6,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use agentmesh_testkit::client::Response;
-use agentmesh_testkit::fixtures::{self, API_TOKEN_ENV, API_TOKENS, config_dir, scripted_agent};
-use agentmesh_testkit::server::{Server, wait_for};
+use agentmesh_testkit::fixtures::{
+    self, API_TOKEN_ENV, API_TOKENS, config_dir, echo_tool, reviewed_agent, scripted_agent, zeros,
+};
+use agentmesh_testkit::server::{RETURN_FREED_MEMORY, Server, wait_for};
 use serde_json::json;
 
 use crate::AGENTMESH;
@@ -24,7 +26,7 @@ fn host_with(policy: &str) -> tempfile::TempDir {
 fn serve(policy: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
     let dir = host_with(policy);
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[RETURN_FREED_MEMORY]);
     (server, dir, data)
 }
 
@@ -379,7 +381,7 @@ events:
     files.extend([("feed.yaml", tool.as_str()), ("host.yaml", &host)]);
     let dir = config_dir(&files);
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[]);
+    let server = Server::start(AGENTMESH, dir.path(), data.path(), &[RETURN_FREED_MEMORY]);
     (server, dir, data)
 }
 
@@ -400,11 +402,6 @@ fn body_memory(server: &Server) -> usize {
         .find_map(|l| l.strip_prefix("agentmesh_body_memory_bytes "))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no agentmesh_body_memory_bytes in /metrics: {metrics}"))
-}
-
-/// The JSON array of `n` zeros: two bytes a value, the most values a body of its size holds.
-fn zeros(n: usize) -> Vec<u8> {
-    format!("[{}0]", "0,".repeat(n - 1)).into_bytes()
 }
 
 #[test]
@@ -455,10 +452,8 @@ fn a_routed_body_takes_no_more_memory_than_it_was_charged() {
     // Charged ~59 MB of the 64 MiB: 262,145 values of two bytes each, one past a power of two
     // (the array's `Vec` has just grown: its old block and its new one held at once).
     let body = zeros(262_145);
-    let before = server.reset_peak_rss();
-    let r = to_feed(&server, &body);
+    let r = server.grows_less_than(64 * 1024, || to_feed(&server, &body));
     assert_eq!(r.status, 202, "{}", r.text());
-    let grew = server.peak_rss_kib().saturating_sub(before);
     // The task took it: the event reached its message.
     let took = wait_for(Duration::from_secs(20), || {
         let log = server
@@ -468,10 +463,41 @@ fn a_routed_body_takes_no_more_memory_than_it_was_charged() {
         log.contains("posted 262145").then_some(())
     });
     assert!(took.is_some(), "the task never took the delivery");
-    assert!(
-        grew < 64 * 1024,
-        "the host's peak memory grew by {grew} KiB for a body charged under 64 MiB"
+}
+
+#[test]
+fn a_tasks_input_takes_no_more_memory_than_it_was_charged() {
+    // A body is charged for one parsed tree of its JSON; an input's was parsed, then copied
+    // whole by its normalization, and its message copied again.
+    let careful = format!(
+        "{}parameters:\n  type: object\n  properties:\n    data: {{type: array, default: []}}\n",
+        reviewed_agent("lab/careful", "script.yaml")
     );
+    let script = "responses:\n  - tool_calls: [{name: echo, arguments: {text: hi}}]\n";
+    let echo = echo_tool("lab");
+    let (server, _dir, _data) = serve_feed_with(
+        "max_body_memory: 64MiB",
+        "posted",
+        &[
+            ("careful.yaml", &careful),
+            ("echo.yaml", &echo),
+            ("script.yaml", script),
+        ],
+    );
+    let id = server.create_task(&json!({"agent": "lab/careful", "input": {"message": "go"}}));
+    // Its turn waits for a review: the input below is queued, and nothing runs it.
+    server.wait_for_event(&id, "ReviewRequestEvent");
+    // Charged ~59 MB of the 64 MiB, as a routed body of the same zeros is.
+    let mut body =
+        br#"{"message": [{"mimeType": "text/plain", "text": "more"}], "data": "#.to_vec();
+    body.extend(zeros(262_145));
+    body.push(b'}');
+    let input = server
+        .request("POST", &format!("/v1/tasks/{id}/input"))
+        .header("Content-Type", "application/json")
+        .body(body);
+    let r = server.grows_less_than(64 * 1024, || input.send());
+    assert_eq!(r.status, 202, "{}", r.text());
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use agentmesh_routing::signature::{sign_github, sign_standard_webhooks};
 use agentmesh_testkit::client::Response;
-use agentmesh_testkit::fixtures::echo_tool;
-use agentmesh_testkit::server::{Server, wait_for};
+use agentmesh_testkit::fixtures::{echo_tool, zeros};
+use agentmesh_testkit::server::{RETURN_FREED_MEMORY, Server, wait_for};
 use serde_json::{Value, json};
 
 use crate::AGENTMESH;
@@ -353,6 +353,57 @@ message: Ship it.
     let task = r.json()["task_id"].as_str().unwrap().to_owned();
     let prompt = server.wait_for_event(&task, "SystemPromptEvent");
     assert_eq!(prompt["prompt"], "Ship 2.0 to staging.", "{prompt}");
+}
+
+/// A body is charged for one parsed tree of its JSON. A fire's was parsed, copied whole for
+/// the event, and its fields copied again for the task's input and its normalization.
+#[test]
+fn an_api_fire_takes_no_more_memory_than_it_was_charged() {
+    let collect = "kind: commonagents.info/v1beta2/agent
+namespace: lab
+name: collector
+description: Collects.
+prompt: Collect.
+model: scripted/triage.yaml
+parameters:
+  type: object
+  properties:
+    data: {type: array, default: []}
+---
+kind: commonagents.info/v1beta2/trigger
+namespace: lab
+name: collect
+agent: collector
+owner: user:ops@example.com
+source: {type: ops, before: [{assert: \"size(event.payload.data) > 0\"}]}
+throttle: {max_per_hour: 1}
+";
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "policy: {max_body_memory: 64MiB}", collect);
+    let [a, b, c] = env();
+    let vars = [a, b, c, RETURN_FREED_MEMORY];
+    let server = Server::start(AGENTMESH, dir.path(), &dir.path().join("data"), &vars);
+    let r = fire(
+        &server,
+        "lab/collect",
+        OPS_TOKEN,
+        &json!({"message": "one", "data": [0]}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    let task = r.json()["task_id"].as_str().unwrap().to_owned();
+    server.wait_for_status(&task, "idle");
+    // Charged ~59 MB of the 64 MiB, as a routed body of the same zeros is. The hourly cap is
+    // reached: the fire goes all the way through the trigger and creates no task to run.
+    let mut body = br#"{"message": "two", "data": "#.to_vec();
+    body.extend(zeros(262_145));
+    body.push(b'}');
+    let fire = server
+        .request("POST", "/v1/triggers/lab/collect/fire")
+        .header("Authorization", &format!("Bearer {OPS_TOKEN}"))
+        .header("Content-Type", "application/json")
+        .body(body);
+    let r = server.grows_less_than(64 * 1024, || fire.send());
+    assert_eq!(r.status, 429, "{}", r.text());
 }
 
 #[test]

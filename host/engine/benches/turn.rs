@@ -188,7 +188,7 @@ async fn task_turns(engine: &Engine, turns: usize) -> Vec<Sample> {
         engine
             .submit(
                 &task.id,
-                &json!({"message": format!("What is {i} + 2?")}),
+                json!({"message": format!("What is {i} + 2?")}),
                 Origin::User,
                 Run::Caller,
             )

@@ -577,7 +577,7 @@ impl Engine {
         run: Run,
     ) -> Result<TaskRecord> {
         let agent = self.agent(&new.agent)?;
-        let io = match &new.input {
+        let io = match new.input {
             Some(input) => Some(normalize_input(&agent, input)?),
             None => None,
         };
@@ -741,7 +741,7 @@ impl Engine {
 
     /// Queues `input` (`{"message": …, …params}`) for task `id` through the door every
     /// arrival takes, on disk before it returns, run as `run` says; returns `queued_at`.
-    pub async fn submit(&self, id: &str, input: &Value, origin: Origin, run: Run) -> Result<i64> {
+    pub async fn submit(&self, id: &str, input: Value, origin: Origin, run: Run) -> Result<i64> {
         let (status, agent) = self.records().peek(id, |r| (r.status(), r.agent.clone()))?;
         if status == Status::Terminated {
             return Err(EngineError::Conflict(format!("task `{id}` is terminated")));
@@ -2172,22 +2172,24 @@ fn unanswered_calls(log: &[Event], why: &str) -> Vec<(EventSource, EventKind)> {
 
 /// Checks input against the agent's parameters: `message` required unless defaulted (a bare
 /// string becomes one text part), unknown keys refused, defaults filled, required present.
-pub fn normalize_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
+/// The input is moved into the result, not copied: a request's is the tree its body parsed
+/// into, the one its charge covers.
+pub fn normalize_input(agent: &AgentPlan, input: Value) -> Result<Value> {
     checked_input(agent, input, true)
 }
 
 /// [`normalize_input`] for a trigger's input, which may have no `message` (trigger.md: a
 /// trigger without one creates its task with no initial message).
-pub fn normalize_trigger_input(agent: &AgentPlan, input: &Value) -> Result<Value> {
+pub fn normalize_trigger_input(agent: &AgentPlan, input: Value) -> Result<Value> {
     checked_input(agent, input, false)
 }
 
-fn checked_input(agent: &AgentPlan, input: &Value, needs_message: bool) -> Result<Value> {
+fn checked_input(agent: &AgentPlan, input: Value, needs_message: bool) -> Result<Value> {
     let mut io = match input {
-        Value::Object(m) => m.clone(),
+        Value::Object(m) => m,
         Value::String(s) => {
             let mut m = Map::new();
-            m.insert("message".into(), Value::String(s.clone()));
+            m.insert("message".into(), Value::String(s));
             m
         }
         _ => {
@@ -2234,23 +2236,23 @@ fn checked_input(agent: &AgentPlan, input: &Value, needs_message: bool) -> Resul
     let message = io.remove("message").ok_or_else(|| {
         EngineError::Input("missing `message` (and the agent declares no default)".into())
     })?;
-    io.insert("message".into(), message_parts(&message)?);
+    io.insert("message".into(), message_parts(message)?);
     Ok(Value::Object(io))
 }
 
 /// A message as content parts: a string becomes one text part.
-fn message_parts(message: &Value) -> Result<Value> {
+fn message_parts(message: Value) -> Result<Value> {
     match message {
-        Value::String(s) => Ok(json!([ContentPart::text(s.clone())])),
+        Value::String(s) => Ok(json!([ContentPart::text(s)])),
         Value::Array(parts) => {
-            for p in parts {
-                if serde_json::from_value::<ContentPart>(p.clone()).is_err() {
+            for p in &parts {
+                if ContentPart::deserialize(p).is_err() {
                     return Err(EngineError::Input(
                         "`message` parts must be `{\"mimeType\": …, \"text\": …}`".into(),
                     ));
                 }
             }
-            Ok(message.clone())
+            Ok(Value::Array(parts))
         }
         _ => Err(EngineError::Input(
             "`message` must be a string or a list of content parts".into(),

@@ -170,7 +170,7 @@ fn a_turn_stuck_in_the_store_stalls_the_turn_pool_not_the_server() {
     server
         .block_on(engine.submit(
             &id,
-            &json!({"message": "again"}),
+            json!({"message": "again"}),
             Origin::User,
             Run::Background,
         ))

@@ -13,7 +13,7 @@ use serde_json::Value as Json;
 
 use crate::Expression;
 use crate::env::{ENV, Hooks, MountIo, with_hooks};
-use crate::json::{AsJson, kind_of, to_json, to_val};
+use crate::json::{AsJson, kind_of, take_json, to_json, to_val};
 
 /// The variables one evaluation sees (`context`, `input`, `event`, …) and the decisions and
 /// mount its host functions use. Binding a variable converts nothing: expressions convert
@@ -57,6 +57,15 @@ impl Bound {
         // which a value bound from JSON never holds; the text says so if it ever does.
         serde_json::to_string(&AsJson(self.value()))
             .unwrap_or_else(|e| format!("\"(not JSON: {e})\""))
+    }
+
+    /// The value as JSON, moved out of the binding where nothing else shares it: what no
+    /// expression converted is not copied, so a value bound, read and then taken back is one
+    /// tree throughout. What a clone of this `Bound` (or of a part of it) still holds is
+    /// copied. `Err` only for a value JSON cannot hold, which a value bound from JSON never is.
+    pub fn into_json(self) -> Result<Json, String> {
+        let owned = Arc::strong_count(&self.0) == 1;
+        take_json(self.value(), owned)
     }
 
     pub(crate) fn value(&self) -> &dyn Val {

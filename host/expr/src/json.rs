@@ -107,6 +107,49 @@ pub(crate) fn to_json(value: &dyn Val) -> Result<Json, String> {
     }
 }
 
+/// `value` as JSON, taken out of it where it is `owned` (nothing else can reach it): an
+/// object or array nothing has converted is moved out of its wrapper, not copied (the
+/// wrapper is left empty), and what expressions converted is turned back into JSON, its
+/// maps' keys sorted. What is shared, another holder may still read: it is copied, as
+/// [`to_json`] copies it.
+pub(crate) fn take_json(value: &dyn Val, owned: bool) -> Result<Json, String> {
+    if let Some(map) = value.downcast_ref::<JsonMap>() {
+        if !(owned && Arc::strong_count(&map.0) == 1) {
+            return to_json(value);
+        }
+        if let Some(entries) = map.0.json().take() {
+            return Ok(Json::Object(entries));
+        }
+        let map = map.map();
+        let mut keys = map.iter();
+        let mut sorted = Vec::new();
+        while let Some(key) = keys.next() {
+            sorted.push((key_text(key), key));
+        }
+        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Map::new();
+        for (text, key) in sorted {
+            let entry = map.get(key).map_err(|e| e.to_string())?;
+            out.insert(text, take_json(entry.as_ref(), true)?);
+        }
+        return Ok(Json::Object(out));
+    }
+    if let Some(list) = value.downcast_ref::<JsonList>() {
+        if !(owned && Arc::strong_count(&list.0) == 1) {
+            return to_json(value);
+        }
+        if let Some(items) = list.0.json().take() {
+            return Ok(Json::Array(items));
+        }
+        let items = list.list().inner().iter();
+        return items
+            .map(|item| take_json(item.as_ref(), true))
+            .collect::<Result<_, _>>()
+            .map(Json::Array);
+    }
+    to_json(value)
+}
+
 fn list_json(list: &dyn Iterable) -> Result<Json, String> {
     let mut items = list.iter();
     let mut out = Vec::new();
@@ -403,8 +446,13 @@ impl JsonList {
     }
 
     fn list(&self) -> &CelList<'static> {
-        self.0
-            .get(|items| CelList::from(items.into_iter().map(to_val).collect::<Vec<_>>()))
+        self.0.get(|items| {
+            // Into a `Vec` of its own size: collected, the boxes would reuse the JSON's
+            // buffer in place, holding the array's 72-byte slots for its 16-byte boxes.
+            let mut values = Vec::with_capacity(items.len());
+            values.extend(items.into_iter().map(to_val));
+            CelList::from(values)
+        })
     }
 }
 
@@ -738,6 +786,44 @@ mod tests {
         assert_eq!(
             object.to_json_string(),
             r#"{"name":"x","payload":{"m":2,"n":{"deep":1}}}"#
+        );
+    }
+
+    #[test]
+    fn a_bound_value_taken_back_moves_what_was_not_read() {
+        let json = payload();
+        let unread = json["zeta"]["list"].as_array().unwrap().as_ptr();
+        let bound = Bound::new(json);
+        let mut act = Activation::new();
+        act.bind("v", bound.clone());
+        assert!(holds("v.alpha[0].y == 1 && has(v.zeta.b)", &act));
+        drop(act);
+        let taken = bound.into_json().unwrap();
+        assert_eq!(taken, payload());
+        // The list no expression read is the one that was bound, not a copy of it.
+        assert_eq!(taken["zeta"]["list"].as_array().unwrap().as_ptr(), unread);
+        // The maps that were read come back with their keys sorted.
+        let keys: Vec<&String> = taken["zeta"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["a", "b", "list"]);
+    }
+
+    #[test]
+    fn a_bound_value_still_shared_is_copied_when_taken() {
+        let bound = Bound::new(payload());
+        let object = Bound::object([("payload", bound.clone())]);
+        let mut act = Activation::new();
+        act.bind("event", object.clone());
+        assert!(holds("event.payload.alpha[0].x == 2", &act));
+        assert_eq!(bound.into_json().unwrap(), payload());
+        // What still shares the value reads all of it, read and unread parts alike.
+        assert!(holds(
+            "size(event.payload.zeta.list) == 7 && event.payload.alpha[0].y == 1",
+            &act
+        ));
+        let text = object.to_json_string();
+        assert_eq!(
+            serde_json::from_str::<Json>(&text).unwrap(),
+            json!({"payload": payload()})
         );
     }
 }

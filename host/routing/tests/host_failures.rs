@@ -81,9 +81,8 @@ async fn a_delivery_whose_admission_the_store_fails_is_refused_whole_and_its_ret
     let router = EventRouter::new(engine.clone()).unwrap();
     engine.recover().unwrap();
     // Task `a` runs a turn (and its record stays in memory); `b` is not read.
-    let hello = json!({"message": "hello"});
     engine
-        .submit(&a, &hello, Origin::User, Run::Caller)
+        .submit(&a, json!({"message": "hello"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     engine.run_until_idle(&a).await.unwrap();

@@ -293,7 +293,7 @@ pub async fn input(
     Body(body): Body,
 ) -> ApiResult<Response> {
     let input: Value = parse_body(&body)?;
-    let submitted = feed(&state, &caller, &id, &input).await?;
+    let submitted = feed(&state, &caller, &id, input).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "queued_at": submitted })),
@@ -306,7 +306,7 @@ pub(crate) async fn feed(
     state: &AppState,
     caller: &Caller,
     id: &str,
-    input: &Value,
+    input: Value,
 ) -> ApiResult<i64> {
     may_change(state, caller, id)?;
     let submitted = state

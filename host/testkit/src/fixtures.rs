@@ -20,6 +20,12 @@ pub fn write(dir: &Path, files: &[(&str, &str)]) {
     }
 }
 
+/// The JSON array of `n` zeros: two bytes a value, the most values a body of its size holds
+/// (the body whose parsed JSON takes the most memory for its size).
+pub fn zeros(n: usize) -> Vec<u8> {
+    format!("[{}0]", "0,".repeat(n - 1)).into_bytes()
+}
+
 /// A temp dir holding `files` (name, text): a config dir. A test that wants a data dir puts
 /// it inside (`data/`; the config loader reads only YAML files).
 pub fn config_dir(files: &[(&str, &str)]) -> TempDir {

@@ -32,6 +32,12 @@ pub struct Server {
     pub startup: Vec<String>,
 }
 
+/// The environment under which a server's peak resident memory ([`Server::peak_rss_kib`]) is
+/// the most it held at once: its allocator (mimalloc) gives memory back to the system as soon
+/// as it is freed, not after its purge delay (10 ms), so a block freed just before another is
+/// allocated does not count twice. What a body's charge bounds is memory held.
+pub const RETURN_FREED_MEMORY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "0");
+
 impl Server {
     /// Starts `BINARY serve DIR --listen 127.0.0.1:0 --data DATA` with extra environment
     /// variables, and waits until it listens. It logs at `info` unless `env` sets
@@ -273,6 +279,19 @@ impl Server {
     pub fn reset_peak_rss(&self) -> u64 {
         std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").unwrap();
         self.peak_rss_kib()
+    }
+
+    /// Runs `f` (requests to the server), and panics unless the server's peak resident
+    /// memory grew by less than `kib` KiB meanwhile: what `f` returned.
+    pub fn grows_less_than<T>(&self, kib: u64, f: impl FnOnce() -> T) -> T {
+        let before = self.reset_peak_rss();
+        let out = f();
+        let grew = self.peak_rss_kib().saturating_sub(before);
+        assert!(
+            grew < kib,
+            "the host's peak memory grew by {grew} KiB, not less than {kib} KiB"
+        );
+        out
     }
 
     /// A figure in KiB of the server's `/proc/PID/status`.

@@ -573,7 +573,7 @@ impl Triggers {
     /// The input of one tick of `s`, for a new task id; `None` when a bound dropped it.
     fn tick_input(&self, s: &SchedulePlan, now: i64) -> Result<Option<Input>> {
         let agent = self.engine.agent(&s.agent)?;
-        let io = normalize_input(&agent, &Value::Object(s.inputs.clone()))?;
+        let io = normalize_input(&agent, Value::Object(s.inputs.clone()))?;
         if let Some(why) = self.bound_fire(
             &format!("schedule:{}", s.id()),
             s.max_per_hour,

@@ -419,17 +419,18 @@ impl Triggers {
         through
     }
 
-    /// Whether trigger `t` takes `event`, and the new task's input if so. `message` is the
-    /// caller's message (an API fire), used when the trigger has no `message` template;
-    /// `params` are parameter values laid over the trigger's `inputs` (all but `message`).
-    /// `Err` when its fire counts cannot be read ([`Triggers::bound_fire`]).
+    /// Whether trigger `t` takes `event`, and the new task's input if so. `fields` are an API
+    /// fire's (its body, the event's payload): their `message` is the task's when the trigger
+    /// has no `message` template, and the others are parameter values laid over the
+    /// trigger's `inputs`. They are taken out of the payload once `event` has been read, not
+    /// copied: the body's JSON stays one tree. `Err` when its fire counts cannot be read
+    /// ([`Triggers::bound_fire`]).
     fn admit_trigger(
         &self,
         t: &TriggerPlan,
         status: &FireStatus,
-        event: &Bound,
-        message: Option<&Value>,
-        params: &Map<String, Value>,
+        event: Bound,
+        fields: Option<Bound>,
         now: i64,
     ) -> Result<Admit> {
         if !t.enabled {
@@ -439,8 +440,7 @@ impl Triggers {
             return Ok(Admit::Skipped(format!("trigger `{}` has expired", t.id())));
         }
         let mut act = Activation::new();
-        act.bind("event", event.clone())
-            .set("now", json!(now_rfc3339()));
+        act.bind("event", event).set("now", json!(now_rfc3339()));
         for step in &t.before {
             // A condition that cannot be evaluated runs its step (fail closed).
             if let Some(cond) = &step.condition
@@ -471,20 +471,8 @@ impl Triggers {
             Err(e) => return Ok(Admit::Failed(e.to_string())),
         };
         let mut io = t.inputs.clone();
-        // The caller's other fields are the event's payload; those naming a parameter of the
-        // agent that the trigger's `inputs` leave open also set it (what the trigger's owner
-        // fixed, a caller cannot change).
-        let declared = agent.parameters.as_ref().map(|p| &p.properties);
-        for (k, v) in params {
-            if k != "message"
-                && declared.is_some_and(|d| d.contains_key(k))
-                && !t.inputs.contains_key(k)
-            {
-                io.insert(k.clone(), v.clone());
-            }
-        }
-        match (&t.message, message) {
-            (Some(tpl), _) => match tpl.render(&act) {
+        if let Some(tpl) = &t.message {
+            match tpl.render(&act) {
                 Ok(text) => {
                     io.insert("message".into(), Value::String(text));
                 }
@@ -494,13 +482,30 @@ impl Triggers {
                         tpl.source()
                     )));
                 }
-            },
-            (None, Some(m)) => {
-                io.insert("message".into(), m.clone());
             }
-            (None, None) => {}
         }
-        let io = match normalize_trigger_input(&agent, &Value::Object(io)) {
+        // The event is read: what the payload holds is the caller's alone now.
+        drop(act);
+        let fields = match fields.map(Bound::into_json).transpose() {
+            Ok(Some(Value::Object(fields))) => fields,
+            // A source's delivery sets no parameter; an API fire's body is an object (checked
+            // as it arrives).
+            Ok(_) => Map::new(),
+            Err(e) => return Ok(Admit::Failed(format!("the body cannot be read: {e}"))),
+        };
+        // The caller's fields naming a parameter of the agent that the trigger's `inputs`
+        // leave open set it (what the trigger's owner fixed, a caller cannot change).
+        let declared = agent.parameters.as_ref().map(|p| &p.properties);
+        for (k, v) in fields {
+            let open = match k.as_str() {
+                "message" => t.message.is_none(),
+                k => declared.is_some_and(|d| d.contains_key(k)) && !t.inputs.contains_key(k),
+            };
+            if open {
+                io.insert(k, v);
+            }
+        }
+        let io = match normalize_trigger_input(&agent, Value::Object(io)) {
             Ok(io) => io,
             Err(e) => return Ok(Admit::Failed(e.to_string())),
         };
@@ -668,7 +673,7 @@ impl Triggers {
         for t in triggers {
             let id = t.id();
             let status = self.fire_status(TRIGGER_STATE, &id)?;
-            let io = match self.admit_trigger(t, &status, event, None, &Map::new(), fired_at)? {
+            let io = match self.admit_trigger(t, &status, event.clone(), None, fired_at)? {
                 Admit::Ready(io) => io,
                 Admit::Skipped(why) => {
                     tracing::debug!(trigger.id = %id, "trigger skipped: {why}");
@@ -744,22 +749,22 @@ impl Triggers {
             serde_json::from_slice(body)
                 .map_err(|e| FireError::BadRequest(format!("the body is not JSON: {e}")))?
         };
-        let Value::Object(fields) = &payload else {
+        if !payload.is_object() {
             return Err(FireError::BadRequest(
                 "the body must be a JSON object `{\"message\": …, …params}`".into(),
             ));
-        };
-        let message = fields.get("message");
-        // The event's payload: the fields above stay where they are, to be read.
-        let event_payload = Bound::new(payload.clone());
+        }
+        // The event's payload, whose fields the trigger takes for the task's input once it
+        // has read the event.
+        let payload = Bound::new(payload);
         // While the delivery id is held at the door: the trigger takes the call or refuses it
         // (a refusal leaves the id unremembered).
-        let admit = async |arrival: &Arrival<'_>, started: &ColdStarts| {
+        let admit = async move |arrival: &Arrival<'_>, started: &ColdStarts| {
             let origin = Origin::Api { auth_subject };
-            let event = arrival.event("api", &event_payload);
+            let event = arrival.event("api", &payload);
             let fired_at = arrival.fired_at();
             let status = self.fire_status(TRIGGER_STATE, id)?;
-            let io = match self.admit_trigger(t, &status, &event, message, fields, fired_at)? {
+            let io = match self.admit_trigger(t, &status, event, Some(payload), fired_at)? {
                 Admit::Ready(io) => io,
                 Admit::Skipped(why) => return Err(FireError::Refused(why)),
                 Admit::Dropped(why) => {

@@ -72,7 +72,7 @@ pub fn execute(args: &Args, secrets: &SharedSecrets) -> anyhow::Result<ExitCode>
                          through a host's API (POST /v1/tasks/{id}/input)"
                     );
                 }
-                if let Some(input) = &input {
+                if let Some(input) = input {
                     engine.submit(id, input, Origin::User, Run::Caller).await?;
                 }
                 id.clone()

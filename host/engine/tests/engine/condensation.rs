@@ -125,7 +125,7 @@ async fn a_task_condensed_many_times_shows_its_last_summary_and_reads_only_its_v
         h.engine
             .submit(
                 &id,
-                &json!({"message": format!("q{i}")}),
+                json!({"message": format!("q{i}")}),
                 Origin::User,
                 Run::Caller,
             )
@@ -181,7 +181,7 @@ async fn a_task_condensed_many_times_shows_its_last_summary_and_reads_only_its_v
     let engine = engine_at(dir.path());
     assert_eq!(engine.conversation(&id).unwrap(), view);
     engine
-        .submit(&id, &json!({"message": "q12"}), Origin::User, Run::Caller)
+        .submit(&id, json!({"message": "q12"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     let task = engine.run_until_idle(&id).await.unwrap();

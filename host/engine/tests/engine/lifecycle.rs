@@ -91,9 +91,7 @@ async fn estimated_prompt_tokens_count_each_requests_whole_conversation() {
         .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
         .await;
     let input = json!({"message": "more please", "ticket": "T-1"});
-    let queued = h
-        .engine
-        .submit(&first.id, &input, Origin::User, Run::Caller);
+    let queued = h.engine.submit(&first.id, input, Origin::User, Run::Caller);
     queued.await.unwrap();
     let task = h.engine.run_until_idle(&first.id).await.unwrap();
     let events = h.events(&task);
@@ -160,7 +158,7 @@ async fn queued_inputs_are_processed_in_order() {
         .unwrap();
     for message in ["2", "3"] {
         let input = json!({"message": message, "ticket": "T"});
-        let queued = h.engine.submit(&task.id, &input, Origin::User, Run::Caller);
+        let queued = h.engine.submit(&task.id, input, Origin::User, Run::Caller);
         queued.await.unwrap();
     }
     let done = h.engine.run_until_idle(&task.id).await.unwrap();
@@ -193,7 +191,7 @@ async fn a_task_reopened_from_the_same_data_dir_continues_its_conversation() {
     engine
         .submit(
             &id,
-            &json!({"message": "again", "ticket": "T"}),
+            json!({"message": "again", "ticket": "T"}),
             Origin::User,
             Run::Caller,
         )
@@ -255,7 +253,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     );
     let id = h.run("t/a", "1").await.id.clone();
     h.engine
-        .submit(&id, &json!({"message": "2"}), Origin::User, Run::Caller)
+        .submit(&id, json!({"message": "2"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     let before = growing(&h.engine.run_until_idle(&id).await.unwrap());
@@ -280,7 +278,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     assert_eq!(growing(&engine.task(&id).unwrap()), before);
     // And the task goes on from there.
     engine
-        .submit(&id, &json!({"message": "3"}), Origin::User, Run::Caller)
+        .submit(&id, json!({"message": "3"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     let after = engine.run_until_idle(&id).await.unwrap();
@@ -333,7 +331,7 @@ async fn a_records_growing_fields_are_stored_in_parts_and_read_back_whole() {
     let engine = engine_at(dir.path());
     assert_eq!(growing(&engine.task(&id).unwrap()), after);
     engine
-        .submit(&id, &json!({"message": "4"}), Origin::User, Run::Caller)
+        .submit(&id, json!({"message": "4"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     let last = growing(&engine.run_until_idle(&id).await.unwrap());

@@ -72,7 +72,7 @@ proptest! {
             // Inputs arrive while earlier ones run: each is queued and the runner kicked.
             for (n, (origin, pause_ms)) in inputs.iter().enumerate() {
                 h.engine
-                    .submit(&task.id, &json!({"message": format!("m{n}")}), arrival(*origin, n), Run::Background)
+                    .submit(&task.id, json!({"message": format!("m{n}")}), arrival(*origin, n), Run::Background)
                     .await
                     .unwrap();
                 tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
@@ -127,7 +127,7 @@ async fn an_interrupted_task_holds_input_no_person_sent_until_a_person_sends_som
     let id = h.run("t/a", "hi").await.id.clone();
     let submit = async |text: &str, origin: agentmesh_engine::Origin| {
         h.engine
-            .submit(&id, &json!({"message": text}), origin, Run::Caller)
+            .submit(&id, json!({"message": text}), origin, Run::Caller)
             .await
             .unwrap();
     };

@@ -481,7 +481,7 @@ async fn input_sent_while_a_review_waits_across_a_restart_runs_after_the_turn() 
     engine
         .submit(
             &id,
-            &json!({"message": "and then"}),
+            json!({"message": "and then"}),
             Origin::User,
             Run::Background,
         )
@@ -542,7 +542,7 @@ async fn interrupting_a_task_waiting_across_a_restart_ends_its_review() {
     assert!(matches!(late, Err(EngineError::NotFound(_))), "{late:?}");
     // The task takes new input; the LLM sees the call answered.
     engine
-        .submit(&id, &json!({"message": "go on"}), Origin::User, Run::Caller)
+        .submit(&id, json!({"message": "go on"}), Origin::User, Run::Caller)
         .await
         .unwrap();
     let done = engine.run_until_idle(&id).await.unwrap();

@@ -662,7 +662,7 @@ pub async fn input(
     if f.message.trim().is_empty() {
         return Err(UiError::bad_request("the message is empty"));
     }
-    crate::tasks::feed(&state, &ui.caller, &id, &json!({"message": f.message})).await?;
+    crate::tasks::feed(&state, &ui.caller, &id, json!({"message": f.message})).await?;
     Ok(Redirect::to(&format!("/ui/tasks/{id}")).into_response())
 }
 
