@@ -121,14 +121,8 @@ pub(crate) fn take_json(value: &dyn Val, owned: bool) -> Result<Json, String> {
             return Ok(Json::Object(entries));
         }
         let map = map.map();
-        let mut keys = map.iter();
-        let mut sorted = Vec::new();
-        while let Some(key) = keys.next() {
-            sorted.push((key_text(key), key));
-        }
-        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut out = Map::new();
-        for (text, key) in sorted {
+        for (text, key) in sorted_keys(map) {
             let entry = map.get(key).map_err(|e| e.to_string())?;
             out.insert(text, take_json(entry.as_ref(), true)?);
         }
@@ -239,18 +233,24 @@ fn sorted_map<S: Serializer>(
     map: &dyn Indexer,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    let mut sorted = Vec::new();
-    let mut keys = keys.iter();
-    while let Some(key) = keys.next() {
-        sorted.push((key_text(key), key));
-    }
-    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let sorted = sorted_keys(keys);
     let mut out = s.serialize_map(Some(sorted.len()))?;
     for (text, key) in sorted {
         let entry = map.get(key).map_err(|e| S::Error::custom(e.to_string()))?;
         out.serialize_entry(&text, &AsJson(entry.as_ref()))?;
     }
     out.end()
+}
+
+/// A CEL map's keys with their JSON texts, in the texts' order: a hash map's order is no order.
+fn sorted_keys(keys: &dyn Iterable) -> Vec<(String, &dyn Val)> {
+    let mut sorted = Vec::new();
+    let mut keys = keys.iter();
+    while let Some(key) = keys.next() {
+        sorted.push((key_text(key), key));
+    }
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    sorted
 }
 
 /// How a value is named in messages ("expected a boolean, got a map").
