@@ -27,6 +27,14 @@ const ENV: [(&str, &str); 3] = [
     ("AGENTMESH_LOG", "debug"),
 ];
 
+/// The environment of `agentmesh`: [`ENV`].
+fn secrets_env() -> Env<'static> {
+    Env {
+        vars: &ENV,
+        ..Env::default()
+    }
+}
+
 /// Panics when `text` (from `what`) holds any of the secrets.
 fn assert_clean(what: &str, text: &str) {
     for secret in [API_KEY, SIGNING, MODEL_KEY] {
@@ -86,11 +94,14 @@ settings:
       base: http://127.0.0.1:{port}
 "
     );
+    // The password stands in a description too: what lists the functions hides it there.
     let tool = API_TOOL.to_owned()
         + "    signing: {type: string, format: password}
 actions:
   - name: echo
-    description: Answers what it was sent.
+    description: Answers what it was sent, signed with "
+        + SIGNING
+        + ".
     execute:
       stateless_http:
         url: \"{settings.base}/echo?sig={settings.signing}\"
@@ -128,19 +139,12 @@ capabilities: {api: \"*\"}
 fn secrets_setup() -> (tempfile::TempDir, std::path::PathBuf, Env<'static>) {
     let dir = secrets_config(fake_api(2));
     let data = dir.path().join("data");
-    let env = Env {
-        vars: &ENV,
-        ..Env::default()
-    };
-    (dir, data, env)
+    (dir, data, secrets_env())
 }
 
 /// `agentmesh call DIR ACTION --data DIR/data` with [`ENV`]: exit code, stdout, stderr.
 fn call_in(dir: &std::path::Path, action: &str) -> (Option<i32>, String, String) {
-    let env = Env {
-        vars: &ENV,
-        ..Env::default()
-    };
+    let env = secrets_env();
     let data = dir.join("data");
     let (dir, data) = (dir.to_str().unwrap(), data.to_str().unwrap());
     agentmesh_in(&env, &["call", dir, action, "--data", data])
@@ -222,10 +226,7 @@ capabilities: {gh: \"*\"}
         ),
     ]);
     let data = dir.path().join("data");
-    let env = Env {
-        vars: &ENV,
-        ..Env::default()
-    };
+    let env = secrets_env();
     let (code, out, err) = run_in(&env, dir.path(), "t/a", "go", &data, &["--json"]);
     assert_eq!(code, Some(0), "{err}");
     assert_clean("stderr", &err);
@@ -320,6 +321,86 @@ model: fake/m
     }
 }
 
+/// What a remote model is sent holds no secret: not in the system prompt, not in a function's
+/// description or schema (given literally in the manifests here), not in a tool's answer.
+#[test]
+fn a_remote_model_is_sent_no_secret_in_its_prompt_functions_or_messages() {
+    let api = fake_api(1);
+    let (model, sent) = agentmesh_testkit::serve(2, |r| {
+        let message = if r.body.contains("\"role\":\"tool\"") {
+            json!({"role": "assistant", "content": "done"})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+                "type": "function", "function": {"name": "api", "arguments": r#"{"key": "x"}"#}}]})
+        };
+        let answer = json!({"id": "c1", "choices": [{"index": 0, "message": message}]});
+        ("200 OK", answer.to_string())
+    });
+    let host = format!(
+        "kind: agentmesh/v1/host
+models:
+  fake: {{base_url: \"http://127.0.0.1:{model}/v1\", api_key: {{env: AGENTMESH_TEST_MODEL_KEY}}}}
+settings:
+  t:
+    api:
+      api_key: {{env: AGENTMESH_TEST_API_KEY}}
+      signing: {SIGNING}
+      base: http://127.0.0.1:{api}
+"
+    );
+    let tool = format!(
+        "{API_TOOL}    signing: {{type: string, format: password}}
+actions:
+  - name: echo
+    description: Answers what it was sent; signed with {SIGNING}.
+    parameters:
+      type: object
+      properties:
+        key: {{type: string, description: \"Leave out; {API_KEY} is used.\"}}
+    execute:
+      stateless_http:
+        url: \"{{settings.base}}/echo\"
+        headers: {{Authorization: \"Bearer {{settings.api_key}}\"}}
+---
+kind: commonagents.info/v1beta2/agent
+namespace: t
+name: a
+description: Calls the API.
+prompt: Go; the signing password is {SIGNING}.
+model: fake/m
+capabilities: {{api: \"*\"}}
+"
+    );
+    let dir = config_dir(&[("host.yaml", &host), ("all.yaml", &tool)]);
+    let data = dir.path().join("data");
+    let env = secrets_env();
+    let (code, out, err) = run_in(&env, dir.path(), "t/a", "go", &data, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let requests: Vec<_> = (0..2)
+        .map(|_| sent.recv_timeout(Duration::from_secs(10)).unwrap().body)
+        .collect();
+    for body in &requests {
+        assert_clean("a request to the model", body);
+    }
+    // `***` stands where the secrets were: the prompt and the function as the first request
+    // has them, the tool's answer in the second.
+    let first: Value = serde_json::from_str(&requests[0]).unwrap();
+    assert_eq!(
+        first["messages"][0]["content"],
+        "Go; the signing password is ***."
+    );
+    let function = &first["tools"][0]["function"];
+    assert_eq!(
+        function["description"],
+        "Answers what it was sent; signed with ***."
+    );
+    assert_eq!(
+        function["parameters"]["properties"]["key"]["description"],
+        "Leave out; *** is used."
+    );
+    assert!(requests[1].contains("Bearer ***"), "{}", requests[1]);
+}
+
 /// Task `id`'s events as a live SSE stream reads them, up to the agent's last message.
 fn sse(server: &Server, id: &str) -> String {
     let (_, mut reader) = server.open_sse(id);
@@ -379,8 +460,15 @@ fn an_mcp_client_sees_no_secret_in_a_result_or_an_error() {
     let url = format!("http://{}/mcp?agent=t/a", server.addr);
     let http = run_sdk_client_in(&[], &calls, &["http", &url, "mcp-client-token-5e1d"]);
     for session in [stdio, http] {
-        // No form of the key, escaped once, twice or percent-encoded, holds its middle.
+        // No form of the key, escaped once, twice or percent-encoded, holds its middle; the
+        // functions are listed without the password of a description.
         assert!(!session.to_string().contains("quoted"), "{session}");
+        assert!(!session.to_string().contains(SIGNING), "{session}");
+        let echo = &session["descriptions"]["api_echo"];
+        assert_eq!(
+            echo, "Answers what it was sent, signed with ***.",
+            "{session}"
+        );
         let results = &session["results"];
         assert_eq!(results[0]["is_error"], false, "{session}");
         assert_eq!(results[0]["structured"]["you_sent"], "Bearer ***");

@@ -6,8 +6,8 @@
 Connects (stdio: runs COMMAND with this process's environment; http: streamable HTTP to URL, with `Authorization: Bearer
 TOKEN` when given), lists the tools, makes the calls CALLS names (a JSON list of
 `{"name", "arguments"}`), and prints one JSON object: the task id the server's `initialize`
-answer names, the tools' names and input schemas, and each call's result. A failure to
-connect prints `{"error": ...}` and exits 3.
+answer names, the tools' names with their input schemas and their descriptions, and each
+call's result. A failure to connect prints `{"error": ...}` and exits 3.
 """
 
 import asyncio
@@ -60,6 +60,7 @@ async def main():
                         "task_id": meta.get("agentmesh/task_id"),
                         "protocol": init.protocol_version,
                         "tools": {t.name: t.input_schema for t in tools.tools},
+                        "descriptions": {t.name: t.description for t in tools.tools},
                         "results": results,
                     }
                 )

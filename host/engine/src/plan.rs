@@ -174,7 +174,8 @@ pub struct Function {
     pub capability: usize,
     /// For a tool: the action's index.
     pub action: Option<usize>,
-    /// The LLM-facing schema (bound parameters removed).
+    /// The LLM-facing schema (bound parameters removed; its description and parameters
+    /// scrubbed of the plan's secrets).
     pub schema: ToolSchema,
     /// Set for a host tool every agent has (`request_wakeup`, `cancel_wakeup`); `capability`
     /// and `action` mean nothing then.
@@ -565,7 +566,7 @@ impl Plan {
         let secrets = Arc::new(secrets::collect(&host, &tools, &auth, env)?);
         let mut agents = HashMap::new();
         for a in &config.agents {
-            let plan = agent_plan(&a.value, &a.source, &host, config, &tools)?;
+            let plan = agent_plan(&a.value, &a.source, &host, config, &tools, &secrets)?;
             agents.insert(plan.id(), Arc::new(plan));
         }
         let mut sources = HashMap::new();
@@ -927,6 +928,7 @@ fn agent_plan(
     host: &HostConfig,
     config: &Config,
     tools: &HashMap<String, Arc<ToolPlan>>,
+    secrets: &agentmesh_secrets::Secrets,
 ) -> Result<AgentPlan, EngineError> {
     let model = agent
         .model
@@ -978,7 +980,7 @@ fn agent_plan(
         let index = capabilities.len();
         let bound: Vec<&str> = plan.bound().collect();
         for f in &resolved.functions {
-            let schema = match (&plan.target, resolved.target, f.action) {
+            let mut schema = match (&plan.target, resolved.target, f.action) {
                 (Target::Tool(tool), _, Some(action)) => {
                     let action = &tool.actions[action];
                     ToolSchema {
@@ -1003,6 +1005,10 @@ fn agent_plan(
                     )));
                 }
             };
+            // What the LLM and MCP clients are sent of a function holds no secret (CONTRACT
+            // §1), as the log's copy does not. Its name stays: it is the handle they call.
+            secrets.scrub_string(&mut schema.description);
+            secrets.scrub_json(&mut schema.parameters);
             functions.push(Function {
                 name: f.name.clone(),
                 capability: index,
