@@ -956,16 +956,28 @@ fn a_redelivery_racing_its_original_waits_at_the_door_and_runs_no_middleware() {
     assert_eq!(messages[0].0, "d-race");
 }
 
+/// A webhook's key is never the text `null` nor empty: a blank `secret:` in YAML is null,
+/// which a template would write as `null`, a key anyone can sign with. Where the setting
+/// wants text the config is refused; a key that renders empty (a variable set to nothing)
+/// refuses every delivery.
 #[test]
-fn a_blank_secret_setting_refuses_every_delivery_rather_than_signing_with_null() {
-    // `secret:` left blank in YAML is null; rendered into the template it would be the text
-    // `null`, a key anyone can sign with.
-    let host = "kind: agentmesh/v1/host\nsettings:\n  ops:\n    pager:\n      secret:\n";
+fn a_blank_secret_setting_is_refused_and_an_empty_one_refuses_every_delivery() {
+    let blank = "kind: agentmesh/v1/host\nsettings:\n  ops:\n    pager:\n      secret:\n";
     let tool = agentmesh_testkit::fixtures::pager_tool("paged", None);
-    let (_root, dir, data) = dirs(&[("pager.yaml", tool.as_str()), ("host.yaml", host)]);
-    let server = Server::start(AGENTMESH, &dir, &data, &[]);
+    let (_root, dir, data) = dirs(&[("pager.yaml", tool.as_str()), ("host.yaml", blank)]);
+    let (code, out, err) = crate::util::agentmesh(&["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("host.yaml:5:7: error: setting `secret` of tool `ops/pager`: null is not of type \"string\""),
+        "{out}{err}"
+    );
+    let host = agentmesh_testkit::fixtures::PAGER_HOST;
+    std::fs::write(dir.join("host.yaml"), host).unwrap();
+    let server = Server::start(AGENTMESH, &dir, &data, &[("PAGER_SECRET", "")]);
     let body = br#"{"text": "wake up"}"#;
-    let r = signed_delivery(&server, "ops/pager", "alert", "d-null", body, "null").send();
-    assert_eq!(r.status, 401, "{}", r.text());
-    assert!(r.text().contains("settings.secret"), "{}", r.text());
+    for key in ["null", ""] {
+        let r = signed_delivery(&server, "ops/pager", "alert", "d-null", body, key).send();
+        assert_eq!(r.status, 401, "{}", r.text());
+        assert!(r.text().contains("settings.secret"), "{}", r.text());
+    }
 }

@@ -1,11 +1,14 @@
-//! The host config: variables it reads must be set; addresses and models must parse.
+//! The host config: variables it reads must be set; addresses and models must parse; tool
+//! settings name settings their tools declare, with values those settings' schemas accept.
 
 use std::net::SocketAddr;
 
-use super::{Checker, I, K, MODEL_REF, Seg, pos_at};
+use serde_json::Value;
+
+use super::{Checker, I, K, MODEL_REF, Seg, key_pos, pos_at};
 use crate::load::Source;
-use crate::model::common::EnvValue;
-use crate::model::host::{SourceConfig, StoreBackend, StoreConfig};
+use crate::model::common::{EnvValue, Property, PropertyType};
+use crate::model::host::{HostConfig, SourceConfig, StoreBackend, StoreConfig};
 use crate::suggest::did_you_mean_hint;
 
 pub(crate) fn check(c: &mut Checker) {
@@ -32,6 +35,7 @@ pub(crate) fn check(c: &mut Checker) {
     if let Some(store) = &host.store {
         store_config(c, src, store);
     }
+    tool_settings(c, src, host);
     let mut vars: Vec<(Vec<Seg>, &str)> = Vec::new();
     for (i, token) in host.api_tokens.iter().enumerate() {
         vars.push((vec![K("api_tokens"), I(i), K("env")], &token.env));
@@ -72,6 +76,94 @@ pub(crate) fn check(c: &mut Checker) {
             );
         }
     }
+}
+
+/// `settings.NS.TOOL.KEY`: a tool the configuration does not hold is a warning (its bundle may
+/// come after its operator's settings, as a setting nobody set is); a key the tool does not
+/// declare, which no template can read, is an error, and so is a value its setting's schema
+/// refuses. A value read from `{env: …}` is text, checked where the setting wants text, and an
+/// unquoted number or flag is its text where the setting wants text; a message never shows a
+/// value of a secret (a `format: password` setting, any variable).
+fn tool_settings(c: &mut Checker, src: &Source, host: &HostConfig) {
+    for (ns, tools) in &host.settings {
+        for (name, keys) in tools {
+            let at = [K("settings"), K(ns), K(name)];
+            let Some(tool) = c
+                .config
+                .tools
+                .iter()
+                .find(|t| t.value.namespace == *ns && t.value.name == *name)
+            else {
+                let ids = c.tool_ids();
+                let hint =
+                    did_you_mean_hint(&format!("{ns}/{name}"), ids.iter().map(String::as_str));
+                c.warning(
+                    src,
+                    key_pos(&src.node, &at),
+                    format!("settings for tool `{ns}/{name}`, which the configuration does not hold{hint}"),
+                );
+                continue;
+            };
+            let declared = tool.value.settings.as_ref().map(|s| &s.properties);
+            for (key, value) in keys {
+                let path = [K("settings"), K(ns), K(name), K(key)];
+                let Some(prop) = declared.and_then(|d| d.get(key)) else {
+                    let names = declared
+                        .into_iter()
+                        .flat_map(|d| d.keys().map(String::as_str));
+                    let hint = did_you_mean_hint(key, names);
+                    c.error(
+                        src,
+                        key_pos(&src.node, &path),
+                        format!("tool `{ns}/{name}` declares no setting `{key}`{hint}"),
+                    );
+                    continue;
+                };
+                let password = prop.format.as_deref() == Some("password");
+                let (value, secret) = match value {
+                    // An unquoted number or flag is text where the setting wants text: a
+                    // template writes it as it stands (a numeric key, a PIN).
+                    EnvValue::Literal(v @ (Value::Number(_) | Value::Bool(_)))
+                        if prop.schema_type == Some(PropertyType::String) =>
+                    {
+                        (Value::String(v.to_string()), password)
+                    }
+                    EnvValue::Literal(v) => (v.clone(), password),
+                    EnvValue::Env { env } => match (c.env_var(env), prop.schema_type) {
+                        (Some(text), None | Some(PropertyType::String)) => {
+                            (Value::String(text), true)
+                        }
+                        // Unset is reported below; a number or flag read as text is not refused.
+                        _ => continue,
+                    },
+                };
+                if let Some(why) = refused(prop, &value, secret) {
+                    c.error(
+                        src,
+                        key_pos(&src.node, &path),
+                        format!("setting `{key}` of tool `{ns}/{name}`: {why}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Why the schema of `prop` refuses `value` (its first rule broken), the value itself left out
+/// when it is a `secret`; `None` when it is accepted (and when the schema does not compile:
+/// that is the tool's fault, not the value's).
+fn refused(prop: &Property, value: &Value, secret: bool) -> Option<String> {
+    let mut schema = serde_json::to_value(prop).ok()?;
+    if let Value::Object(m) = &mut schema {
+        m.remove("require_binding");
+    }
+    let validator = jsonschema::validator_for(&schema).ok()?;
+    let error = validator.iter_errors(value).next()?;
+    Some(if secret {
+        error.masked().to_string()
+    } else {
+        error.to_string()
+    })
 }
 
 /// A PostgreSQL store names its database; a sled store takes none of `url`, `pool`, `lease`.
@@ -145,12 +237,7 @@ fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig)
         );
     }
     let at = pos_at(&src.node, &[K("sources"), K(name), K("mcp")]);
-    let ids: Vec<String> = c
-        .config
-        .tools
-        .iter()
-        .map(|t| format!("{}/{}", t.value.namespace, t.value.name))
-        .collect();
+    let ids = c.tool_ids();
     let found = ids.iter().position(|id| *id == mcp.tool);
     let Some(tool) = found.map(|i| c.config.tools[i].value.clone()) else {
         let hint = did_you_mean_hint(&mcp.tool, ids.iter().map(String::as_str));

@@ -268,6 +268,14 @@ impl Checker<'_> {
         (self.env)(name)
     }
 
+    /// The `namespace/name` of every tool of the configuration, in load order.
+    pub fn tool_ids(&self) -> Vec<String> {
+        let tools = self.config.tools.iter();
+        tools
+            .map(|t| format!("{}/{}", t.value.namespace, t.value.name))
+            .collect()
+    }
+
     /// Compiles the CEL at `path` and checks its references against `scope`; returns it when
     /// it compiled. `hint` is appended to every message (e.g. the quoted-literal suggestion).
     pub fn expr(
