@@ -195,6 +195,101 @@ fn call_runs_one_action_as_a_task_would_and_reports_its_timings() {
 }
 
 #[test]
+fn a_setting_read_from_the_environment_takes_its_schemas_type() {
+    use agentmesh_testkit::fixtures::dirs;
+
+    use crate::util::{Env, agentmesh_in};
+
+    // The API answers with the body it was sent: the values the templates computed.
+    let (port, _received) = agentmesh_testkit::serve(1, |r| ("200 OK", r.body.clone()));
+    let host = "kind: agentmesh/v1/host\nsettings:\n  t:\n    knobs:\n      \
+                retries: {env: KNOB_RETRIES}\n      ratio: {env: KNOB_RATIO}\n      \
+                verbose: {env: KNOB_VERBOSE}\n      region: {env: KNOB_REGION}\n      \
+                pin: 1234\n";
+    let tool = format!(
+        r#"kind: commonagents.info/v1beta2/tool
+namespace: t
+name: knobs
+description: Sends typed settings.
+settings:
+  type: object
+  properties:
+    retries: {{type: integer, minimum: 0}}
+    ratio: {{type: number}}
+    verbose: {{type: boolean}}
+    region: {{type: string}}
+    pin: {{type: string}}
+actions:
+  - name: send
+    description: Sends them.
+    execute:
+      stateless_http:
+        method: POST
+        url: "http://127.0.0.1:{port}/knobs"
+        body:
+          next: "{{settings.retries + 1}}"
+          half: "{{settings.ratio / 2.0}}"
+          quiet: "{{!settings.verbose}}"
+          region: "{{settings.region + '!'}}"
+          pin: "{{settings.pin + '#'}}"
+"#
+    );
+    let (_root, dir, data) = dirs(&[("host.yaml", host), ("knobs.yaml", &tool)]);
+    let (dir, data) = (dir.to_str().unwrap(), data.to_str().unwrap());
+    let call = |vars: &[(&str, &str)]| {
+        let env = Env { cwd: None, vars };
+        agentmesh_in(&env, &["call", dir, "t/knobs", "--data", data])
+    };
+    let typed = [
+        ("KNOB_RETRIES", " 3"),
+        ("KNOB_RATIO", "0.5"),
+        ("KNOB_VERBOSE", "true"),
+        ("KNOB_REGION", "42"),
+    ];
+    let (code, out, err) = call(&typed);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        result,
+        serde_json::json!({"next": 4, "half": 0.25, "quiet": false, "region": "42!", "pin": "1234#"})
+    );
+
+    // Text that is not of the type is refused where it is written, and not shown.
+    for (name, text, said) in [
+        (
+            "KNOB_RETRIES",
+            "three",
+            "setting `retries` of tool `t/knobs`: value is not of type \"integer\"",
+        ),
+        (
+            "KNOB_RETRIES",
+            "-1",
+            "setting `retries` of tool `t/knobs`: value is less than the minimum",
+        ),
+        (
+            "KNOB_VERBOSE",
+            "yes",
+            "setting `verbose` of tool `t/knobs`: value is not of type \"boolean\"",
+        ),
+    ] {
+        let mut vars = typed.to_vec();
+        vars.retain(|(n, _)| *n != name);
+        vars.push((name, text));
+        let (code, out, err) = call(&vars);
+        assert_eq!(code, Some(1), "{name}={text}: {out}{err}");
+        assert!(err.contains("host.yaml:"), "{name}={text}: {err}");
+        assert!(
+            err.contains(said),
+            "{name}={text}: missing `{said}` in {err}"
+        );
+        assert!(
+            !err.contains(text),
+            "{name}={text}: the value is shown: {err}"
+        );
+    }
+}
+
+#[test]
 fn validate_call_and_run_share_one_compiled_cache() {
     use agentmesh_testkit::fixtures::{dirs, scripted_agent};
 

@@ -394,11 +394,8 @@ impl ParamsSchema {
         let mut required = Vec::new();
         let mut secret = false;
         for (name, p) in properties {
-            let mut prop = serde_json::to_value(p).unwrap_or(Value::Null);
-            if let Value::Object(m) = &mut prop {
-                m.remove("require_binding");
-            }
-            secret |= p.format.as_deref() == Some("password");
+            let prop = p.json_schema();
+            secret |= p.is_secret();
             if p.default.is_none() {
                 required.push(Value::String(name.clone()));
             }
@@ -682,8 +679,15 @@ fn tool_plan(
         .get(&tool.namespace)
         .and_then(|ns| ns.get(&tool.name))
     {
+        let declared = tool.settings.as_ref().map(|s| &s.properties);
         for (k, v) in values {
-            settings.insert(k.clone(), resolve_env(v, env)?);
+            let value = resolve_env(v, env)?;
+            let from_env = matches!(v, EnvValue::Env { .. });
+            let value = match declared.and_then(|d| d.get(k)) {
+                Some(prop) => prop.setting(value, from_env),
+                None => value,
+            };
+            settings.insert(k.clone(), value);
         }
     }
     let mut actions = Vec::new();
@@ -1077,11 +1081,7 @@ fn llm_schema(params: &IndexMap<String, Property>, bound: &[&str]) -> Value {
         if bound.contains(&name.as_str()) {
             continue;
         }
-        let mut prop = serde_json::to_value(p).unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut prop {
-            m.remove("require_binding");
-        }
-        properties.insert(name.clone(), prop);
+        properties.insert(name.clone(), p.json_schema());
         if p.default.is_none() {
             required.push(Value::String(name.clone()));
         }

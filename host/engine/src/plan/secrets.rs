@@ -84,7 +84,7 @@ pub(crate) fn collect(
             continue;
         };
         for (name, property) in &schema.properties {
-            if property.format.as_deref() == Some("password")
+            if property.is_secret()
                 && let Some(value) = tool.settings.get(name).and_then(secret_text)
             {
                 values.push(value);

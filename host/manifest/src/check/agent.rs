@@ -17,6 +17,9 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
     let agent = &doc.value;
     let src = &doc.source;
     c.template(src, &[K("prompt")], &scopes::PROMPT);
+    if let Some(parameters) = &agent.parameters {
+        super::schema::check(c, src, &[K("parameters")], parameters, "parameter");
+    }
     check_model(c, src, agent);
     let config = c.config;
     let resolution = resolve::resolve(config, agent);

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{Checker, I, K, MODEL_REF, Seg, key_pos, pos_at};
 use crate::load::Source;
-use crate::model::common::{EnvValue, Property, PropertyType};
+use crate::model::common::EnvValue;
 use crate::model::host::{HostConfig, SourceConfig, StoreBackend, StoreConfig};
 use crate::suggest::did_you_mean_hint;
 
@@ -119,25 +119,16 @@ fn tool_settings(c: &mut Checker, src: &Source, host: &HostConfig) {
                     );
                     continue;
                 };
-                let password = prop.format.as_deref() == Some("password");
+                let password = prop.is_secret();
                 let (value, secret) = match value {
-                    // An unquoted number or flag is text where the setting wants text: a
-                    // template writes it as it stands (a numeric key, a PIN).
-                    EnvValue::Literal(v @ (Value::Number(_) | Value::Bool(_)))
-                        if prop.schema_type == Some(PropertyType::String) =>
-                    {
-                        (Value::String(v.to_string()), password)
-                    }
-                    EnvValue::Literal(v) => (v.clone(), password),
-                    EnvValue::Env { env } => match (c.env_var(env), prop.schema_type) {
-                        (Some(text), None | Some(PropertyType::String)) => {
-                            (Value::String(text), true)
-                        }
-                        // Unset is reported below; a number or flag read as text is not refused.
-                        _ => continue,
+                    EnvValue::Literal(v) => (prop.setting(v.clone(), false), password),
+                    // Unset is reported below.
+                    EnvValue::Env { env } => match c.env_var(env) {
+                        Some(text) => (prop.setting(Value::String(text), true), true),
+                        None => continue,
                     },
                 };
-                if let Some(why) = refused(prop, &value, secret) {
+                if let Some(why) = super::schema::refused(prop, &value, secret) {
                     c.error(
                         src,
                         key_pos(&src.node, &path),
@@ -147,23 +138,6 @@ fn tool_settings(c: &mut Checker, src: &Source, host: &HostConfig) {
             }
         }
     }
-}
-
-/// Why the schema of `prop` refuses `value` (its first rule broken), the value itself left out
-/// when it is a `secret`; `None` when it is accepted (and when the schema does not compile:
-/// that is the tool's fault, not the value's).
-fn refused(prop: &Property, value: &Value, secret: bool) -> Option<String> {
-    let mut schema = serde_json::to_value(prop).ok()?;
-    if let Value::Object(m) = &mut schema {
-        m.remove("require_binding");
-    }
-    let validator = jsonschema::validator_for(&schema).ok()?;
-    let error = validator.iter_errors(value).next()?;
-    Some(if secret {
-        error.masked().to_string()
-    } else {
-        error.to_string()
-    })
 }
 
 /// A PostgreSQL store names its database; a sled store takes none of `url`, `pool`, `lease`.

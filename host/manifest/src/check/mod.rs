@@ -6,6 +6,7 @@ mod auth;
 mod host;
 mod mcp;
 mod openapi;
+mod schema;
 pub mod scopes;
 mod session;
 mod steps;

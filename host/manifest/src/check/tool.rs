@@ -27,6 +27,12 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         tool.events.iter().map(|e| e.name.as_str()),
         "events",
     );
+    if let Some(settings) = &tool.settings {
+        super::schema::check(c, src, &[K("settings")], settings, "setting");
+    }
+    if let Some(parameters) = &tool.parameters {
+        super::schema::check(c, src, &[K("parameters")], parameters, "parameter");
+    }
     if let Some(wasm) = &tool.wasm {
         c.component(src, &[K("wasm"), K("component")], ComponentWorld::Tool);
         let hosts = wasm.allowed_hosts.as_deref();
@@ -37,6 +43,10 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
     }
     for (i, action) in tool.actions.iter().enumerate() {
         let path = [K("actions"), I(i)];
+        if let Some(parameters) = &action.parameters {
+            let at = [K("actions"), I(i), K("parameters")];
+            super::schema::check(c, src, &at, parameters, "parameter");
+        }
         let backends = action
             .execute
             .as_ref()
@@ -109,6 +119,9 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
     }
     for (i, event) in tool.events.iter().enumerate() {
         let path = |key: &'static str| [K("events"), I(i), K(key)];
+        if let Some(parameters) = &event.parameters {
+            super::schema::check(c, src, &path("parameters"), parameters, "parameter");
+        }
         c.template(src, &path("message"), &scopes::EVENT_MESSAGE);
         if let (Some(t), Some(max)) = (event.timeout, event.max_timeout)
             && max < t

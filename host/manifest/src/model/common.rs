@@ -241,6 +241,43 @@ pub struct Property {
     pub examples: Option<Vec<Value>>,
 }
 
+impl Property {
+    /// The property as plain JSON Schema: as written, without the host's own
+    /// `require_binding` (which no validator or LLM needs to see).
+    pub fn json_schema(&self) -> Value {
+        let mut schema = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut schema {
+            m.remove("require_binding");
+        }
+        schema
+    }
+
+    /// A setting's value as this property reads it. A value from the environment is text:
+    /// where the property wants a number, a flag, an object or a list, the text is read as
+    /// JSON of that type (`{env: RETRIES}` holding `3` is 3), and stays text when it is not
+    /// one, for the schema to refuse. An unquoted number or flag written where the property
+    /// wants text is its text (a numeric key, a PIN): a template would write it so anyway.
+    pub fn setting(&self, value: Value, from_env: bool) -> Value {
+        match (self.schema_type, value) {
+            (Some(PropertyType::String), v @ (Value::Number(_) | Value::Bool(_))) if !from_env => {
+                Value::String(v.to_string())
+            }
+            (Some(want), Value::String(text)) if from_env && want != PropertyType::String => {
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(parsed) if want.admits(&parsed) => parsed,
+                    _ => Value::String(text),
+                }
+            }
+            (_, v) => v,
+        }
+    }
+
+    /// A `format: password` property: a secret, whose values no message or log shows.
+    pub fn is_secret(&self) -> bool {
+        self.format.as_deref() == Some("password")
+    }
+}
+
 /// A JSON Schema type name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -259,6 +296,21 @@ pub enum PropertyType {
     Array,
     /// null.
     Null,
+}
+
+impl PropertyType {
+    /// Whether `value` is of this type, as JSON Schema says (an integer is a number).
+    fn admits(self, value: &Value) -> bool {
+        match self {
+            PropertyType::String => value.is_string(),
+            PropertyType::Number => value.is_number(),
+            PropertyType::Integer => value.is_i64() || value.is_u64(),
+            PropertyType::Boolean => value.is_boolean(),
+            PropertyType::Object => value.is_object(),
+            PropertyType::Array => value.is_array(),
+            PropertyType::Null => value.is_null(),
+        }
+    }
 }
 
 impl ParameterSchema {
