@@ -179,14 +179,7 @@ fn a_review_over_http_resumes_the_task_and_events_stream_live() {
         .send();
     assert_eq!(r.status, 202, "{}", r.text());
     assert!(r.json()["queued_at"].is_i64());
-    let waiting = wait_for(Duration::from_secs(30), || {
-        let t = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (t["status"] == "waiting").then_some(t)
-    });
-    assert!(waiting.is_some(), "the task waits in review()");
+    server.wait_for_status(&id, "waiting");
 
     // The stream delivers the review request as it happens.
     let review_id = read_until_kind(&mut sse, "ReviewRequestEvent")["review_id"]
@@ -223,14 +216,7 @@ fn a_review_pending_across_a_restart_is_decided_after_it() {
     approve_review(&server, &id, &review_id);
     let r = decide(&server, &id, &review_id);
     assert_eq!(r.status, 404, "deciding twice: {}", r.text());
-    let done = wait_for(Duration::from_secs(30), || {
-        let t = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (t["status"] == "idle").then_some(t)
-    })
-    .expect("the task resumed and finished its turn");
+    let done = server.wait_for_status(&id, "idle");
     assert_eq!(done["output"][0]["message"][0]["text"], "Echoed.", "{done}");
     let events = server
         .request("GET", &format!("/v1/tasks/{id}/events"))

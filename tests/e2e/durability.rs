@@ -500,14 +500,7 @@ fn lock_survives_sigkill(database: Option<&str>) {
         None => data,
     };
     let server = Server::start(AGENTMESH, &dir, &data, &env);
-    let ended = wait_for(Duration::from_secs(30), || {
-        let t = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (t["status"] == "terminated").then_some(t)
-    })
-    .expect("the task was not locked after the restart");
+    let ended = server.wait_for_status(&id, "terminated");
     assert_eq!(ended["reason"], "locked", "{ended}");
     let log = server
         .request("GET", &format!("/v1/tasks/{id}/events"))

@@ -380,14 +380,7 @@ fn decide(server: &Server, id: &str, approve: bool) {
 
 /// The results of task `id`'s calls once it is idle.
 fn results_when_idle(server: &Server, id: &str) -> Vec<Value> {
-    wait_for(Duration::from_secs(30), || {
-        let task = server
-            .request("GET", &format!("/v1/tasks/{id}"))
-            .send()
-            .json();
-        (task["status"] == "idle").then_some(())
-    })
-    .unwrap_or_else(|| panic!("task {id} did not become idle"));
+    server.wait_for_status(id, "idle");
     let log = server
         .request("GET", &format!("/v1/tasks/{id}/events"))
         .send()

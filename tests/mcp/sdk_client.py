@@ -3,11 +3,11 @@
     sdk_client.py CALLS stdio COMMAND [ARG...]
     sdk_client.py CALLS http URL [TOKEN]
 
-Connects (stdio: runs COMMAND with this process's environment; http: streamable HTTP to URL, with `Authorization: Bearer
-TOKEN` when given), lists the tools, makes the calls CALLS names (a JSON list of
-`{"name", "arguments"}`), and prints one JSON object: the task id the server's `initialize`
-answer names, the tools' names with their input schemas and their descriptions, and each
-call's result. A failure to connect prints `{"error": ...}` and exits 3.
+Connects (stdio: runs COMMAND with this process's environment; http: streamable HTTP to URL,
+with `Authorization: Bearer TOKEN` when given), lists the tools, makes the calls CALLS names
+(a JSON list of `{"name", "arguments"}`), and prints one JSON object: the task id the server's
+`initialize` answer names, the tools' names with their input schemas and their descriptions,
+and each call's result. A failure to connect prints `{"error": ...}` and exits 3.
 """
 
 import asyncio
