@@ -123,6 +123,7 @@ fn validate(dir: &Path, name: &str) -> (Option<i32>, String) {
         .current_dir(dir)
         .env_remove("AGENTMESH_UI_UNSET")
         .env("AGENTMESH_UI_SET", "set")
+        .env("AGENTMESH_UI_EMPTY", "")
         .output();
     match output {
         Ok(o) => (

@@ -939,10 +939,15 @@ fn agent_plan(
         .clone()
         .or_else(|| host.default_model.clone())
         .ok_or_else(|| {
-            EngineError::Config(format!(
-                "agent `{}/{}` names no model and the host has no default_model",
-                agent.namespace, agent.name
-            ))
+            EngineError::Manifest(agentmesh_manifest::Diagnostic {
+                file: source.file.clone(),
+                pos: source.node.entry("name").map(|(k, _)| k.pos).unwrap_or_default(),
+                severity: agentmesh_manifest::Severity::Error,
+                message: format!(
+                    "agent `{}/{}` names no `model` and the host config has no `default_model`; set either",
+                    agent.namespace, agent.name
+                ),
+            })
         })?;
     let resolution = resolve::resolve(config, agent).into_result().map_err(|e| {
         EngineError::Config(format!("agent `{}/{}`: {e}", agent.namespace, agent.name))

@@ -2,6 +2,7 @@
 //! their keys), what they include and bind, middleware, guardrails, model capabilities, prompt
 //! and exposes.
 
+use super::schema::Of;
 use super::steps::{self, Around, Layer};
 use super::{Checker, I, K, MODEL_REF, Seg, key_pos, member_names, pos_at, scopes};
 use crate::load::{Loaded, Source};
@@ -18,7 +19,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Agent>) {
     let src = &doc.source;
     c.template(src, &[K("prompt")], &scopes::PROMPT);
     if let Some(parameters) = &agent.parameters {
-        super::schema::check(c, src, &[K("parameters")], parameters, "parameter");
+        super::schema::check(c, src, &[K("parameters")], parameters, Of::Agent);
     }
     check_model(c, src, agent);
     let config = c.config;

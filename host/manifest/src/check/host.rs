@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{Checker, I, K, MODEL_REF, Seg, key_pos, pos_at};
 use crate::load::Source;
 use crate::model::common::EnvValue;
-use crate::model::host::{HostConfig, SourceConfig, StoreBackend, StoreConfig};
+use crate::model::host::{HostConfig, SignatureScheme, SourceConfig, StoreBackend, StoreConfig};
 use crate::suggest::did_you_mean_hint;
 
 pub(crate) fn check(c: &mut Checker) {
@@ -189,17 +189,88 @@ fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
     }
 }
 
+/// A signed source (`github`, `standard-webhooks`) checks deliveries against its `secret`,
+/// which must be there and not be empty; `tokens` are a bearer source's.
+fn signed_source(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
+    let path = [K("sources"), K(name)];
+    if !source.tokens.is_empty() {
+        c.error(
+            src,
+            key_pos(&src.node, &[K("sources"), K(name), K("tokens")]),
+            format!("source `{name}` is signed: it checks a `secret`, not `tokens` (those are a `bearer` source's)"),
+        );
+    }
+    let empty = match &source.secret {
+        None => {
+            c.error(
+                src,
+                pos_at(&src.node, &path),
+                format!("source `{name}` is signed but has no `secret` (e.g. `secret: {{env: WEBHOOK_SECRET}}`)"),
+            );
+            return;
+        }
+        Some(EnvValue::Literal(Value::String(text))) => text.is_empty(),
+        Some(EnvValue::Literal(_)) => false,
+        Some(EnvValue::Env { env }) => c.env_var(env).is_some_and(|v| v.is_empty()),
+    };
+    if empty {
+        c.error(
+            src,
+            pos_at(&src.node, &[K("sources"), K(name), K("secret")]),
+            format!("source `{name}`: the secret is empty, and every delivery would be refused"),
+        );
+    }
+}
+
+/// A `bearer` source accepts the tokens it names, each from a variable that holds one; a
+/// `secret` is a signed source's.
+fn bearer_source(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
+    if source.secret.is_some() {
+        c.error(
+            src,
+            key_pos(&src.node, &[K("sources"), K(name), K("secret")]),
+            format!(
+                "source `{name}` takes bearer `tokens`, not a `secret` (that is a signed source's)"
+            ),
+        );
+    }
+    if source.tokens.is_empty() {
+        c.error(
+            src,
+            pos_at(&src.node, &[K("sources"), K(name)]),
+            format!("source `{name}` accepts bearer tokens but names none, and every delivery would be refused; add `tokens: [{{subject: …, env: …}}]`"),
+        );
+    }
+    for (i, token) in source.tokens.iter().enumerate() {
+        if c.env_var(&token.env).is_some_and(|v| v.is_empty()) {
+            c.error(
+                src,
+                pos_at(
+                    &src.node,
+                    &[K("sources"), K(name), K("tokens"), I(i), K("env")],
+                ),
+                format!(
+                    "source `{name}`, token `{}`: environment variable `{}` is empty",
+                    token.subject, token.env
+                ),
+            );
+        }
+    }
+}
+
 /// A source is either a webhook source (`signature`) or an `mcp-event` source (`mcp`), whose
 /// event is one an MCP tool receives by subscription.
 fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
     let at = pos_at(&src.node, &[K("sources"), K(name)]);
     let Some(mcp) = &source.mcp else {
-        if source.signature.is_none() {
-            c.error(
+        match source.signature {
+            None => c.error(
                 src,
                 at,
                 format!("source `{name}` needs a `signature` (github, standard-webhooks or bearer), or `mcp` for MCP resource updates"),
-            );
+            ),
+            Some(SignatureScheme::Bearer) => bearer_source(c, src, name, source),
+            Some(_) => signed_source(c, src, name, source),
         }
         return;
     };

@@ -6,16 +6,26 @@ use super::{Checker, K, Seg, key_pos, pos_at};
 use crate::load::Source;
 use crate::model::common::{ParameterSchema, Property};
 
-/// Checks the properties of the schema at `path` (`what` names them in messages: `parameter`,
-/// `setting`). A schema that does not compile would stop the host from loading the config; a
-/// default its own schema refuses would reach the tool or the agent as if it had been given.
-pub(crate) fn check(
-    c: &mut Checker,
-    src: &Source,
-    path: &[Seg],
-    schema: &ParameterSchema,
-    what: &str,
-) {
+/// What a schema's properties are, as messages name them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Of {
+    /// A tool's settings.
+    Settings,
+    /// A tool's, an action's or an event's parameters.
+    Parameters,
+    /// An agent's parameters, whose `message` is a message whatever its schema says.
+    Agent,
+}
+
+/// Checks the properties of the schema at `path`. A schema that does not compile would stop
+/// the host from loading the config; a default its own schema refuses would reach the tool or
+/// the agent as if it had been given.
+pub(crate) fn check(c: &mut Checker, src: &Source, path: &[Seg], schema: &ParameterSchema, of: Of) {
+    let what = if of == Of::Settings {
+        "setting"
+    } else {
+        "parameter"
+    };
     for (name, prop) in &schema.properties {
         let at = [path, &[K("properties"), K(name)]].concat();
         let validator = match jsonschema::validator_for(&prop.json_schema()) {
@@ -29,15 +39,23 @@ pub(crate) fn check(
                 continue;
             }
         };
-        if let Some(default) = &prop.default
-            && let Some(why) = first_error(&validator, default, prop.is_secret())
-        {
+        let default = prop.default.as_ref();
+        let why = match default {
+            // The engine reads `message` as a string or content parts (and nothing else).
+            Some(d) if of == Of::Agent && name == "message" => (!is_message(d)).then(|| {
+                "is not a message: text or a list of content parts (`{mimeType, text}`)".to_owned()
+            }),
+            Some(d) => first_error(&validator, d, prop.is_secret())
+                .map(|why| format!("is refused by its own schema: {why}")),
+            None => None,
+        };
+        if let Some(why) = why {
             let mut at = at;
             at.push(K("default"));
             c.error(
                 src,
                 pos_at(&src.node, &at),
-                format!("the default of {what} `{name}` is refused by its own schema: {why}"),
+                format!("the default of {what} `{name}` {why}"),
             );
         }
     }
@@ -49,6 +67,15 @@ pub(crate) fn check(
 pub(crate) fn refused(prop: &Property, value: &Value, secret: bool) -> Option<String> {
     let validator = jsonschema::validator_for(&prop.json_schema()).ok()?;
     first_error(&validator, value, secret)
+}
+
+/// A message as an input may give it: text, or content parts (objects).
+fn is_message(value: &Value) -> bool {
+    match value {
+        Value::String(_) => true,
+        Value::Array(parts) => parts.iter().all(Value::is_object),
+        _ => false,
+    }
 }
 
 fn first_error(validator: &jsonschema::Validator, value: &Value, secret: bool) -> Option<String> {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::schema::Of;
 use super::{Checker, ComponentWorld, I, K, Seg, key_pos, pos_at, scopes};
 use crate::load::{Loaded, Source};
 use crate::model::Tool;
@@ -28,10 +29,10 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         "events",
     );
     if let Some(settings) = &tool.settings {
-        super::schema::check(c, src, &[K("settings")], settings, "setting");
+        super::schema::check(c, src, &[K("settings")], settings, Of::Settings);
     }
     if let Some(parameters) = &tool.parameters {
-        super::schema::check(c, src, &[K("parameters")], parameters, "parameter");
+        super::schema::check(c, src, &[K("parameters")], parameters, Of::Parameters);
     }
     if let Some(wasm) = &tool.wasm {
         c.component(src, &[K("wasm"), K("component")], ComponentWorld::Tool);
@@ -45,7 +46,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
         let path = [K("actions"), I(i)];
         if let Some(parameters) = &action.parameters {
             let at = [K("actions"), I(i), K("parameters")];
-            super::schema::check(c, src, &at, parameters, "parameter");
+            super::schema::check(c, src, &at, parameters, Of::Parameters);
         }
         let backends = action
             .execute
@@ -120,7 +121,7 @@ pub(crate) fn check(c: &mut Checker, doc: &Loaded<Tool>) {
     for (i, event) in tool.events.iter().enumerate() {
         let path = |key: &'static str| [K("events"), I(i), K(key)];
         if let Some(parameters) = &event.parameters {
-            super::schema::check(c, src, &path("parameters"), parameters, "parameter");
+            super::schema::check(c, src, &path("parameters"), parameters, Of::Parameters);
         }
         c.template(src, &path("message"), &scopes::EVENT_MESSAGE);
         if let (Some(t), Some(max)) = (event.timeout, event.max_timeout)

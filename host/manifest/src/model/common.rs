@@ -392,3 +392,53 @@ pub enum EnvValue {
     /// The value itself.
     Literal(Value),
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn of(schema: Value) -> Property {
+        serde_json::from_value(schema).unwrap()
+    }
+
+    #[test]
+    fn a_setting_from_the_environment_takes_its_type_when_its_text_is_of_it() {
+        let env = |schema: Value, text: &str| of(schema).setting(json!(text), true);
+        assert_eq!(env(json!({"type": "integer"}), " 3 "), json!(3));
+        assert_eq!(env(json!({"type": "number"}), "0.5"), json!(0.5));
+        assert_eq!(env(json!({"type": "number"}), "2"), json!(2));
+        assert_eq!(env(json!({"type": "boolean"}), "false"), json!(false));
+        assert_eq!(env(json!({"type": "array"}), "[1, 2]"), json!([1, 2]));
+        assert_eq!(
+            env(json!({"type": "object"}), r#"{"a": 1}"#),
+            json!({"a": 1})
+        );
+        // Text of another type stays text, for the schema to refuse.
+        assert_eq!(env(json!({"type": "integer"}), "3.5"), json!("3.5"));
+        assert_eq!(env(json!({"type": "integer"}), "three"), json!("three"));
+        assert_eq!(env(json!({"type": "boolean"}), "1"), json!("1"));
+        assert_eq!(env(json!({"type": "object"}), "[]"), json!("[]"));
+        // Text wanted, or no type: the text as it is, quotes and all.
+        assert_eq!(
+            env(json!({"type": "string"}), r#""quoted""#),
+            json!(r#""quoted""#)
+        );
+        assert_eq!(env(json!({"type": "string"}), "42"), json!("42"));
+        assert_eq!(env(json!({}), "42"), json!("42"));
+    }
+
+    #[test]
+    fn a_written_number_or_flag_is_text_only_where_text_is_wanted() {
+        let text = of(json!({"type": "string"}));
+        assert_eq!(text.setting(json!(1234), false), json!("1234"));
+        assert_eq!(text.setting(json!(true), false), json!("true"));
+        assert_eq!(text.setting(json!([1]), false), json!([1]));
+        // A written string is not read as JSON: `"3"` for an integer is refused, not taken.
+        let integer = of(json!({"type": "integer"}));
+        assert_eq!(integer.setting(json!("3"), false), json!("3"));
+        assert_eq!(integer.setting(json!(3), false), json!(3));
+    }
+}
