@@ -81,9 +81,9 @@ pub(crate) fn check(c: &mut Checker) {
 /// `settings.NS.TOOL.KEY`: a tool the configuration does not hold is a warning (its bundle may
 /// come after its operator's settings, as a setting nobody set is); a key the tool does not
 /// declare, which no template can read, is an error, and so is a value its setting's schema
-/// refuses. A value read from `{env: …}` is text, checked where the setting wants text, and an
-/// unquoted number or flag is its text where the setting wants text; a message never shows a
-/// value of a secret (a `format: password` setting, any variable).
+/// refuses, read as the plan reads it ([`crate::model::common::Property::setting`]: text from
+/// the environment is JSON where the setting wants a number, a flag, an object or a list); a
+/// message never shows a value of a secret (a `format: password` setting, any variable).
 fn tool_settings(c: &mut Checker, src: &Source, host: &HostConfig) {
     for (ns, tools) in &host.settings {
         for (name, keys) in tools {
