@@ -210,11 +210,7 @@ fn main() {
         start.elapsed().as_secs_f64()
     );
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = agentmesh_testkit::engine::runtime();
     runtime.block_on(async {
         let router = agentmesh_routing::EventRouter::new(engine.clone()).unwrap();
         let triggers = agentmesh_triggers::Triggers::new(engine.clone()).unwrap();

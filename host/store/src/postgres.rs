@@ -11,7 +11,9 @@
 //!
 //! The schema is versioned ([`migrate`]): migrations are compiled into the binary and applied
 //! under an advisory lock, so hosts starting together migrate once; a database whose schema is
-//! newer than the binary knows is refused.
+//! newer than the binary knows is refused. The migrations hold the tables; the functions are
+//! kept as the newest version has them (`migrations/postgres/functions.sql`) and installed in
+//! the transaction that brings a database to that version.
 //!
 //! The client is `tokio-postgres`. The backend traits are synchronous: a call waits for its
 //! statement on the calling thread (see `PgStore::run`), so async code calls the store where
@@ -44,7 +46,7 @@ use crate::{
 pub use inline::drive_sessions_here;
 
 /// The schema's migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     include_str!("../migrations/postgres/0001_store.sql"),
     include_str!("../migrations/postgres/0002_hosts.sql"),
     include_str!("../migrations/postgres/0003_queue_after_write.sql"),
@@ -54,7 +56,26 @@ const MIGRATIONS: [&str; 9] = [
     include_str!("../migrations/postgres/0007_a_lapsed_writer_takes_no_free_lease.sql"),
     include_str!("../migrations/postgres/0008_queued_input_tells_its_holder.sql"),
     include_str!("../migrations/postgres/0009_queuing_says_whom_it_told.sql"),
+    include_str!("../migrations/postgres/0010_functions_in_one_place.sql"),
 ];
+
+/// The schema's functions as the newest version has them, installed with the migrations that
+/// bring a database to it (see `apply_migrations`).
+const FUNCTIONS: &str = include_str!("../migrations/postgres/functions.sql");
+
+/// Drops every `agentmesh_` function of the schema, whatever its arguments, before
+/// [`FUNCTIONS`] are installed: a database at any version ends with those and no other.
+const DROP_FUNCTIONS: &str = r"DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.proname LIKE 'agentmesh\_%' AND p.pronamespace = current_schema()::regnamespace
+    LOOP
+        EXECUTE 'DROP ROUTINE ' || f;
+    END LOOP;
+END
+$$";
 
 /// The advisory lock key under which migrations run (any number; this one spells "agentmsh").
 const MIGRATION_LOCK: i64 = 0x6167_656e_746d_7368;
@@ -141,6 +162,18 @@ fn db(e: tokio_postgres::Error) -> StoreError {
         StoreError::LeaseLost(d.message().to_owned())
     } else {
         StoreError::Database(format!("PostgreSQL: {}", d.message()))
+    }
+}
+
+/// What failed in a schema change, with the server's detail (a migration is blocked by objects
+/// of the database's own, which the detail names).
+fn failure(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => match d.detail() {
+            Some(detail) => format!("PostgreSQL: {} ({detail})", d.message()),
+            None => format!("PostgreSQL: {}", d.message()),
+        },
+        None => format!("PostgreSQL: {e}"),
     }
 }
 
@@ -651,6 +684,9 @@ async fn migrate_client(client: &deadpool_postgres::Object) -> Result<(i32, i32)
     Ok(versions)
 }
 
+/// Brings the database to the newest schema version: the migrations it lacks, each recorded in
+/// `agentmesh_schema`, and [`FUNCTIONS`] in place of whatever functions it had, in one
+/// transaction. A database at the newest version is left as it is.
 async fn apply_migrations(client: &deadpool_postgres::Object) -> Result<(i32, i32)> {
     client
         .batch_execute(
@@ -676,20 +712,36 @@ async fn apply_migrations(client: &deadpool_postgres::Object) -> Result<(i32, i3
              (version {known}): run a newer agentmesh"
         )));
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(have.max(0) as usize) {
-        let version = i as i32 + 1;
-        // Each migration and its record in one transaction, committed durably.
-        let script = format!(
-            "BEGIN; SET LOCAL synchronous_commit = on;\n{sql}\n;\
-             INSERT INTO agentmesh_schema (version) VALUES ({version}); COMMIT;"
-        );
-        if let Err(e) = client.batch_execute(&script).await {
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(StoreError::Database(format!(
-                "schema migration {version} failed: {}",
-                db(e)
-            )));
+    if have == known {
+        return Ok((have, known));
+    }
+    // The migrations the database lacks, each recorded, then the functions as they are now,
+    // in one transaction committed durably: the database is at the newest version with its
+    // functions, or as it was.
+    let install = async {
+        client
+            .batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(|e| format!("schema migration {}: {}", have + 1, failure(&e)))?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(have.max(0) as usize) {
+            let version = i as i32 + 1;
+            let script =
+                format!("{sql}\n;INSERT INTO agentmesh_schema (version) VALUES ({version})");
+            client
+                .batch_execute(&script)
+                .await
+                .map_err(|e| format!("schema migration {version}: {}", failure(&e)))?;
         }
+        client
+            .batch_execute(&format!("{DROP_FUNCTIONS}\n;{FUNCTIONS}\n;COMMIT"))
+            .await
+            .map_err(|e| format!("the schema's functions (version {known}): {}", failure(&e)))
+    };
+    if let Err(failed) = install.await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(StoreError::Database(format!(
+            "{failed}; the database is left at version {have}"
+        )));
     }
     Ok((have, known))
 }
@@ -1224,7 +1276,23 @@ pub fn open(options: &PgOptions) -> Result<Arc<dyn crate::Backend>> {
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
+    use super::{FUNCTIONS, latest_schema, redacted};
+
+    /// A database already at the newest version keeps its functions, so a change of
+    /// `functions.sql` reaches databases only with a new migration. When this fails, add one
+    /// (its comment says what changed) and pin the new version and sum here.
+    #[test]
+    fn functions_change_only_with_a_new_schema_version() {
+        // FNV-1a: any change of the text changes it.
+        let sum = FUNCTIONS.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(
+            (latest_schema(), sum),
+            (10, 5081145922135943666),
+            "functions.sql changed: add a migration"
+        );
+    }
 
     #[test]
     fn every_form_of_a_password_is_redacted() {

@@ -61,6 +61,86 @@ fn hosts_opening_a_new_database_at_once_migrate_it_once() {
     assert_eq!(postgres::migrate(&options(&url)).unwrap(), (latest, latest));
 }
 
+/// The text of every `agentmesh_` function of database `db`, in order of their signatures.
+fn functions(pg: &Postgres, db: &str) -> String {
+    pg.psql(
+        db,
+        "SELECT string_agg(pg_get_functiondef(p.oid), E'\\n' ORDER BY p.oid::regprocedure::text) \
+         FROM pg_proc p WHERE p.proname LIKE 'agentmesh\\_%'",
+    )
+}
+
+/// Database `url` as it was at schema `version`: the versions after it unrecorded, and the
+/// functions of an older version in place of today's (a write with other arguments, and a
+/// function today's schema no longer has).
+fn back_at(pg: &Postgres, url: &str, version: i32) -> String {
+    postgres::migrate(&options(url)).unwrap();
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    pg.psql(
+        &db,
+        &format!(
+            "DELETE FROM agentmesh_schema WHERE version > {version}; \
+             DROP FUNCTION agentmesh_write(text, bytea, bigint, bytea, bigint, bigint, bytea, \
+                                           bigint, text, boolean); \
+             CREATE FUNCTION agentmesh_write(p_task text) RETURNS integer \
+                 LANGUAGE sql AS 'SELECT 1'; \
+             CREATE FUNCTION agentmesh_gone() RETURNS integer LANGUAGE sql AS 'SELECT 1'"
+        ),
+    );
+    db
+}
+
+#[test]
+fn a_database_at_an_older_version_ends_with_the_newest_functions_and_no_other() {
+    let pg = Postgres::start();
+    let new = pg.new_database();
+    postgres::migrate(&options(&new)).unwrap();
+    let older = pg.new_database();
+    let db = back_at(&pg, &older, 5);
+    assert_ne!(
+        functions(&pg, &db),
+        functions(&pg, &new[new.rfind('/').unwrap() + 1..])
+    );
+    let latest = postgres::latest_schema();
+    assert_eq!(postgres::migrate(&options(&older)).unwrap(), (5, latest));
+    assert_eq!(
+        functions(&pg, &db),
+        functions(&pg, &new[new.rfind('/').unwrap() + 1..])
+    );
+    assert_eq!(
+        pg.psql(
+            &db,
+            "SELECT string_agg(version::text, ',') FROM agentmesh_schema"
+        ),
+        (1..=latest)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+}
+
+#[test]
+fn a_migration_that_fails_leaves_the_database_at_its_version_and_says_why() {
+    let pg = Postgres::start();
+    let url = pg.new_database();
+    let db = back_at(&pg, &url, 5);
+    // A view of the user's own on a function of the schema keeps it from being replaced.
+    pg.psql(&db, "CREATE VIEW in_the_way AS SELECT agentmesh_gone()");
+    let before = functions(&pg, &db);
+    let refused = postgres::migrate(&options(&url)).unwrap_err().to_string();
+    assert!(
+        refused.contains("functions")
+            && refused.contains("in_the_way")
+            && refused.contains("left at version 5"),
+        "{refused}"
+    );
+    assert_eq!(
+        pg.psql(&db, "SELECT max(version) FROM agentmesh_schema"),
+        "5"
+    );
+    assert_eq!(functions(&pg, &db), before);
+}
+
 #[test]
 fn a_database_with_a_newer_schema_is_refused_with_its_version() {
     let pg = Postgres::start();
@@ -462,60 +542,53 @@ fn a_write_is_announced_only_while_another_host_is_registered() {
     );
 }
 
-#[test]
-fn a_host_that_lapsed_cannot_write_a_task_taken_over_by_another_that_lapsed_too() {
-    let pg = Postgres::start();
-    let url = pg.new_database();
+/// Hosts A and B on database `url` with a 1 s lease, once A took task `t`, wrote its first
+/// event mid-turn and stalled past its lease, and B took the task over.
+fn taken_over_from_a_lapsed_host(url: &str) -> (PgStore, PgStore, Duration) {
     let lease = Duration::from_secs(1);
-    let short = options_leasing(&url, lease);
+    let short = options_leasing(url, lease);
     let a = PgStore::open(&short).unwrap();
     let b = PgStore::open(&short).unwrap();
     assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
     write(&a, "t", 1, true).unwrap();
-    // A stalls past its lease; B takes the task over and starts a turn, then stalls as well.
     std::thread::sleep(lease + Duration::from_millis(300));
     b.renew_host().unwrap();
     assert!(matches!(b.take_lease("t"), Ok(Lease::Held { .. })));
-    write(&b, "t", b.last_event_seq("t").unwrap() + 1, true).unwrap();
-    let ends = b.last_event_seq("t").unwrap();
-    std::thread::sleep(lease + Duration::from_millis(300));
-    // A wakes, still lapsed: its turn's write must not land in B's turn.
-    let late = write(&a, "t", ends + 1, false);
+    (a, b, lease)
+}
+
+/// Lapsed host `a`'s next write of task `t`, whose log `ends` at that event, lands nowhere.
+fn assert_refused_after(a: &PgStore, ends: u64, taken: &str) {
+    let late = write(a, "t", ends + 1, false);
     assert!(
         matches!(late, Err(StoreError::LeaseLost(_))),
-        "a lapsed host wrote into a task another host had taken over: {late:?}"
+        "a lapsed host wrote into a task another host had {taken}: {late:?}"
     );
     assert_eq!(a.last_event_seq("t").unwrap(), ends);
 }
 
 #[test]
+fn a_host_that_lapsed_cannot_write_a_task_taken_over_by_another_that_lapsed_too() {
+    let pg = Postgres::start();
+    let (a, b, lease) = taken_over_from_a_lapsed_host(&pg.new_database());
+    // B starts a turn, then stalls as well.
+    write(&b, "t", b.last_event_seq("t").unwrap() + 1, true).unwrap();
+    let ends = b.last_event_seq("t").unwrap();
+    std::thread::sleep(lease + Duration::from_millis(300));
+    // A wakes, still lapsed: its turn's write must not land in B's turn.
+    assert_refused_after(&a, ends, "taken over");
+}
+
+#[test]
 fn a_host_that_lapsed_cannot_write_a_task_another_host_took_over_and_let_go() {
     let pg = Postgres::start();
-    let url = pg.new_database();
-    let lease = Duration::from_secs(1);
-    let short = options_leasing(&url, lease);
-    let a = PgStore::open(&short).unwrap();
-    let b = PgStore::open(&short).unwrap();
-    assert!(matches!(a.take_lease("t"), Ok(Lease::Held { .. })));
-    write(&a, "t", 1, true).unwrap();
-    // A stalls past its lease; B takes the task over, runs a turn to its end and stops, which
-    // lets the idle task's lease go.
-    std::thread::sleep(lease + Duration::from_millis(300));
-    b.renew_host().unwrap();
-    assert!(matches!(b.take_lease("t"), Ok(Lease::Held { .. })));
+    let (a, b, _) = taken_over_from_a_lapsed_host(&pg.new_database());
+    // B runs a turn to its end and stops, which lets the idle task's lease go.
     write(&b, "t", b.last_event_seq("t").unwrap() + 1, false).unwrap();
     let ends = b.last_event_seq("t").unwrap();
     b.end_host().unwrap();
     // A wakes, still lapsed: a lease nobody holds is not its to take.
-    let late = write(&a, "t", ends + 1, false);
-    assert!(
-        matches!(late, Err(StoreError::LeaseLost(_))),
-        "a lapsed host wrote into a task another host had taken over and let go: {late:?}"
-    );
-    assert_eq!(a.last_event_seq("t").unwrap(), ends);
-    // Once A is heard from again it may take the task as any live host may.
-    a.renew_host().unwrap();
-    write(&a, "t", ends + 1, false).unwrap();
+    assert_refused_after(&a, ends, "taken over and let go");
 }
 
 #[test]

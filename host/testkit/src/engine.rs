@@ -14,6 +14,16 @@ prompt: Answer.
 model: scripted/script.yaml
 ";
 
+/// A runtime with two workers, all drivers on, for code that drives an engine outside
+/// `#[tokio::test]` (a property test's case, a bench).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Writes `manifests` (as `manifests.yaml`) and `files` (model scripts) into `dir`.
 pub fn write_config(dir: &Path, manifests: &str, files: &[(&str, &str)]) {
     std::fs::write(dir.join("manifests.yaml"), manifests).unwrap();

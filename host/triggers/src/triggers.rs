@@ -569,13 +569,9 @@ impl Triggers {
             let event = arrival.event(name, &payload);
             let origin = Origin::Webhook { auth_subject };
             let fires = self.fire_source(source, &event, (arrival.fired_at(), origin), started);
-            let SourceFires {
-                inputs,
-                fired,
-                dropped,
-                finals,
-            } = fires.await?;
-            Ok::<_, WebhookError>(Admitted::Inputs(inputs, (fired, dropped, finals)))
+            let fires = fires.await?;
+            let outcome = (fires.fired, fires.dropped, fires.finals);
+            Ok::<_, WebhookError>(Admitted::Inputs(fires.inputs, outcome))
         };
         let delivered = Delivered::new(headers, src.proof(), Entrance::Source(source));
         let (fired, dropped, finals) = match self.arrive_starting(delivered, admit).await? {
@@ -613,17 +609,11 @@ impl Triggers {
             for (source, event) in &sources {
                 let event = arrival.event(event, &payload);
                 let fired = (arrival.fired_at(), Origin::McpEvent);
-                let fires = self.fire_source(source, &event, fired, started);
-                let SourceFires {
-                    inputs,
-                    fired,
-                    dropped,
-                    finals,
-                } = fires.await?;
-                all.inputs.extend(inputs);
-                all.fired.extend(fired);
-                all.dropped += dropped;
-                all.finals.extend(finals);
+                let fires = self.fire_source(source, &event, fired, started).await?;
+                all.inputs.extend(fires.inputs);
+                all.fired.extend(fires.fired);
+                all.dropped += fires.dropped;
+                all.finals.extend(fires.finals);
             }
             Ok::<_, EngineError>(Admitted::Inputs(all.inputs, (all.fired, all.finals)))
         };

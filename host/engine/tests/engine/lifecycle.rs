@@ -21,19 +21,23 @@ capabilities:
     )
 }
 
-#[tokio::test]
-async fn a_parallel_tool_call_response_becomes_one_assistant_message() {
-    let script = "responses:
-  - text: Both at once.
+/// A scripted response that calls two tools at once.
+const TWO_CALLS_AT_ONCE: &str = "  - text: Both at once.
     tool_calls:
       - {name: echo_say, arguments: {text: one}}
       - {name: echo_shout, arguments: {text: two}}
-  - text: done
 ";
-    let h = harness(&agent(), script);
-    let task = h
-        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
-        .await;
+
+/// The input each test's first turn takes.
+fn go() -> serde_json::Value {
+    json!({"message": "go", "ticket": "T-1"})
+}
+
+#[tokio::test]
+async fn a_parallel_tool_call_response_becomes_one_assistant_message() {
+    let script = format!("responses:\n{TWO_CALLS_AT_ONCE}  - text: done\n");
+    let h = harness(&agent(), &script);
+    let task = h.run_input("t/a", go()).await;
     let events = h.events(&task);
     assert_eq!(observations(&events).len(), 2);
     let messages = agentmesh_llm::to_messages(&events);
@@ -76,20 +80,16 @@ async fn a_parallel_tool_call_response_becomes_one_assistant_message() {
 async fn estimated_prompt_tokens_count_each_requests_whole_conversation() {
     // No usage in the script: every request's prompt tokens are estimated, from the
     // conversation the task keeps as its log grows, turn after turn.
-    let script = "responses:
-  - text: Two at once.
-    tool_calls:
-      - {name: echo_say, arguments: {text: one}}
-      - {name: echo_shout, arguments: {text: two}}
-  - tool_calls: [{name: echo_say, arguments: {text: three}}]
+    let script = format!(
+        "responses:
+{TWO_CALLS_AT_ONCE}  - tool_calls: [{{name: echo_say, arguments: {{text: three}}}}]
   - text: done
-  - tool_calls: [{name: echo_say, arguments: {text: four is a longer argument}}]
+  - tool_calls: [{{name: echo_say, arguments: {{text: four is a longer argument}}}}]
   - text: done again
-";
-    let h = harness(&agent(), script);
-    let first = h
-        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
-        .await;
+"
+    );
+    let h = harness(&agent(), &script);
+    let first = h.run_input("t/a", go()).await;
     let input = json!({"message": "more please", "ticket": "T-1"});
     let queued = h.engine.submit(&first.id, input, Origin::User, Run::Caller);
     queued.await.unwrap();
@@ -118,9 +118,7 @@ async fn estimated_prompt_tokens_count_each_requests_whole_conversation() {
 #[tokio::test]
 async fn parameters_get_defaults_and_required_ones_are_enforced() {
     let h = harness(&agent(), "responses:\n  - text: ok\n");
-    let task = h
-        .run_input("t/a", json!({"message": "go", "ticket": "T-1"}))
-        .await;
+    let task = h.run_input("t/a", go()).await;
     assert_eq!(task.inputs[0]["priority"], "low");
     assert_eq!(
         task.inputs[0]["message"],

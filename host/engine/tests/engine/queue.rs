@@ -53,11 +53,7 @@ proptest! {
     fn interleaved_inputs_run_one_turn_at_a_time_in_queued_at_order(
         inputs in prop::collection::vec((origin(), 0u64..3), 1..12)
     ) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = agentmesh_testkit::engine::runtime();
         runtime.block_on(async {
             let h = harness(SCRIPTED_AGENT, "responses:\n  - text: first\n");
             let task = h

@@ -195,6 +195,11 @@ pub fn empty(what: &str) -> Markup {
     html! { p.empty { (what) } }
 }
 
+/// A table's head: a column header for each of `names`.
+pub fn column_heads(names: &[&str]) -> Markup {
+    html! { thead { tr { @for name in names { th scope="col" { (name) } } } } }
+}
+
 /// Markup that is already HTML (a row rendered for a live stream).
 pub fn raw(html: String) -> Markup {
     PreEscaped(html)

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::Response;
 use maud::html;
 
-use super::layout::{self, Nav, empty};
+use super::layout::{self, Nav, column_heads, empty};
 use super::{Ui, UiResult, blocking, html_page};
 use crate::AppState;
 
@@ -54,10 +54,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                 h2 id="components-h" { "Components" }
                 @if components.is_empty() { (empty("No Wasm component is loaded.")) } @else {
                     div.scroll { table {
-                        thead { tr {
-                            th scope="col" { "Runs as" } th scope="col" { "World" } th scope="col" { "File" }
-                            th scope="col" { "Size" } th scope="col" { "Content hash (SHA-256)" } th scope="col" { "Code" }
-                        } }
+                        (column_heads(&["Runs as", "World", "File", "Size", "Content hash (SHA-256)", "Code"]))
                         tbody { @for c in &components { tr {
                             th scope="row" { (c.name) }
                             td { (c.world) }
@@ -73,7 +70,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                 h2 id="agents-h" { "Agents" }
                 @if agents.is_empty() { (empty("No agent.")) } @else {
                     div.scroll { table {
-                        thead { tr { th scope="col" { "Agent" } th scope="col" { "Model" } th scope="col" { "Functions" } } }
+                        (column_heads(&["Agent", "Model", "Functions"]))
                         tbody { @for a in &agents { tr {
                             th scope="row" { (a.id()) }
                             td { code { (a.model) } }
@@ -86,7 +83,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                 h2 id="tools-h" { "Tools" }
                 @if tools.is_empty() { (empty("No tool.")) } @else {
                     div.scroll { table {
-                        thead { tr { th scope="col" { "Tool" } th scope="col" { "Actions" } th scope="col" { "Events" } } }
+                        (column_heads(&["Tool", "Actions", "Events"]))
                         tbody { @for (id, t) in &tools { tr {
                             th scope="row" { (id) }
                             td { (t.actions.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")) }

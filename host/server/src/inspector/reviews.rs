@@ -15,7 +15,8 @@ use serde::Deserialize;
 
 use super::index::{DecisionKey, From, WaitingKey};
 use super::layout::{
-    self, Nav, Viewer, compact, empty, json_details, post_button, time_of, time_rfc3339,
+    self, Nav, Viewer, column_heads, compact, empty, json_details, post_button, time_of,
+    time_rfc3339,
 };
 use super::tasks::{given, parse_key, query_string};
 use super::{Ui, UiError, UiResult, blocking, form, html_page};
@@ -151,10 +152,7 @@ pub async fn inbox(
                 @if pending.is_empty() { (empty("No review waits for you.")) } @else {
                     p.note { "Oldest request first." }
                     div.scroll { table.reviews id="waiting" {
-                        thead { tr {
-                            th scope="col" { "Task" } th scope="col" { "Agent" } th scope="col" { "Reviewer" }
-                            th scope="col" { "Requested" } th scope="col" { "Under review" } th scope="col" { "Decide" }
-                        } }
+                        (column_heads(&["Task", "Agent", "Reviewer", "Requested", "Under review", "Decide"]))
                         tbody { @for r in &pending {
                             @let task = r["task_id"].as_str().unwrap_or("");
                             @let review = r["review_id"].as_str().unwrap_or("");
@@ -181,10 +179,7 @@ pub async fn inbox(
                 h2 id="decided-h" { "Decided" }
                 @if decisions.rows.is_empty() { (empty("No decision yet.")) } @else {
                     div.scroll { table.reviews id="decided" {
-                        thead { tr {
-                            th scope="col" { "Task" } th scope="col" { "Review" } th scope="col" { "Asked" }
-                            th scope="col" { "Decision" } th scope="col" { "By" } th scope="col" { "When" }
-                        } }
+                        (column_heads(&["Task", "Review", "Asked", "Decision", "By", "When"]))
                         tbody { @for d in &decisions.rows { tr id={ "decision-" (d.review_id) } {
                             td { a href={ "/ui/tasks/" (d.task_id) } { code { (d.task_id) } } }
                             td { code { (d.review_id) } }

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::index::{Filter, From, Row, SOURCES, TriggerFilter};
-use super::layout::{self, Nav, empty, json_details, post_button, status_badge, time_ms, time_of};
+use super::layout::{
+    self, Nav, column_heads, empty, json_details, post_button, status_badge, time_ms, time_of,
+};
 use super::{Ui, UiError, UiResult, blocking, form, html_page, timeline};
 use crate::auth::Role;
 use crate::error::{ApiPath, ApiQuery, Body};
@@ -186,11 +188,7 @@ pub fn render_list(state: &AppState, ui: &Ui, q: &ListQuery) -> UiResult<Respons
         div.scroll {
             table.tasks id="tasks" data-live=[live.then_some("/ui/changes")] {
                 caption.visually-hidden { "Tasks" }
-                thead { tr {
-                    th scope="col" { "Task" } th scope="col" { "Status" } th scope="col" { "Agent" }
-                    th scope="col" { "Owner" } th scope="col" { "Created" } th scope="col" { "Last activity" }
-                    th scope="col" { "Queued" } th scope="col" { "Triggered by" }
-                } }
+                (column_heads(&["Task", "Status", "Agent", "Owner", "Created", "Last activity", "Queued", "Triggered by"]))
                 tbody { (body_rows) }
             }
         }
@@ -483,7 +481,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
         section aria-labelledby="limits-h" {
             h2 id="limits-h" { "Limits used" }
             table.small {
-                thead { tr { th scope="col" { "Limit" } th scope="col" { "Used" } th scope="col" { "Allowed" } } }
+                (column_heads(&["Limit", "Used", "Allowed"]))
                 tbody {
                     (limit_row("LLM calls (turns)", &seen.llm_calls.to_string(), limits.as_ref().and_then(|l| l.max_turns).map(|n| n.to_string())))
                     (limit_row("Tool calls", &seen.tool_calls.to_string(), limits.as_ref().and_then(|l| l.max_tool_calls).map(|n| n.to_string())))
@@ -497,7 +495,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             h2 id="queue-h" { "Queued inputs" }
             @if queued.is_empty() { (empty("Nothing queued.")) } @else {
                 table.small {
-                    thead { tr { th scope="col" { "Queued" } th scope="col" { "From" } th scope="col" { "Message" } } }
+                    (column_heads(&["Queued", "From", "Message"]))
                     tbody {
                         @for input in &queued {
                             tr {
@@ -517,7 +515,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             h2 id="subs-h" { "Subscriptions" }
             @if subscriptions.is_empty() { (empty("No subscription.")) } @else {
                 table.small {
-                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Event" } th scope="col" { "Expires" } } }
+                    (column_heads(&["Tool", "Event", "Expires"]))
                     tbody { @for s in &subscriptions { tr {
                         td { (s["tool"].as_str().unwrap_or("")) } td { (s["event"].as_str().unwrap_or("")) }
                         td { @if s["expires_at"].is_null() { "never" } @else { (time_of(&s["expires_at"])) } }
@@ -527,7 +525,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             h2 { "Allow lists" }
             @if allow_list.is_empty() { (empty("No allow list.")) } @else {
                 table.small {
-                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Parameter" } th scope="col" { "Values" } } }
+                    (column_heads(&["Tool", "Parameter", "Values"]))
                     tbody { @for (tool, params) in &allow_list { @if let Some(params) = params.as_object() { @for (param, values) in params { tr {
                         td { (tool) } td { (param) }
                         td { (values.as_array().map(|v| v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
@@ -541,7 +539,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             h2 id="mcp-h" { "MCP sessions on this host" }
             @if mcp_sessions.is_empty() { (empty("No MCP session.")) } @else {
                 table.small id="mcp-sessions" {
-                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Session" } th scope="col" { "State" } th scope="col" { "Server process" } } }
+                    (column_heads(&["Tool", "Session", "State", "Server process"]))
                     tbody { @for s in &mcp_sessions { tr {
                         td { (s.tool) } td { (s.session) }
                         td { (match s.state { McpSessionState::Open => "open, idle", McpSessionState::Busy => "in a call", McpSessionState::Closed => "closed: the next call opens it" }) }
@@ -563,7 +561,7 @@ pub fn render_task(state: &AppState, ui: &Ui, id: &str, to: Option<u64>) -> UiRe
             div.scroll {
                 table.timeline id="timeline" data-stream=[latest.then(|| format!("{task_href}/stream?after={to}"))] {
                     caption.visually-hidden { "Events of the task" }
-                    thead { tr { th scope="col" { "#" } th scope="col" { "When" } th scope="col" { "From" } th scope="col" { "What" } } }
+                    (column_heads(&["#", "When", "From", "What"]))
                     tbody { @for (_, row) in &rows { (layout::raw(row.clone())) } }
                 }
             }

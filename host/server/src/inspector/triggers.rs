@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::layout::{self, Nav, Viewer, empty, json_details, post_button, time_of};
+use super::layout::{self, Nav, Viewer, column_heads, empty, json_details, post_button, time_of};
 use super::{Ui, UiResult, blocking, form, html_page};
 use crate::auth::Role;
 use crate::error::Body;
@@ -44,10 +44,7 @@ fn status_cells(status: &Value) -> Markup {
 pub fn wakeup_table(viewer: &Viewer<'_>, wakeups: &[WakeupRecord]) -> Markup {
     html! {
         div.scroll { table.small {
-            thead { tr {
-                th scope="col" { "Wakeup" } th scope="col" { "Task" } th scope="col" { "Next" }
-                th scope="col" { "Reason" } th scope="col" { "Expires" } th scope="col" { "Fired" } th scope="col" { "" }
-            } }
+            (column_heads(&["Wakeup", "Task", "Next", "Reason", "Expires", "Fired", ""]))
             tbody { @for w in wakeups {
                 @let v = resources::wakeup(w);
                 tr {
@@ -83,11 +80,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                 h2 id="schedules-h" { "Schedules" }
                 @if schedules.is_empty() { (empty("No schedule.")) } @else {
                     div.scroll { table.schedules {
-                        thead { tr {
-                            th scope="col" { "Schedule" } th scope="col" { "Agent" } th scope="col" { "When" } th scope="col" { "Enabled" }
-                            th scope="col" { "Last fired" } th scope="col" { "Total" } th scope="col" { "Failures in a row" }
-                            th scope="col" { "Last error" } th scope="col" { "Dropped" } th scope="col" { "Next fire" } th scope="col" { "" }
-                        } }
+                        (column_heads(&["Schedule", "Agent", "When", "Enabled", "Last fired", "Total", "Failures in a row", "Last error", "Dropped", "Next fire", ""]))
                         tbody { @for s in &schedules {
                             @let id = s["id"].as_str().unwrap_or("");
                             @let revoked = s["status"]["revoked"].as_bool().unwrap_or(false);
@@ -108,11 +101,7 @@ pub async fn page(State(state): State<Arc<AppState>>, ui: Ui) -> UiResult<Respon
                 h2 id="triggers-h" { "Triggers" }
                 @if triggers.is_empty() { (empty("No trigger.")) } @else {
                     div.scroll { table.triggers {
-                        thead { tr {
-                            th scope="col" { "Trigger" } th scope="col" { "Agent" } th scope="col" { "Source" } th scope="col" { "Enabled" }
-                            th scope="col" { "Last fired" } th scope="col" { "Total" } th scope="col" { "Failures in a row" }
-                            th scope="col" { "Last error" } th scope="col" { "Dropped" } th scope="col" { "Details" }
-                        } }
+                        (column_heads(&["Trigger", "Agent", "Source", "Enabled", "Last fired", "Total", "Failures in a row", "Last error", "Dropped", "Details"]))
                         tbody { @for t in &triggers { tr {
                             th scope="row" { (text(&t["id"])) }
                             td { (text(&t["agent"])) }

@@ -1,0 +1,5 @@
+-- Schema 10. The functions are no longer defined by the migrations that changed them, each a
+-- full copy of the one before: they are kept once, as the newest version has them, in
+-- functions.sql, which replaces every function of the schema whenever a database is brought to
+-- the newest version. Schema 1's `agentmesh_queue_inputs` (six arguments), which only schema
+-- 8's called, is folded into the one `Queues::queue_durably` calls, and dropped.
