@@ -62,7 +62,8 @@ fn validate_skips_build_tools_and_output_but_not_other_folders() {
 
 /// A scripted model calling a function its agent does not have (a tool that gained a second
 /// action is called `key_action`, no longer `key`) is a warning at the call, with the agent's
-/// functions; the config stays valid.
+/// functions; the config stays valid. The same holds for a script the agent runs as the host
+/// config's `default_model`.
 #[test]
 fn validate_warns_of_a_script_call_its_agent_has_no_function_for() {
     let tool = agentmesh_testkit::fixtures::echo_tool("t").replace(
@@ -71,27 +72,33 @@ fn validate_warns_of_a_script_call_its_agent_has_no_function_for() {
     );
     let agent =
         agentmesh_testkit::fixtures::scripted_agent("t/a", "capabilities:\n  echo: \"*\"\n");
-    let dir = agentmesh_testkit::fixtures::config_dir(&[
-        ("echo.yaml", &tool),
-        ("agent.yaml", &agent),
-        (
-            "script.yaml",
-            "responses:\n  - tool_calls: [{name: echo_say, arguments: {}}]\n  - tool_calls:\n      - {name: echo, arguments: {}}\n",
-        ),
-    ]);
-    let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
-    assert_eq!(code, Some(0), "{out}{err}");
-    let warnings: Vec<&str> = out.lines().filter(|l| l.contains("warning:")).collect();
-    assert_eq!(warnings.len(), 1, "{out}");
-    assert!(
-        warnings[0].contains("script.yaml:4:16: warning: agent `t/a` has no function `echo`"),
-        "{out}"
-    );
-    assert!(
-        warnings[0]
-            .contains("(its functions: echo_shout, echo_say, request_wakeup, cancel_wakeup)"),
-        "{out}"
-    );
+    let on_default = agent.replace("model: scripted/script.yaml\n", "");
+    let host = "kind: agentmesh/v1/host\ndefault_model: scripted/script.yaml\n";
+    for (agent, host) in [(agent.as_str(), None), (on_default.as_str(), Some(host))] {
+        let mut files = vec![
+            ("echo.yaml", tool.as_str()),
+            ("agent.yaml", agent),
+            (
+                "script.yaml",
+                "responses:\n  - tool_calls: [{name: echo_say, arguments: {}}]\n  - tool_calls:\n      - {name: echo, arguments: {}}\n",
+            ),
+        ];
+        files.extend(host.map(|h| ("host.yaml", h)));
+        let dir = agentmesh_testkit::fixtures::config_dir(&files);
+        let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        let warnings: Vec<&str> = out.lines().filter(|l| l.contains("warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{out}");
+        assert!(
+            warnings[0].contains("script.yaml:4:16: warning: agent `t/a` has no function `echo`"),
+            "{out}"
+        );
+        assert!(
+            warnings[0]
+                .contains("(its functions: echo_shout, echo_say, request_wakeup, cancel_wakeup)"),
+            "{out}"
+        );
+    }
 }
 
 /// Log lines written to a file or a pipe carry no terminal colour codes.

@@ -321,19 +321,21 @@ fn check_model_capabilities(c: &mut Checker, src: &Source, agent: &Agent) {
     }
 }
 
-/// Each call in the script of an agent on a `scripted/<file>` model names one of the agent's
-/// functions: a warning at the call otherwise (the call would be answered "there is no
-/// function", as an LLM's would), since a script is written for its agent — a tool that gains
-/// a second action renames its function from `key` to `key_action`.
+/// Each call in the script of an agent on a `scripted/<file>` model (its own, or the host
+/// config's `default_model`) names one of the agent's functions: a warning at the call
+/// otherwise (the call would be answered "there is no function", as an LLM's would), since a
+/// script is written for its agent — a tool that gains a second action renames its function
+/// from `key` to `key_action`.
 fn check_script_calls(c: &mut Checker, agent: &Agent, resolution: &resolve::Resolution) {
-    let Some(name) = agent
-        .model
-        .as_deref()
-        .and_then(|m| m.strip_prefix("scripted/"))
-    else {
+    let config = c.config;
+    let default = config
+        .host
+        .as_ref()
+        .and_then(|h| h.value.default_model.as_deref());
+    let model = agent.model.as_deref().or(default);
+    let Some(name) = model.and_then(|m| m.strip_prefix("scripted/")) else {
         return;
     };
-    let config = c.config;
     let Some(script) = config.script(name) else {
         return;
     };
