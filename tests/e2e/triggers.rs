@@ -873,3 +873,66 @@ fn deleting_a_task_deletes_its_wakeups() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(wakeup_messages(&server, &task).is_empty());
 }
+
+/// `validate` says what keeps each source from letting deliveries in, at its place: a field of
+/// the other kind of source, a missing or empty secret, a variable not set or empty, no
+/// tokens, no kind at all. The host compiles the same resolution, so a config that passes
+/// serves its sources.
+#[test]
+fn validate_says_what_keeps_each_source_from_letting_deliveries_in() {
+    let host = "kind: agentmesh/v1/host
+sources:
+  gh: {signature: github, secret: {env: AM_SECRET}, tokens: [{subject: a, env: AM_TOKEN}]}
+  bare: {signature: github}
+  hollow: {signature: github, secret: {env: AM_EMPTY}}
+  ops:
+    signature: bearer
+    secret: x
+    tokens:
+      - {subject: ci, env: AM_EMPTY}
+      - {subject: bot, env: AM_UNSET}
+  nobody: {signature: bearer}
+  what: {}
+";
+    let (_root, dir, _data) = agentmesh_testkit::fixtures::dirs(&[("host.yaml", host)]);
+    let vars = [
+        ("AM_SECRET", "s3cret"),
+        ("AM_TOKEN", "t0ken"),
+        ("AM_EMPTY", ""),
+    ];
+    let env = crate::util::Env {
+        cwd: None,
+        vars: &vars,
+    };
+    let (code, out, err) = crate::util::agentmesh_in(&env, &["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let said = format!("{out}{err}");
+    let expected = [
+        "host.yaml:3:53: error: source `gh` is signed: it checks a `secret`, not `tokens` (those are a `bearer` source's)",
+        "host.yaml:4:10: error: source `bare` is signed but has no `secret` (e.g. `secret: {env: WEBHOOK_SECRET}`)",
+        "host.yaml:5:40: error: source `hollow`: the secret is empty, and every delivery would be refused",
+        "host.yaml:8:5: error: source `ops` takes bearer `tokens`, not a `secret` (that is a signed source's)",
+        "host.yaml:10:28: error: source `ops`, token `ci`: environment variable `AM_EMPTY` is empty",
+        "host.yaml:11:29: error: source `ops`, token `bot`: environment variable `AM_UNSET` is not set",
+        "host.yaml:12:12: error: source `nobody` accepts bearer tokens but names none",
+        "host.yaml:13:10: error: source `what` needs a `signature` (github, standard-webhooks or bearer), or `mcp` for MCP resource updates",
+    ];
+    for line in expected {
+        assert!(said.contains(line), "missing {line:?} in:\n{said}");
+    }
+    assert_eq!(
+        said.lines().count(),
+        expected.len(),
+        "only those errors:\n{said}"
+    );
+
+    // The sources that resolve, alone: the config passes, and the host compiles them.
+    let fine = "kind: agentmesh/v1/host
+sources:
+  gh: {signature: github, secret: {env: AM_SECRET}}
+  ops: {signature: bearer, tokens: [{subject: ci, env: AM_TOKEN}]}
+";
+    std::fs::write(dir.join("host.yaml"), fine).unwrap();
+    let (code, out, err) = crate::util::agentmesh_in(&env, &["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+}

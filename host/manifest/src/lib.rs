@@ -8,6 +8,8 @@
 //! - [`resolve`]: capability resolution, done once — the tool or agent each capability key
 //!   names and the functions the LLM sees for it; [`check`] reports its errors, the engine's
 //!   plan compiles its result;
+//! - [`source_access`]: how each host source lets deliveries in (a signature's secret, bearer
+//!   tokens, or MCP updates), resolved once; [`check`] reports its errors, the plan compiles it;
 //! - [`check`]: everything the shape cannot show — references between documents, CEL and
 //!   templates compiled and scope-checked, exactly-one rules, files that must exist;
 //! - [`validate`]: both, as `agentmesh validate` runs them;
@@ -29,6 +31,7 @@ pub mod load;
 pub mod model;
 pub mod resolve;
 mod shape;
+pub mod source_access;
 pub mod suggest;
 pub mod yaml;
 

@@ -6,13 +6,14 @@ use std::time::{Duration, SystemTime};
 use agentmesh_expr::{Expression, Template};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
+use agentmesh_manifest::source_access::{self, Access};
 use agentmesh_model::delivery::{Inbound, Proof};
 use agentmesh_secrets::signature;
 use agentmesh_secrets::{BearerTokens, TokenError};
 use agentmesh_timing::Timing;
 use serde_json::{Map, Value};
 
-use super::{compile, resolve_env, template};
+use super::{compile, template};
 use crate::EngineError;
 
 /// Lifetime of self-schedules (and of anything else given no `ttl`) by default: 7 days, the
@@ -106,51 +107,27 @@ impl SourcePlan {
     }
 }
 
-/// Compiles source `name`; its secret or tokens are read now (a missing variable names it).
+/// Source `name`, compiled from its access ([`source_access::resolve`]); what keeps it from resolving
+/// is a configuration error (`validate` reports each at its place).
 pub(crate) fn source_plan(
     name: &str,
     source: &SourceConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SourcePlan, EngineError> {
-    let Some(scheme) = source.signature else {
-        return match &source.mcp {
-            Some(mcp) => Ok(SourcePlan::Mcp {
-                tool: mcp.tool.clone(),
-                event: mcp.event.clone(),
-            }),
-            None => Err(EngineError::Config(format!(
-                "source `{name}` has neither a `signature` nor `mcp`"
-            ))),
-        };
-    };
-    match scheme {
-        SignatureScheme::Github | SignatureScheme::StandardWebhooks => {
-            let secret = source.secret.as_ref().ok_or_else(|| {
-                EngineError::Config(format!("source `{name}` is signed but has no `secret`"))
-            })?;
-            let secret = match resolve_env(secret, env)? {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            if secret.is_empty() {
-                return Err(EngineError::Config(format!(
-                    "source `{name}`: the secret is empty"
-                )));
-            }
-            Ok(SourcePlan::Signed { scheme, secret })
-        }
-        SignatureScheme::Bearer => {
-            let mut tokens = Vec::new();
-            for t in &source.tokens {
-                let value = env(&t.env).filter(|v| !v.is_empty()).ok_or_else(|| {
-                    EngineError::Config(format!(
-                        "source `{name}`, token `{}`: environment variable `{}` is not set",
-                        t.subject, t.env
-                    ))
-                })?;
-                tokens.push((t.subject.clone(), value));
-            }
-            Ok(SourcePlan::Bearer(BearerTokens::new(tokens)))
+    match source_access::resolve(name, source, env) {
+        Ok(Access::Signed { scheme, secret }) => Ok(SourcePlan::Signed { scheme, secret }),
+        Ok(Access::Bearer(tokens)) => Ok(SourcePlan::Bearer(BearerTokens::new(
+            tokens
+                .into_iter()
+                .map(|(subject, token)| (subject.to_owned(), token)),
+        ))),
+        Ok(Access::Mcp(mcp)) => Ok(SourcePlan::Mcp {
+            tool: mcp.tool.clone(),
+            event: mcp.event.clone(),
+        }),
+        Err(errors) => {
+            let said: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+            Err(EngineError::Config(said.join("; ")))
         }
     }
 }

@@ -8,8 +8,10 @@ use serde_json::Value;
 use super::{Checker, I, K, MODEL_REF, Seg, key_pos, pos_at};
 use crate::load::Source;
 use crate::model::common::EnvValue;
-use crate::model::host::{HostConfig, SignatureScheme, SourceConfig, StoreBackend, StoreConfig};
+use crate::model::host::{HostConfig, SourceConfig, StoreBackend, StoreConfig};
+use crate::source_access::{self, Access, Place, SourceError};
 use crate::suggest::did_you_mean_hint;
+use crate::yaml::{Node, Pos};
 
 pub(crate) fn check(c: &mut Checker) {
     let Some(doc) = c.config.host.as_ref() else {
@@ -50,16 +52,7 @@ pub(crate) fn check(c: &mut Checker) {
         }
     }
     for (name, source) in &host.sources {
-        source_kind(c, src, name, source);
-        if let Some(EnvValue::Env { env }) = &source.secret {
-            vars.push((vec![K("sources"), K(name), K("secret"), K("env")], env));
-        }
-        for (i, token) in source.tokens.iter().enumerate() {
-            vars.push((
-                vec![K("sources"), K(name), K("tokens"), I(i), K("env")],
-                &token.env,
-            ));
-        }
+        source_access(c, src, name, source);
     }
     for (name, model) in &host.models {
         if let Some(EnvValue::Env { env }) = &model.api_key {
@@ -189,98 +182,32 @@ fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
     }
 }
 
-/// A signed source (`github`, `standard-webhooks`) checks deliveries against its `secret`,
-/// which must be there and not be empty; `tokens` are a bearer source's.
-fn signed_source(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
-    let path = [K("sources"), K(name)];
-    if !source.tokens.is_empty() {
-        c.error(
-            src,
-            key_pos(&src.node, &[K("sources"), K(name), K("tokens")]),
-            format!("source `{name}` is signed: it checks a `secret`, not `tokens` (those are a `bearer` source's)"),
-        );
-    }
-    let empty = match &source.secret {
-        None => {
-            c.error(
-                src,
-                pos_at(&src.node, &path),
-                format!("source `{name}` is signed but has no `secret` (e.g. `secret: {{env: WEBHOOK_SECRET}}`)"),
-            );
-            return;
-        }
-        Some(EnvValue::Literal(Value::String(text))) => text.is_empty(),
-        Some(EnvValue::Literal(_)) => false,
-        Some(EnvValue::Env { env }) => c.env_var(env).is_some_and(|v| v.is_empty()),
+/// How a place is found in a document: [`pos_at`] (a value) or [`key_pos`] (a key).
+type Locate = fn(&Node, &[Seg]) -> Pos;
+
+/// What keeps a source from resolving ([`source_access::resolve`]), each at its place; an `mcp`
+/// source's event must also be one an MCP tool receives by subscription.
+fn source_access(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
+    let env = |var: &str| c.env_var(var);
+    let (errors, mcp) = match source_access::resolve(name, source, &env) {
+        Ok(Access::Mcp(mcp)) => (Vec::new(), Some(mcp)),
+        Ok(_) => return,
+        Err(errors) => (errors, source.mcp.as_ref()),
     };
-    if empty {
-        c.error(
-            src,
-            pos_at(&src.node, &[K("sources"), K(name), K("secret")]),
-            format!("source `{name}`: the secret is empty, and every delivery would be refused"),
-        );
+    for SourceError { place, message } in errors {
+        let (tail, at): (Vec<Seg>, Locate) = match place {
+            Place::Entry => (vec![], pos_at),
+            Place::Key(key) => (vec![K(key)], key_pos),
+            Place::Secret => (vec![K("secret")], pos_at),
+            Place::SecretVariable => (vec![K("secret"), K("env")], pos_at),
+            Place::TokenVariable(i) => (vec![K("tokens"), I(i), K("env")], pos_at),
+        };
+        let path = [&[K("sources"), K(name)][..], &tail].concat();
+        c.error(src, at(&src.node, &path), message);
     }
-}
-
-/// A `bearer` source accepts the tokens it names, each from a variable that holds one; a
-/// `secret` is a signed source's.
-fn bearer_source(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
-    if source.secret.is_some() {
-        c.error(
-            src,
-            key_pos(&src.node, &[K("sources"), K(name), K("secret")]),
-            format!(
-                "source `{name}` takes bearer `tokens`, not a `secret` (that is a signed source's)"
-            ),
-        );
-    }
-    if source.tokens.is_empty() {
-        c.error(
-            src,
-            pos_at(&src.node, &[K("sources"), K(name)]),
-            format!("source `{name}` accepts bearer tokens but names none, and every delivery would be refused; add `tokens: [{{subject: …, env: …}}]`"),
-        );
-    }
-    for (i, token) in source.tokens.iter().enumerate() {
-        if c.env_var(&token.env).is_some_and(|v| v.is_empty()) {
-            c.error(
-                src,
-                pos_at(
-                    &src.node,
-                    &[K("sources"), K(name), K("tokens"), I(i), K("env")],
-                ),
-                format!(
-                    "source `{name}`, token `{}`: environment variable `{}` is empty",
-                    token.subject, token.env
-                ),
-            );
-        }
-    }
-}
-
-/// A source is either a webhook source (`signature`) or an `mcp-event` source (`mcp`), whose
-/// event is one an MCP tool receives by subscription.
-fn source_kind(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
-    let at = pos_at(&src.node, &[K("sources"), K(name)]);
-    let Some(mcp) = &source.mcp else {
-        match source.signature {
-            None => c.error(
-                src,
-                at,
-                format!("source `{name}` needs a `signature` (github, standard-webhooks or bearer), or `mcp` for MCP resource updates"),
-            ),
-            Some(SignatureScheme::Bearer) => bearer_source(c, src, name, source),
-            Some(_) => signed_source(c, src, name, source),
-        }
+    let Some(mcp) = mcp else {
         return;
     };
-    if source.signature.is_some() || source.secret.is_some() || !source.tokens.is_empty() {
-        c.error(
-            src,
-            at,
-            format!("source `{name}`: an `mcp` source takes no deliveries, so no `signature`, `secret` or `tokens`"),
-        );
-    }
     let at = pos_at(&src.node, &[K("sources"), K(name), K("mcp")]);
     let ids = c.tool_ids();
     let found = ids.iter().position(|id| *id == mcp.tool);

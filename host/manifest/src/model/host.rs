@@ -117,7 +117,7 @@ pub struct SourceConfig {
 
 /// An `mcp-event` source: the resource updates an event of an MCP tool receives
 /// (`receive.subscription.resources`) also fire the triggers of this source.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpSource {
     /// The tool, `namespace/name`.
