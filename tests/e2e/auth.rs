@@ -222,6 +222,7 @@ auth:
   github: {type: bearer}
   crm: {type: oauth2_client_credentials, token_url: ftp://id.example.com/token, client_id: a,
         client_secret: b, token: c}
+  empty: {type: bearer, token: \"\"}
 ";
     let dir = auth_config(host, 9, "{auth.gihtub()}", 0);
     let (code, out, err) = agentmesh(&["validate", dir.path().to_str().unwrap()]);
@@ -233,6 +234,7 @@ auth:
         "auth provider `github` of type `bearer` needs `token`",
         "`token_url` must be an http:// or https:// URL",
         "auth provider `crm`: `token` is not a field of type `oauth2_client_credentials`",
+        "host.yaml:6:32: error: auth provider `empty`: `token` must be a non-empty string",
     ] {
         assert!(out.contains(expected), "no `{expected}` in:\n{out}{err}");
     }

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use agentmesh_expr::{Activation, Expression, Needs, Template};
 use agentmesh_manifest::Config;
+use agentmesh_manifest::credentials::CredentialError;
 use agentmesh_manifest::model::agent::{Limits, MountScope};
 use agentmesh_manifest::model::common::{
     EnvValue, MiddlewareStep, OnFail, ParameterSchema, Property,
@@ -642,6 +643,12 @@ impl Plan {
         }
         out.into_iter().collect()
     }
+}
+
+/// What keeps a source or an auth provider from resolving, as one configuration error.
+pub(crate) fn credential_errors(errors: Vec<CredentialError>) -> EngineError {
+    let said: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+    EngineError::Config(said.join("; "))
 }
 
 /// Resolves a literal or `{env: X}` value.

@@ -8,8 +8,9 @@
 //! - [`resolve`]: capability resolution, done once — the tool or agent each capability key
 //!   names and the functions the LLM sees for it; [`check`] reports its errors, the engine's
 //!   plan compiles its result;
-//! - [`source_access`]: how each host source lets deliveries in (a signature's secret, bearer
-//!   tokens, or MCP updates), resolved once; [`check`] reports its errors, the plan compiles it;
+//! - [`credentials`]: how each host source lets deliveries in (a signature's secret, bearer
+//!   tokens, or MCP updates) and what each auth provider gives requests, resolved once;
+//!   [`check`] reports their errors, the plan compiles them;
 //! - [`check`]: everything the shape cannot show — references between documents, CEL and
 //!   templates compiled and scope-checked, exactly-one rules, files that must exist;
 //! - [`validate`]: both, as `agentmesh validate` runs them;
@@ -25,13 +26,13 @@
 //! ```
 
 pub mod check;
+pub mod credentials;
 mod diag;
 mod env;
 pub mod load;
 pub mod model;
 pub mod resolve;
 mod shape;
-pub mod source_access;
 pub mod suggest;
 pub mod yaml;
 

@@ -5,10 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_manifest::model::host::{AuthKind, AuthProvider, HostConfig};
-use serde_json::Value;
+use agentmesh_manifest::credentials::{self, AuthCredentials};
+use agentmesh_manifest::model::host::{AuthProvider, HostConfig};
 
-use super::resolve_env;
 use crate::EngineError;
 
 /// How long a token request may take when the provider does not say.
@@ -37,8 +36,9 @@ pub enum AuthPlan {
     },
 }
 
-/// Every provider of `host`, by name. A credential that is missing or not a string is a
-/// configuration error naming the provider (`validate` reports it first, with its place).
+/// Every provider of `host`, by name, compiled from its credentials
+/// ([`credentials::auth_provider`]); what keeps one from resolving is a configuration error
+/// (`validate` reports each at its place).
 pub(crate) fn auth_plans(
     host: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
@@ -54,29 +54,21 @@ fn auth_plan(
     p: &AuthProvider,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<AuthPlan, EngineError> {
-    let text = |field: &str, v: &Option<_>| -> Result<String, EngineError> {
-        let missing = || EngineError::Config(format!("auth provider `{name}` needs `{field}`"));
-        match resolve_env(v.as_ref().ok_or_else(missing)?, env)? {
-            Value::String(s) if !s.is_empty() => Ok(s),
-            _ => Err(EngineError::Config(format!(
-                "auth provider `{name}`: `{field}` must be a non-empty string"
-            ))),
-        }
-    };
-    Ok(match p.kind {
-        AuthKind::Bearer => AuthPlan::Bearer {
-            token: text("token", &p.token)?,
-        },
-        AuthKind::OAuth2ClientCredentials => AuthPlan::ClientCredentials {
-            token_url: p.token_url.clone().ok_or_else(|| {
-                EngineError::Config(format!("auth provider `{name}` needs `token_url`"))
-            })?,
-            client_id: text("client_id", &p.client_id)?,
-            client_secret: text("client_secret", &p.client_secret)?,
+    match credentials::auth_provider(name, p, env) {
+        Ok(AuthCredentials::Bearer { token }) => Ok(AuthPlan::Bearer { token }),
+        Ok(AuthCredentials::ClientCredentials {
+            token_url,
+            client_id,
+            client_secret,
+        }) => Ok(AuthPlan::ClientCredentials {
+            token_url: token_url.to_owned(),
+            client_id,
+            client_secret,
             scopes: p.scopes.clone().unwrap_or_default(),
             timeout: p.timeout.map_or(DEFAULT_TOKEN_TIMEOUT, |d| d.0),
-        },
-    })
+        }),
+        Err(errors) => Err(super::credential_errors(errors)),
+    }
 }
 
 /// The credentials of every provider that are secrets: tokens, client ids and secrets (given

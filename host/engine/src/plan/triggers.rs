@@ -4,9 +4,9 @@
 use std::time::{Duration, SystemTime};
 
 use agentmesh_expr::{Expression, Template};
+use agentmesh_manifest::credentials::{self, SourceAccess};
 use agentmesh_manifest::model::host::{HostConfig, SignatureScheme, SourceConfig};
 use agentmesh_manifest::model::{Schedule, Trigger};
-use agentmesh_manifest::source_access::{self, Access};
 use agentmesh_model::delivery::{Inbound, Proof};
 use agentmesh_secrets::signature;
 use agentmesh_secrets::{BearerTokens, TokenError};
@@ -107,28 +107,25 @@ impl SourcePlan {
     }
 }
 
-/// Source `name`, compiled from its access ([`source_access::resolve`]); what keeps it from resolving
-/// is a configuration error (`validate` reports each at its place).
+/// Source `name`, compiled from its access ([`credentials::source`]); what keeps it from
+/// resolving is a configuration error (`validate` reports each at its place).
 pub(crate) fn source_plan(
     name: &str,
     source: &SourceConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SourcePlan, EngineError> {
-    match source_access::resolve(name, source, env) {
-        Ok(Access::Signed { scheme, secret }) => Ok(SourcePlan::Signed { scheme, secret }),
-        Ok(Access::Bearer(tokens)) => Ok(SourcePlan::Bearer(BearerTokens::new(
+    match credentials::source(name, source, env) {
+        Ok(SourceAccess::Signed { scheme, secret }) => Ok(SourcePlan::Signed { scheme, secret }),
+        Ok(SourceAccess::Bearer(tokens)) => Ok(SourcePlan::Bearer(BearerTokens::new(
             tokens
                 .into_iter()
                 .map(|(subject, token)| (subject.to_owned(), token)),
         ))),
-        Ok(Access::Mcp(mcp)) => Ok(SourcePlan::Mcp {
+        Ok(SourceAccess::Mcp(mcp)) => Ok(SourcePlan::Mcp {
             tool: mcp.tool.clone(),
             event: mcp.event.clone(),
         }),
-        Err(errors) => {
-            let said: Vec<String> = errors.into_iter().map(|e| e.message).collect();
-            Err(EngineError::Config(said.join("; ")))
-        }
+        Err(errors) => Err(super::credential_errors(errors)),
     }
 }
 

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use serde_json::Value;
 
 use super::{Checker, I, K, MODEL_REF, Seg, key_pos, pos_at};
+use crate::credentials::{self, CredentialError, Place, SourceAccess};
 use crate::load::Source;
 use crate::model::common::EnvValue;
-use crate::model::host::{HostConfig, SourceConfig, StoreBackend, StoreConfig};
-use crate::source_access::{self, Access, Place, SourceError};
+use crate::model::host::{HostConfig, McpSource, StoreBackend, StoreConfig};
 use crate::suggest::did_you_mean_hint;
 use crate::yaml::{Node, Pos};
 
@@ -52,14 +52,28 @@ pub(crate) fn check(c: &mut Checker) {
         }
     }
     for (name, source) in &host.sources {
-        source_access(c, src, name, source);
+        let env = |var: &str| c.env_var(var);
+        let (errors, mcp) = match credentials::source(name, source, &env) {
+            Ok(SourceAccess::Mcp(mcp)) => (Vec::new(), Some(mcp)),
+            Ok(_) => (Vec::new(), None),
+            Err(errors) => (errors, source.mcp.as_ref()),
+        };
+        unresolved(c, src, &[K("sources"), K(name)], errors);
+        if let Some(mcp) = mcp {
+            mcp_source(c, src, name, mcp);
+        }
+    }
+    for (name, provider) in &host.auth {
+        let env = |var: &str| c.env_var(var);
+        if let Err(errors) = credentials::auth_provider(name, provider, &env) {
+            unresolved(c, src, &[K("auth"), K(name)], errors);
+        }
     }
     for (name, model) in &host.models {
         if let Some(EnvValue::Env { env }) = &model.api_key {
             vars.push((vec![K("models"), K(name), K("api_key"), K("env")], env));
         }
     }
-    super::auth::providers(c, src, host, &mut vars);
     for (path, var) in vars {
         if c.env_var(var).is_none() {
             c.error(
@@ -185,29 +199,23 @@ fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
 /// How a place is found in a document: [`pos_at`] (a value) or [`key_pos`] (a key).
 type Locate = fn(&Node, &[Seg]) -> Pos;
 
-/// What keeps a source from resolving ([`source_access::resolve`]), each at its place; an `mcp`
-/// source's event must also be one an MCP tool receives by subscription.
-fn source_access(c: &mut Checker, src: &Source, name: &str, source: &SourceConfig) {
-    let env = |var: &str| c.env_var(var);
-    let (errors, mcp) = match source_access::resolve(name, source, &env) {
-        Ok(Access::Mcp(mcp)) => (Vec::new(), Some(mcp)),
-        Ok(_) => return,
-        Err(errors) => (errors, source.mcp.as_ref()),
-    };
-    for SourceError { place, message } in errors {
+/// Reports what keeps the entry at `entry` (a source, an auth provider) from resolving, each
+/// error at its place.
+fn unresolved(c: &mut Checker, src: &Source, entry: &[Seg], errors: Vec<CredentialError>) {
+    for CredentialError { place, message } in errors {
         let (tail, at): (Vec<Seg>, Locate) = match place {
             Place::Entry => (vec![], pos_at),
             Place::Key(key) => (vec![K(key)], key_pos),
-            Place::Secret => (vec![K("secret")], pos_at),
-            Place::SecretVariable => (vec![K("secret"), K("env")], pos_at),
+            Place::Value(key) => (vec![K(key)], pos_at),
+            Place::Variable(key) => (vec![K(key), K("env")], pos_at),
             Place::TokenVariable(i) => (vec![K("tokens"), I(i), K("env")], pos_at),
         };
-        let path = [&[K("sources"), K(name)][..], &tail].concat();
-        c.error(src, at(&src.node, &path), message);
+        c.error(src, at(&src.node, &[entry, &tail].concat()), message);
     }
-    let Some(mcp) = mcp else {
-        return;
-    };
+}
+
+/// An `mcp` source's event is one an MCP tool receives by subscription.
+fn mcp_source(c: &mut Checker, src: &Source, name: &str, mcp: &McpSource) {
     let at = pos_at(&src.node, &[K("sources"), K(name), K("mcp")]);
     let ids = c.tool_ids();
     let found = ids.iter().position(|id| *id == mcp.tool);
