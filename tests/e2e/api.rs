@@ -155,6 +155,51 @@ fn a_non_loopback_address_needs_api_tokens() {
     assert!(err.contains("without `api_tokens`"), "{err}");
 }
 
+/// An API token whose variable is empty could never be presented (an empty bearer token is
+/// refused): `validate` says so at the token's `env`, as it does of one that is not set.
+#[test]
+fn an_api_token_whose_variable_is_empty_is_refused_at_its_place() {
+    let (_root, dir, _data) = dirs(API_TOKENS);
+    let vars: Vec<(&str, &str)> = API_TOKEN_ENV
+        .iter()
+        .map(|&(var, value)| (var, if var == "T_OPS" { "" } else { value }))
+        .filter(|&(var, _)| var != "T_BOB")
+        .collect();
+    let env = crate::util::Env {
+        cwd: None,
+        vars: &vars,
+    };
+    let (code, out, err) = crate::util::agentmesh_in(&env, &["validate", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let manifests = std::fs::read_to_string(dir.join("manifests.yaml")).unwrap();
+    let place = |var: &str| {
+        let (line, text) = manifests
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.contains(&format!("env: {var}")))
+            .unwrap();
+        format!(
+            "manifests.yaml:{}:{}",
+            line + 1,
+            text.find(var).unwrap() + 1
+        )
+    };
+    let said = format!("{out}{err}");
+    for expected in [
+        format!(
+            "{}: error: api token `user:ops`: environment variable `T_OPS` is empty",
+            place("T_OPS")
+        ),
+        format!(
+            "{}: error: api token `user:bob`: environment variable `T_BOB` is not set",
+            place("T_BOB")
+        ),
+    ] {
+        assert!(said.contains(&expected), "no {expected:?} in:\n{said}");
+    }
+    assert_eq!(said.lines().count(), 2, "only those errors:\n{said}");
+}
+
 #[test]
 fn a_review_over_http_resumes_the_task_and_events_stream_live() {
     let (_root, dir, data) = dirs("");

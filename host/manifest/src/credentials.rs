@@ -3,6 +3,7 @@
 //! - a source lets deliveries in by a signature checked against a secret (`github`,
 //!   `standard-webhooks`), by bearer tokens each read from a variable (`bearer`), or takes no
 //!   deliveries at all (an `mcp` source fires on a tool's MCP resource updates): [`source`];
+//! - an API token (`api_tokens`) is read from its variable: [`api_tokens`];
 //! - an auth provider gives requests a fixed token (`bearer`) or fetches one with the OAuth 2.0
 //!   client-credentials grant: [`auth_provider`].
 //!
@@ -12,7 +13,9 @@
 use serde_json::Value;
 
 use crate::model::common::EnvValue;
-use crate::model::host::{AuthKind, AuthProvider, McpSource, SignatureScheme, SourceConfig};
+use crate::model::host::{
+    ApiToken, AuthKind, AuthProvider, HostConfig, McpSource, SignatureScheme, SourceConfig,
+};
 
 /// How a source lets deliveries in.
 pub enum SourceAccess<'a> {
@@ -68,8 +71,9 @@ pub enum Place {
     Value(&'static str),
     /// The variable a field's `{env: …}` names.
     Variable(&'static str),
-    /// The variable token `i` of a bearer source names (`tokens[i].env`).
-    TokenVariable(usize),
+    /// The variable item `i` of a list names (`LIST[i].env`: a bearer source's `tokens`, the
+    /// host config's `api_tokens`).
+    ListVariable(&'static str, usize),
 }
 
 /// Collects [`CredentialError`]s.
@@ -79,6 +83,27 @@ struct Errors(Vec<CredentialError>);
 impl Errors {
     fn add(&mut self, place: Place, message: String) {
         self.0.push(CredentialError { place, message });
+    }
+
+    /// The token variable `var` holds (`whose` it is, at `place`), unless it is not set or
+    /// is empty: then that is added.
+    fn token(
+        &mut self,
+        place: Place,
+        whose: &str,
+        var: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<String> {
+        let problem = match env(var) {
+            Some(value) if !value.is_empty() => return Some(value),
+            Some(_) => "is empty",
+            None => "is not set",
+        };
+        self.add(
+            place,
+            format!("{whose}: environment variable `{var}` {problem}"),
+        );
+        None
     }
 
     /// `value` if nothing was added, else what was.
@@ -130,16 +155,10 @@ pub fn source<'a>(
             }
             let mut tokens = Vec::new();
             for (i, token) in source.tokens.iter().enumerate() {
-                let said = format!(
-                    "source `{name}`, token `{}`: environment variable `{}`",
-                    token.subject, token.env
-                );
-                match env(&token.env) {
-                    None => errors.add(Place::TokenVariable(i), format!("{said} is not set")),
-                    Some(value) if value.is_empty() => {
-                        errors.add(Place::TokenVariable(i), format!("{said} is empty"));
-                    }
-                    Some(value) => tokens.push((token.subject.as_str(), value)),
+                let whose = format!("source `{name}`, token `{}`", token.subject);
+                let place = Place::ListVariable("tokens", i);
+                if let Some(value) = errors.token(place, &whose, &token.env, env) {
+                    tokens.push((token.subject.as_str(), value));
                 }
             }
             Some(SourceAccess::Bearer(tokens))
@@ -186,6 +205,24 @@ pub fn source<'a>(
         }
     };
     errors.or(access)
+}
+
+/// The host config's API tokens, each read from its variable with `env`, beside its entry; or
+/// every token whose variable is not set or is empty (no caller could present an empty token).
+pub fn api_tokens<'a>(
+    host: &'a HostConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, &'a ApiToken)>, Vec<CredentialError>> {
+    let mut errors = Errors::default();
+    let mut tokens = Vec::new();
+    for (i, token) in host.api_tokens.iter().enumerate() {
+        let whose = format!("api token `{}`", token.subject);
+        let place = Place::ListVariable("api_tokens", i);
+        if let Some(value) = errors.token(place, &whose, &token.env, env) {
+            tokens.push((value, token));
+        }
+    }
+    errors.or(Some(tokens))
 }
 
 /// The fields of an auth provider, and the type each belongs to.
@@ -309,8 +346,10 @@ fn read(value: &EnvValue, env: &dyn Fn(&str) -> Option<String>) -> Result<Value,
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use super::{AuthCredentials, CredentialError, Place, SourceAccess, auth_provider, source};
-    use crate::model::host::{AuthProvider, SignatureScheme, SourceConfig};
+    use super::{
+        AuthCredentials, CredentialError, Place, SourceAccess, api_tokens, auth_provider, source,
+    };
+    use crate::model::host::{AuthProvider, HostConfig, SignatureScheme, SourceConfig};
 
     fn parse<T: serde::de::DeserializeOwned>(json: &str) -> T {
         serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"))
@@ -399,7 +438,10 @@ mod tests {
             source_places(
                 r#"{"signature": "bearer", "tokens": [{"subject": "a", "env": "SET"}, {"subject": "b", "env": "UNSET"}, {"subject": "c", "env": "EMPTY"}]}"#
             ),
-            [Place::TokenVariable(1), Place::TokenVariable(2)]
+            [
+                Place::ListVariable("tokens", 1),
+                Place::ListVariable("tokens", 2)
+            ]
         );
         assert_eq!(
             source_places(
@@ -419,7 +461,7 @@ mod tests {
         assert_eq!(
             errors,
             [CredentialError {
-                place: Place::TokenVariable(0),
+                place: Place::ListVariable("tokens", 0),
                 message: "source `ci`, token `ops`: environment variable `OPS_TOKEN` is not set"
                     .into()
             }]
@@ -437,6 +479,46 @@ mod tests {
                         .into()
             }]
         );
+    }
+
+    #[test]
+    fn an_api_token_is_read_from_a_variable_that_holds_one() {
+        let host: HostConfig = parse(
+            r#"{"kind": "agentmesh/v1/host", "api_tokens": [{"subject": "user:a", "role": "admin", "env": "SET"},
+                {"subject": "user:b", "role": "admin", "env": "EMPTY"},
+                {"subject": "user:c", "role": "admin", "env": "UNSET"}]}"#,
+        );
+        let Err(errors) = api_tokens(&host, &env) else {
+            panic!("tokens whose variables are empty or not set do not resolve");
+        };
+        let said: Vec<(Place, &str)> = errors
+            .iter()
+            .map(|e| (e.place, e.message.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                (
+                    Place::ListVariable("api_tokens", 1),
+                    "api token `user:b`: environment variable `EMPTY` is empty"
+                ),
+                (
+                    Place::ListVariable("api_tokens", 2),
+                    "api token `user:c`: environment variable `UNSET` is not set"
+                ),
+            ]
+        );
+        let host: HostConfig = parse(
+            r#"{"kind": "agentmesh/v1/host", "api_tokens": [{"subject": "user:a", "role": "admin", "env": "SET"}]}"#,
+        );
+        let Ok(tokens) = api_tokens(&host, &env) else {
+            panic!("a token whose variable holds one resolves");
+        };
+        let read: Vec<(&str, &str)> = tokens
+            .iter()
+            .map(|(token, entry)| (token.as_str(), entry.subject.as_str()))
+            .collect();
+        assert_eq!(read, [("s3cret", "user:a")]);
     }
 
     #[test]

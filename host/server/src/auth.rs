@@ -4,6 +4,7 @@
 //! anonymous admin.
 
 use agentmesh_engine::Decider;
+use agentmesh_manifest::credentials;
 use agentmesh_manifest::model::host::HostConfig;
 use agentmesh_secrets::{BearerTokens, TokenError};
 use axum::http::HeaderMap;
@@ -124,31 +125,31 @@ impl Auth {
     }
 }
 
-/// An API token whose variable is not set: the message names the token and the variable.
+/// API tokens whose variables are not set or are empty: the message names each token and its
+/// variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct MissingToken(String);
 
-/// The tokens of `host`'s `api_tokens`, each read from its variable through `env`. `Err` names
-/// the token and the variable that is not set.
+/// The tokens of `host`'s `api_tokens`, each read from its variable through `env`
+/// ([`credentials::api_tokens`]). `Err` names each token whose variable is not set or is empty
+/// (`validate` reports each at its place).
 pub fn tokens_of(
     host: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Token>, MissingToken> {
-    host.api_tokens
-        .iter()
-        .map(|t| {
-            let secret = env(&t.env).ok_or_else(|| {
-                MissingToken(format!(
-                    "api token `{}`: environment variable `{}` is not set",
-                    t.subject, t.env
-                ))
-            })?;
-            Ok(Token {
+    match credentials::api_tokens(host, env) {
+        Ok(tokens) => Ok(tokens
+            .into_iter()
+            .map(|(secret, t)| Token {
                 secret,
                 subject: t.subject.clone(),
                 role: t.role,
             })
-        })
-        .collect()
+            .collect()),
+        Err(errors) => {
+            let said: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+            Err(MissingToken(said.join("; ")))
+        }
+    }
 }

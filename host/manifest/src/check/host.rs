@@ -39,8 +39,8 @@ pub(crate) fn check(c: &mut Checker) {
     }
     tool_settings(c, src, host);
     let mut vars: Vec<(Vec<Seg>, &str)> = Vec::new();
-    for (i, token) in host.api_tokens.iter().enumerate() {
-        vars.push((vec![K("api_tokens"), I(i), K("env")], &token.env));
+    if let Err(errors) = credentials::api_tokens(host, &|var: &str| c.env_var(var)) {
+        unresolved(c, src, &[], errors);
     }
     for (ns, tools) in &host.settings {
         for (tool, keys) in tools {
@@ -199,8 +199,8 @@ fn store_config(c: &mut Checker, src: &Source, store: &StoreConfig) {
 /// How a place is found in a document: [`pos_at`] (a value) or [`key_pos`] (a key).
 type Locate = fn(&Node, &[Seg]) -> Pos;
 
-/// Reports what keeps the entry at `entry` (a source, an auth provider) from resolving, each
-/// error at its place.
+/// Reports what keeps the entry at `entry` (a source, an auth provider; the whole config for
+/// its API tokens) from resolving, each error at its place.
 fn unresolved(c: &mut Checker, src: &Source, entry: &[Seg], errors: Vec<CredentialError>) {
     for CredentialError { place, message } in errors {
         let (tail, at): (Vec<Seg>, Locate) = match place {
@@ -208,7 +208,7 @@ fn unresolved(c: &mut Checker, src: &Source, entry: &[Seg], errors: Vec<Credenti
             Place::Key(key) => (vec![K(key)], key_pos),
             Place::Value(key) => (vec![K(key)], pos_at),
             Place::Variable(key) => (vec![K(key), K("env")], pos_at),
-            Place::TokenVariable(i) => (vec![K("tokens"), I(i), K("env")], pos_at),
+            Place::ListVariable(list, i) => (vec![K(list), I(i), K("env")], pos_at),
         };
         c.error(src, at(&src.node, &[entry, &tail].concat()), message);
     }
