@@ -1,4 +1,5 @@
-//! What the host config's sources and auth providers hold to prove who is who, resolved once:
+//! What the host config's sources, API tokens and auth providers hold to prove who is who,
+//! resolved once:
 //!
 //! - a source lets deliveries in by a signature checked against a secret (`github`,
 //!   `standard-webhooks`), by bearer tokens each read from a variable (`bearer`), or takes no
@@ -51,7 +52,8 @@ pub enum AuthCredentials<'a> {
     },
 }
 
-/// What keeps an entry (`sources.NAME`, `auth.NAME`) from resolving, and where in it.
+/// What keeps an entry (`sources.NAME`, `api_tokens[i]`, `auth.NAME`) from resolving, and where
+/// in it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CredentialError {
     /// Where.
